@@ -57,7 +57,7 @@ func TestHashMatchesLibrary(t *testing.T) {
 func TestHashBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		name, stdin, want string
-		args             []string
+		args              []string
 	}{
 		{"non-numeric", "", `"abc"`, []string{"hash", "--block-size", "4", "1", "abc"}},
 		{"too-big", "", `"4294967296"`, []string{"hash", "--block-size", "4", "4294967296"}},
