@@ -1,0 +1,60 @@
+package trace
+
+import "time"
+
+// Workload is the one model every trace reader produces and every replayer
+// consumes: sessions of turns, with think/tool times, dependencies between
+// turns, and subagents as child sessions.
+//
+// A Workload is plain data; it is not safe for concurrent mutation, and
+// readers return a fresh Workload the caller owns.
+type Workload struct {
+	// Name says where the workload came from (a file name, "synthetic").
+	Name string
+	// BlockTokens is how many tokens one entry of Turn.HashIDs stands for
+	// (512 in the Mooncake traces, 64 in the Claude Code traces).
+	BlockTokens int
+	// OpenLoop is true when turns arrive at fixed times (Turn.Arrival), as in
+	// the Mooncake traces, rather than when the previous turn finishes.
+	OpenLoop bool
+	// Sessions in order of first arrival.
+	Sessions []Session
+}
+
+// Session is one agent program: a root session, or a subagent (Parent set).
+type Session struct {
+	ID string
+	// Parent is the ID of the session that spawned this one ("" for a root).
+	Parent string
+	// ParentTurn is the index of the parent's turn whose completion spawns
+	// this subagent; Start is then the offset after that turn finishes.
+	// For a root session ParentTurn is -1 and Start is the offset from the
+	// start of the workload.
+	ParentTurn int
+	Start      time.Duration
+	Turns      []Turn
+}
+
+// Turn is one model call of a session.
+type Turn struct {
+	// Delay is the think or tool time between the end of the previous turn
+	// (or the session's start, for the first turn) and this turn's arrival,
+	// in closed-loop replay.
+	Delay time.Duration
+	// Arrival is the absolute arrival time from the workload's start, in
+	// open-loop replay (Workload.OpenLoop).
+	Arrival time.Duration
+	// InputTokens and OutputTokens are the prompt and completion lengths.
+	InputTokens  int
+	OutputTokens int
+	// HashIDs identify the prompt's blocks of Workload.BlockTokens tokens, in
+	// order; equal ids at equal positions mean equal content. A partial last
+	// block has its own id.
+	HashIDs []uint64
+	// WaitFor lists the IDs of child sessions that must finish before this
+	// turn may start (a parent waiting for its subagents); empty when the
+	// turn depends only on the previous one.
+	WaitFor []string
+	// ToolCalls names the tools the turn's response called, if known.
+	ToolCalls []string
+}
