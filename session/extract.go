@@ -1,0 +1,519 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"unicode/utf8"
+)
+
+// DefaultMaxIDLen is the longest id accepted, in bytes.
+const DefaultMaxIDLen = 256
+
+// DefaultMaxBodyBytes is how much of a request body the middleware reads
+// for body fallbacks.
+const DefaultMaxBodyBytes = 1 << 20
+
+// ErrRefused is matched (errors.Is) by every *RefusedError.
+var ErrRefused = errors.New("session: id refused")
+
+// ErrConfig reports an invalid Config or Rule.
+var ErrConfig = errors.New("session: invalid config")
+
+// Reason says why an id was refused.
+type Reason uint8
+
+const (
+	// TooLong: the id is longer than the configured maximum.
+	TooLong Reason = iota
+	// ControlChar: the id contains a byte below 0x20 or 0x7f.
+	ControlChar
+	// InvalidUTF8: the id is not valid UTF-8.
+	InvalidUTF8
+	// NumReasons is the number of reasons (the length of Stats.Refused).
+	NumReasons
+)
+
+var reasonNames = [NumReasons]string{"too_long", "control_char", "invalid_utf8"}
+
+func (r Reason) String() string {
+	if r < NumReasons {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("reason(%d)", uint8(r))
+}
+
+// RefusedError is returned by FromRequest when an id fails validation. The
+// request should proceed without a session (FromRequest returns the zero
+// AgentContext alongside it).
+type RefusedError struct {
+	Field  string // "session", "parent", "agent", "turn" or "program"
+	Reason Reason
+	Len    int // length of the refused value in bytes
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("session: %s id refused: %s (%d bytes)", e.Field, e.Reason, e.Len)
+}
+
+// Is makes errors.Is(err, ErrRefused) true.
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
+
+// Rule is one row of the harness mapping table: which headers carry a
+// harness's session identity. Header names are case-insensitive. For each
+// list, the first header present with a non-empty value is used.
+//
+// Func, when set, runs after the header lookups and may fill or overwrite
+// any field of ac. It is called first with a nil body; if no rule found a
+// session in the headers and a body is available, rules with a Func are
+// called again, in order, with the body. Func must not keep body (the
+// caller may reuse it) and must not modify h. Every id a rule produces is
+// validated like a header value.
+type Rule struct {
+	Harness string   // reported in AgentContext.Harness; required
+	Session []string // session id headers
+	Parent  []string // parent session id headers
+	Final   []string // headers whose value "true", "1" or "yes" ends the session
+	Agent   []string // agent id headers
+	Turn    []string // turn id headers
+	Func    func(h http.Header, body []byte, ac *AgentContext)
+}
+
+// Canonical header names (Dynamo-compatible). They win over every rule.
+const (
+	HeaderSessionID       = "X-Dynamo-Session-Id"
+	HeaderParentSessionID = "X-Dynamo-Parent-Session-Id"
+	HeaderSessionFinal    = "X-Dynamo-Session-Final"
+)
+
+// Claude Code, Codex and OpenCode header names (canonical form).
+const (
+	headerClaudeSession     = "X-Claude-Code-Session-Id"
+	headerClaudeAgent       = "X-Claude-Code-Agent-Id"
+	headerClaudeParentAgent = "X-Claude-Code-Parent-Agent-Id"
+	headerCodexSession      = "Session-Id"
+	headerCodexThread       = "Thread-Id"
+	headerCodexTurnMeta     = "X-Codex-Turn-Metadata"
+	headerCodexParent       = "X-Codex-Parent-Thread-Id"
+	headerOpenCodeSession   = "X-Session-Id"
+	headerOpenCodeAffinity  = "X-Session-Affinity"
+	headerOpenCodeParent    = "X-Parent-Session-Id"
+)
+
+// DefaultRules returns a fresh copy of the built-in rows, in precedence
+// order: Claude Code, Codex, OpenCode. Add a harness by appending (or
+// prepending, to take precedence) a Rule and passing the slice as
+// Config.Rules.
+//
+// Claude Code: X-Claude-Code-Session-Id is the session; a subagent's
+// x-claude-code-agent-id makes the session "<session>/<agent>" whose parent
+// is "<session>/<x-claude-code-parent-agent-id>" when nested, else the root
+// session.
+//
+// Codex: the session is the thread (thread-id, then the turn metadata's
+// thread_id, then session-id, then its session_id); x-codex-parent-thread-id
+// is the parent; x-codex-turn-metadata (JSON) gives agent_name and turn_id.
+//
+// OpenCode: x-session-id, else x-session-affinity; parent
+// x-parent-session-id.
+func DefaultRules() []Rule {
+	return []Rule{
+		{Harness: HarnessClaudeCode, Func: claudeRule},
+		{Harness: HarnessCodex, Parent: []string{headerCodexParent}, Func: codexRule},
+		{
+			Harness: HarnessOpenCode,
+			Session: []string{headerOpenCodeSession, headerOpenCodeAffinity},
+			Parent:  []string{headerOpenCodeParent},
+		},
+	}
+}
+
+func header(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// claudeContext fills ac from Claude Code agent headers given the root
+// session id s.
+func claudeContext(h http.Header, s string, ac *AgentContext) {
+	ac.SessionID = s
+	agent := header(h, headerClaudeAgent)
+	if agent == "" || s == "" {
+		return
+	}
+	ac.AgentID = agent
+	ac.SessionID = s + "/" + agent
+	if p := header(h, headerClaudeParentAgent); p != "" && p != agent {
+		ac.ParentSessionID = s + "/" + p
+	} else {
+		ac.ParentSessionID = s
+	}
+}
+
+func claudeRule(h http.Header, body []byte, ac *AgentContext) {
+	if body != nil {
+		return // the body fallback (metadata.user_id) is built in
+	}
+	claudeContext(h, header(h, headerClaudeSession), ac)
+}
+
+func codexRule(h http.Header, body []byte, ac *AgentContext) {
+	if body != nil {
+		return // prompt_cache_key is a built-in body fallback
+	}
+	meta := header(h, headerCodexTurnMeta)
+	var metaThread, metaSession string
+	if meta != "" {
+		f := newFields(meta)
+		for {
+			k, v, ok := f.next()
+			if !ok {
+				break
+			}
+			switch {
+			case keyIs(k, "thread_id"):
+				metaThread, _ = jsonString(v)
+			case keyIs(k, "session_id"):
+				metaSession, _ = jsonString(v)
+			case keyIs(k, "agent_name"):
+				ac.AgentID, _ = jsonString(v)
+			case keyIs(k, "turn_id"):
+				ac.TurnID, _ = jsonString(v)
+			}
+		}
+	}
+	for _, s := range [...]string{header(h, headerCodexThread), metaThread, header(h, headerCodexSession), metaSession} {
+		if s != "" {
+			ac.SessionID = s
+			break
+		}
+	}
+}
+
+// Config configures an Extractor. The zero value is the default.
+type Config struct {
+	// Rules is the harness mapping table, in precedence order. nil means
+	// DefaultRules(); an empty non-nil slice means canonical headers and
+	// body fallbacks only.
+	Rules []Rule
+	// MaxIDLen is the longest id accepted, in bytes (default 256).
+	MaxIDLen int
+	// MaxBodyBytes caps how much of a body the middleware reads for the
+	// body fallbacks (default 1 MiB). Negative means never read the body.
+	MaxBodyBytes int64
+	// AlwaysReadBody makes the middleware read the body prefix even when
+	// the headers name a session (to pick up a ThunderAgent program_id).
+	// By default the body is read only when the headers name no session.
+	AlwaysReadBody bool
+}
+
+type rule struct {
+	harness                           string
+	session, parent, final, agent, tn []string
+	fn                                func(http.Header, []byte, *AgentContext)
+}
+
+// Extractor turns requests into AgentContexts. It is immutable after New
+// except for its atomic counters, and safe for concurrent use.
+type Extractor struct {
+	rules     []rule
+	maxID     int
+	maxBody   int64
+	alwaysBod bool
+	refused   [NumReasons]atomic.Uint64
+	malformed atomic.Uint64
+}
+
+// New returns an Extractor for cfg.
+func New(cfg Config) (*Extractor, error) {
+	e := &Extractor{maxID: cfg.MaxIDLen, maxBody: cfg.MaxBodyBytes, alwaysBod: cfg.AlwaysReadBody}
+	if e.maxID == 0 {
+		e.maxID = DefaultMaxIDLen
+	}
+	if e.maxID < 0 {
+		return nil, fmt.Errorf("%w: MaxIDLen %d < 0", ErrConfig, cfg.MaxIDLen)
+	}
+	if e.maxBody == 0 {
+		e.maxBody = DefaultMaxBodyBytes
+	}
+	rules := cfg.Rules
+	if rules == nil {
+		rules = DefaultRules()
+	}
+	canon := func(names []string) []string {
+		out := make([]string, 0, len(names))
+		for _, n := range names {
+			if n = strings.TrimSpace(n); n != "" {
+				out = append(out, http.CanonicalHeaderKey(n))
+			}
+		}
+		return out
+	}
+	for i, r := range rules {
+		if r.Harness == "" {
+			return nil, fmt.Errorf("%w: rule %d has no Harness name", ErrConfig, i)
+		}
+		if len(r.Session) == 0 && r.Func == nil {
+			return nil, fmt.Errorf("%w: rule %q has neither Session headers nor Func", ErrConfig, r.Harness)
+		}
+		e.rules = append(e.rules, rule{
+			harness: r.Harness, session: canon(r.Session), parent: canon(r.Parent),
+			final: canon(r.Final), agent: canon(r.Agent), tn: canon(r.Turn), fn: r.Func,
+		})
+	}
+	return e, nil
+}
+
+// Default is the Extractor used by the package-level FromRequest and
+// Middleware: built-in rules, 256-byte ids, 1 MiB body cap.
+var Default = func() *Extractor {
+	e, err := New(Config{})
+	if err != nil {
+		panic(err) // unreachable: the zero Config is valid
+	}
+	return e
+}()
+
+// FromRequest extracts the AgentContext of r with the Default extractor.
+func FromRequest(r *http.Request, body []byte) (AgentContext, error) {
+	return Default.FromRequest(r, body)
+}
+
+func firstHeader(h http.Header, keys []string) string {
+	for _, k := range keys {
+		if v := header(h, k); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func truthy(v string) bool {
+	return strings.EqualFold(v, "true") || v == "1" || strings.EqualFold(v, "yes")
+}
+
+func (r *rule) apply(h http.Header, body []byte, ac *AgentContext) {
+	if body == nil {
+		ac.SessionID = firstHeader(h, r.session)
+		ac.ParentSessionID = firstHeader(h, r.parent)
+		ac.AgentID = firstHeader(h, r.agent)
+		ac.TurnID = firstHeader(h, r.tn)
+		for _, k := range r.final {
+			if truthy(header(h, k)) {
+				ac.Final = true
+			}
+		}
+	}
+	if r.fn != nil {
+		r.fn(h, body, ac)
+	}
+}
+
+// FromRequest extracts the AgentContext of r. body is an optional prefix
+// of the request body (nil when unread); it is scanned, never kept, and
+// only consulted when the headers name no session, except for the
+// ThunderAgent program_id which is taken whenever a body is given.
+//
+// Precedence: the canonical x-dynamo-* headers win; otherwise the first
+// Rule (in table order) whose headers name a session; otherwise the body:
+// Claude Code's metadata.user_id (a JSON string holding session_id, or the
+// legacy "..._session_<id>" form), then Codex's prompt_cache_key, then
+// program_id / extra_body.program_id. A parent equal to the session is
+// dropped.
+//
+// A request with no session yields the zero AgentContext and a nil error.
+// An id that is too long, holds a control character or is not UTF-8 yields
+// the zero AgentContext and a *RefusedError; the refusal is counted.
+func (e *Extractor) FromRequest(r *http.Request, body []byte) (AgentContext, error) {
+	if r == nil {
+		return AgentContext{}, nil
+	}
+	h := r.Header
+	var ac AgentContext
+	for i := range e.rules {
+		var c AgentContext
+		e.rules[i].apply(h, nil, &c)
+		if c.SessionID != "" {
+			ac = c
+			ac.Harness = e.rules[i].harness
+			break
+		}
+	}
+	if dyn := header(h, HeaderSessionID); dyn != "" {
+		if ac.SessionID != dyn {
+			ac.ParentSessionID = "" // the harness parent was relative to its own id
+		}
+		ac.SessionID = dyn
+		if ac.Harness == "" {
+			ac.Harness = HarnessDynamo
+		}
+		if p := header(h, HeaderParentSessionID); p != "" {
+			ac.ParentSessionID = p
+		}
+	}
+	if truthy(header(h, HeaderSessionFinal)) {
+		ac.Final = true
+	}
+	if len(body) > 0 {
+		e.fromBody(h, body, &ac)
+	}
+	if ac.SessionID == "" {
+		return AgentContext{}, nil
+	}
+	if ac.ParentSessionID == ac.SessionID {
+		ac.ParentSessionID = ""
+	}
+	if err := e.validate(&ac); err != nil {
+		return AgentContext{}, err
+	}
+	return ac, nil
+}
+
+// fromBody applies the body fallbacks in one pass over the top-level
+// members.
+func (e *Extractor) fromBody(h http.Header, body []byte, ac *AgentContext) {
+	var meta, cacheKey, program string
+	f := newFields(body)
+	for {
+		k, v, ok := f.next()
+		if !ok {
+			break
+		}
+		switch {
+		case keyIs(k, "metadata") && ac.SessionID == "":
+			if raw, ok := member(v, "user_id"); ok {
+				if uid, ok := jsonString(raw); ok {
+					meta = claudeUserSession(uid)
+				} else {
+					e.malformed.Add(1)
+				}
+			}
+		case keyIs(k, "prompt_cache_key") && ac.SessionID == "":
+			cacheKey, _ = jsonString(v)
+		case keyIs(k, "program_id"):
+			if id, ok := jsonID(v); ok {
+				program = id
+			}
+		case keyIs(k, "extra_body") && program == "":
+			if raw, ok := member(v, "program_id"); ok {
+				program, _ = jsonID(raw)
+			}
+		}
+	}
+	if program != "" {
+		ac.ProgramID = program
+	}
+	if ac.SessionID != "" {
+		return
+	}
+	for i := range e.rules {
+		if e.rules[i].fn == nil {
+			continue
+		}
+		var c AgentContext
+		e.rules[i].fn(h, body, &c)
+		if c.SessionID != "" {
+			c.Harness = e.rules[i].harness
+			c.Final = c.Final || ac.Final
+			if c.ProgramID == "" {
+				c.ProgramID = ac.ProgramID
+			}
+			*ac = c
+			return
+		}
+	}
+	switch {
+	case meta != "":
+		claudeContext(h, meta, ac)
+		ac.Harness = HarnessClaudeCode
+	case cacheKey != "":
+		ac.SessionID = cacheKey
+		ac.Harness = HarnessCodex
+	case program != "":
+		ac.SessionID = program
+		ac.Harness = HarnessThunderAgent
+	}
+}
+
+// claudeUserSession finds the session id in Claude Code's metadata.user_id:
+// a JSON object string with "session_id", or the legacy
+// "user_<hash>_account_<uuid>_session_<uuid>" form.
+func claudeUserSession(uid string) string {
+	if raw, ok := member(uid, "session_id"); ok {
+		s, _ := jsonString(raw)
+		return s
+	}
+	if i := strings.LastIndex(uid, "_session_"); i >= 0 {
+		return uid[i+len("_session_"):]
+	}
+	return ""
+}
+
+func (e *Extractor) check(field, v string) error {
+	if v == "" {
+		return nil
+	}
+	reason := NumReasons
+	if len(v) > e.maxID {
+		reason = TooLong
+	} else {
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; c < 0x20 || c == 0x7f {
+				reason = ControlChar
+				break
+			}
+		}
+		if reason == NumReasons && !utf8.ValidString(v) {
+			reason = InvalidUTF8
+		}
+	}
+	if reason == NumReasons {
+		return nil
+	}
+	e.refused[reason].Add(1)
+	return &RefusedError{Field: field, Reason: reason, Len: len(v)}
+}
+
+func (e *Extractor) validate(ac *AgentContext) error {
+	for _, f := range [...]struct{ name, v string }{
+		{"session", ac.SessionID}, {"parent", ac.ParentSessionID},
+		{"agent", ac.AgentID}, {"turn", ac.TurnID}, {"program", ac.ProgramID},
+	} {
+		if err := e.check(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stats counts what the Extractor refused or dropped since it was made.
+type Stats struct {
+	// Refused counts requests refused, by the Reason of the first bad id.
+	Refused [NumReasons]uint64
+	// MalformedJSON counts JSON-carrying fields (Claude Code's
+	// metadata.user_id) that could not be decoded and were ignored.
+	MalformedJSON uint64
+}
+
+// Total returns the number of refused requests.
+func (s Stats) Total() uint64 {
+	var n uint64
+	for _, v := range s.Refused {
+		n += v
+	}
+	return n
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Extractor) Stats() Stats {
+	var s Stats
+	for i := range s.Refused {
+		s.Refused[i] = e.refused[i].Load()
+	}
+	s.MalformedJSON = e.malformed.Load()
+	return s
+}

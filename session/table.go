@@ -1,0 +1,479 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Table defaults.
+const (
+	DefaultMaxSessions = 65536
+	DefaultIdleTimeout = 30 * time.Minute
+	DefaultAffinityTTL = 10 * time.Minute
+)
+
+var (
+	// ErrNoSession reports an AgentContext without a SessionID.
+	ErrNoSession = errors.New("session: no session id")
+	// ErrUnknown reports a session that is not live (never seen, ended,
+	// expired or evicted).
+	ErrUnknown = errors.New("session: unknown session")
+)
+
+// Worker names a KV cache a session can be bound to: an engine instance and
+// its data-parallel rank. It mirrors flashindex.Worker without importing it.
+type Worker struct {
+	ID     uint64
+	DPRank uint32
+}
+
+func (w Worker) String() string { return fmt.Sprintf("%d/%d", w.ID, w.DPRank) }
+
+// State is where a session is in its agent loop.
+type State uint8
+
+const (
+	// Reasoning: a model request of the session is in flight.
+	Reasoning State = iota + 1
+	// Acting: no request in flight; the agent runs tools or thinks.
+	Acting
+)
+
+func (s State) String() string {
+	switch s {
+	case Reasoning:
+		return "REASONING"
+	case Acting:
+		return "ACTING"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// Mode is how strongly an affinity binding holds.
+type Mode uint8
+
+const (
+	// Soft: prefer the bound worker; the router may pick another.
+	Soft Mode = iota
+	// Hard: the session must go to the bound worker while it is bound.
+	Hard
+)
+
+func (m Mode) String() string {
+	if m == Hard {
+		return "hard"
+	}
+	return "soft"
+}
+
+// Usage is token usage reported for one request.
+type Usage struct {
+	InputTokens  uint64
+	OutputTokens uint64
+	CachedTokens uint64
+}
+
+func (u *Usage) add(v Usage) {
+	u.InputTokens += v.InputTokens
+	u.OutputTokens += v.OutputTokens
+	u.CachedTokens += v.CachedTokens
+}
+
+// Binding is a session's affinity to a worker.
+type Binding struct {
+	Worker  Worker
+	Mode    Mode
+	Expires time.Time
+}
+
+// Cause says why a session left the table.
+type Cause uint8
+
+const (
+	// Ended: a Final request finished (or End was called on a Final
+	// session).
+	Ended Cause = iota + 1
+	// Expired: no Begin or End for IdleTimeout.
+	Expired
+	// Evicted: the table was full; least recently used out.
+	Evicted
+	// Removed: Remove was called.
+	Removed
+)
+
+func (c Cause) String() string {
+	switch c {
+	case Ended:
+		return "ended"
+	case Expired:
+		return "expired"
+	case Evicted:
+		return "evicted"
+	case Removed:
+		return "removed"
+	}
+	return fmt.Sprintf("cause(%d)", uint8(c))
+}
+
+// Removal reports a session that left the table.
+type Removal struct {
+	ID    string
+	Cause Cause
+}
+
+// Info is a snapshot of one session.
+type Info struct {
+	ID, Parent                  string
+	Harness, AgentID, ProgramID string
+	State                       State
+	StateSince                  time.Time // when State was entered
+	Created, LastSeen           time.Time
+	InFlight                    int    // requests begun and not ended
+	Requests                    uint64 // requests begun
+	Usage                       Usage  // totals over ended requests
+	Children                    int    // live children
+	Final                       bool   // ends when its in-flight requests end
+}
+
+// TableConfig configures a Table. Zero fields mean the documented default.
+type TableConfig struct {
+	// MaxSessions bounds the live sessions (default 65,536); beyond it the
+	// least recently used session is evicted.
+	MaxSessions int
+	// IdleTimeout removes a session with no Begin or End for this long
+	// (default 30 min). In-flight requests do not hold a session: a lost
+	// End must not pin it forever.
+	IdleTimeout time.Duration
+	// AffinityTTL is how long a Bind lasts (default 10 min).
+	AffinityTTL time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// OnRemove, if set, is called for each session that leaves the table,
+	// after the table's lock is released (Table only; RawTable queues
+	// removals for TakeRemovals instead).
+	OnRemove func(Removal)
+}
+
+func (c *TableConfig) fill() error {
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.AffinityTTL == 0 {
+		c.AffinityTTL = DefaultAffinityTTL
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	switch {
+	case c.MaxSessions < 0:
+		return fmt.Errorf("%w: MaxSessions %d < 0", ErrConfig, c.MaxSessions)
+	case c.IdleTimeout < 0:
+		return fmt.Errorf("%w: IdleTimeout %v < 0", ErrConfig, c.IdleTimeout)
+	case c.AffinityTTL < 0:
+		return fmt.Errorf("%w: AffinityTTL %v < 0", ErrConfig, c.AffinityTTL)
+	}
+	return nil
+}
+
+type entry struct {
+	info       Info
+	parent     *entry // live parent, or nil
+	children   map[*entry]struct{}
+	bound      bool
+	binding    Binding
+	prev, next *entry // LRU list; head is most recent
+}
+
+// RawTable is the synchronous core of Table: the same operations with no
+// locking. It is not safe for concurrent use. It never calls OnRemove:
+// when OnRemove is set, removals are queued for TakeRemovals (Table drains
+// the queue after each call); otherwise they are not recorded.
+type RawTable struct {
+	cfg      TableConfig
+	m        map[string]*entry
+	head     *entry // most recently used
+	tail     *entry // least recently used
+	removals []Removal
+}
+
+// NewRawTable returns an empty RawTable.
+func NewRawTable(cfg TableConfig) (*RawTable, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	return &RawTable{cfg: cfg, m: make(map[string]*entry)}, nil
+}
+
+func (t *RawTable) unlink(e *entry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		t.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		t.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+}
+
+func (t *RawTable) pushFront(e *entry) {
+	e.next = t.head
+	if t.head != nil {
+		t.head.prev = e
+	}
+	t.head = e
+	if t.tail == nil {
+		t.tail = e
+	}
+}
+
+func (t *RawTable) touch(e *entry, now time.Time) {
+	e.info.LastSeen = now
+	if t.head != e {
+		t.unlink(e)
+		t.pushFront(e)
+	}
+}
+
+func (t *RawTable) remove(e *entry, c Cause) {
+	t.unlink(e)
+	delete(t.m, e.info.ID)
+	if e.parent != nil {
+		delete(e.parent.children, e)
+	}
+	for ch := range e.children {
+		ch.parent = nil // the child keeps its Parent id; the link is gone
+	}
+	if t.cfg.OnRemove != nil {
+		t.removals = append(t.removals, Removal{ID: e.info.ID, Cause: c})
+	}
+}
+
+// expire removes idle sessions from the LRU end. LRU order is LastSeen
+// order, so this costs O(expired).
+func (t *RawTable) expire(now time.Time) {
+	for e := t.tail; e != nil && now.Sub(e.info.LastSeen) >= t.cfg.IdleTimeout; e = t.tail {
+		t.remove(e, Expired)
+	}
+}
+
+func (t *RawTable) live(id string, now time.Time) *entry {
+	e := t.m[id]
+	if e != nil && now.Sub(e.info.LastSeen) >= t.cfg.IdleTimeout {
+		t.expire(now)
+		return nil
+	}
+	return e
+}
+
+// createsCycle reports whether making parent the parent of id would close a
+// loop in the parent links.
+func (t *RawTable) createsCycle(id string, parent *entry) bool {
+	for p, n := parent, 0; p != nil && n <= len(t.m); p, n = p.parent, n+1 {
+		if p.info.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *RawTable) link(e *entry) {
+	p := t.m[e.info.Parent]
+	if p == nil || e.parent != nil || t.createsCycle(e.info.ID, p) {
+		return
+	}
+	e.parent = p
+	if p.children == nil {
+		p.children = make(map[*entry]struct{})
+	}
+	p.children[e] = struct{}{}
+}
+
+// Begin records the start of a request of ac's session: it creates the
+// session if needed (linking it under its live parent), moves it to
+// REASONING, and counts the request. A Final context marks the session to
+// end when its in-flight requests end. The parent of a session is fixed by
+// its first request that names one; parent links that would form a cycle
+// are ignored.
+func (t *RawTable) Begin(ac AgentContext) (Info, error) {
+	if ac.SessionID == "" {
+		return Info{}, ErrNoSession
+	}
+	now := t.cfg.Now()
+	t.expire(now)
+	e := t.m[ac.SessionID]
+	if e == nil {
+		for len(t.m) >= t.cfg.MaxSessions && t.tail != nil {
+			t.remove(t.tail, Evicted)
+		}
+		e = &entry{info: Info{
+			ID: ac.SessionID, Harness: ac.Harness, AgentID: ac.AgentID, ProgramID: ac.ProgramID,
+			Created: now, LastSeen: now,
+		}}
+		t.m[ac.SessionID] = e
+		t.pushFront(e)
+	} else {
+		t.touch(e, now)
+	}
+	if e.info.Parent == "" && ac.ParentSessionID != "" && ac.ParentSessionID != ac.SessionID {
+		e.info.Parent = ac.ParentSessionID
+	}
+	t.link(e)
+	// A parent created after its children adopts them lazily: children
+	// link when they next Begin.
+	if e.info.State != Reasoning {
+		e.info.State, e.info.StateSince = Reasoning, now
+	}
+	if e.info.ProgramID == "" {
+		e.info.ProgramID = ac.ProgramID
+	}
+	e.info.InFlight++
+	e.info.Requests++
+	e.info.Final = e.info.Final || ac.Final
+	return t.snapshot(e), nil
+}
+
+// End records the end of one request of session id with its reported
+// usage. When no request is left in flight the session moves to ACTING; a
+// Final session is removed (Cause Ended) and its last Info returned.
+func (t *RawTable) End(id string, u Usage) (Info, error) {
+	now := t.cfg.Now()
+	e := t.live(id, now)
+	if e == nil {
+		return Info{}, fmt.Errorf("%w: %q", ErrUnknown, id)
+	}
+	t.touch(e, now)
+	e.info.Usage.add(u)
+	if e.info.InFlight > 0 {
+		e.info.InFlight--
+	}
+	if e.info.InFlight == 0 {
+		e.info.State, e.info.StateSince = Acting, now
+		if e.info.Final {
+			info := t.snapshot(e)
+			t.remove(e, Ended)
+			return info, nil
+		}
+	}
+	return t.snapshot(e), nil
+}
+
+// Finish ends session id now, whatever is in flight (Cause Ended).
+func (t *RawTable) Finish(id string) bool {
+	return t.drop(id, Ended)
+}
+
+// Remove removes session id (Cause Removed). Its children stay, unlinked.
+func (t *RawTable) Remove(id string) bool {
+	return t.drop(id, Removed)
+}
+
+func (t *RawTable) drop(id string, c Cause) bool {
+	e := t.live(id, t.cfg.Now())
+	if e == nil {
+		return false
+	}
+	t.remove(e, c)
+	return true
+}
+
+func (t *RawTable) snapshot(e *entry) Info {
+	info := e.info
+	info.Children = len(e.children)
+	return info
+}
+
+// Get returns a snapshot of session id. It does not count as use.
+func (t *RawTable) Get(id string) (Info, bool) {
+	e := t.live(id, t.cfg.Now())
+	if e == nil {
+		return Info{}, false
+	}
+	return t.snapshot(e), true
+}
+
+// Children appends the ids of session id's live children to dst, in no
+// particular order.
+func (t *RawTable) Children(id string, dst []string) []string {
+	e := t.live(id, t.cfg.Now())
+	if e == nil {
+		return dst
+	}
+	for c := range e.children {
+		dst = append(dst, c.info.ID)
+	}
+	return dst
+}
+
+// Root returns the id of the oldest live ancestor of session id (id itself
+// for a root), following live parent links.
+func (t *RawTable) Root(id string) (string, bool) {
+	e := t.live(id, t.cfg.Now())
+	if e == nil {
+		return "", false
+	}
+	for e.parent != nil {
+		e = e.parent
+	}
+	return e.info.ID, true
+}
+
+// Bind binds session id to worker w for AffinityTTL from now, replacing any
+// binding.
+func (t *RawTable) Bind(id string, w Worker, m Mode) error {
+	now := t.cfg.Now()
+	e := t.live(id, now)
+	if e == nil {
+		return fmt.Errorf("%w: %q", ErrUnknown, id)
+	}
+	e.bound = true
+	e.binding = Binding{Worker: w, Mode: m, Expires: now.Add(t.cfg.AffinityTTL)}
+	return nil
+}
+
+// Unbind drops session id's binding.
+func (t *RawTable) Unbind(id string) {
+	if e := t.m[id]; e != nil {
+		e.bound = false
+	}
+}
+
+// Affinity returns session id's binding if it has one that has not
+// expired. An expired binding is dropped.
+func (t *RawTable) Affinity(id string) (Binding, bool) {
+	now := t.cfg.Now()
+	e := t.live(id, now)
+	if e == nil || !e.bound {
+		return Binding{}, false
+	}
+	if !now.Before(e.binding.Expires) {
+		e.bound = false
+		return Binding{}, false
+	}
+	return e.binding, true
+}
+
+// Expire removes every idle session now and returns how many it removed.
+func (t *RawTable) Expire() int {
+	n := len(t.m)
+	t.expire(t.cfg.Now())
+	return n - len(t.m)
+}
+
+// Len returns the number of sessions held (idle ones not yet expired
+// included).
+func (t *RawTable) Len() int { return len(t.m) }
+
+// TakeRemovals returns the removals queued since the last call, oldest
+// first, and clears the queue. The caller owns the returned slice.
+func (t *RawTable) TakeRemovals() []Removal {
+	r := t.removals
+	t.removals = nil
+	return r
+}
