@@ -385,9 +385,9 @@ func randValue(r *rand.Rand, depth int) any {
 	case 5:
 		return float32(r.Float32())
 	case 6:
-		return string(make([]byte, []int{0, 5, 31, 32, 300, 70000}[r.IntN(6)]))
+		return string(make([]byte, []int{0, 5, 31, 32, 300, 3000}[r.IntN(6)]))
 	case 7:
-		return make([]byte, []int{0, 3, 300, 70000}[r.IntN(4)])
+		return make([]byte, []int{0, 3, 300, 3000}[r.IntN(4)])
 	case 8, 9:
 		a := make([]any, []int{0, 1, 15, 16, 20}[r.IntN(5)])
 		for i := range a {

@@ -113,6 +113,7 @@ type Stream struct {
 	epoch    []byte
 	nextID   uint64
 	cleared  flashindex.Event
+	isClear  bool // the last event emitted was a Cleared
 	lastErr  atomic.Pointer[errBox]
 
 	mu    sync.Mutex // guards stats
@@ -162,6 +163,7 @@ func (s *Stream) count(f func(st *StreamStats)) {
 }
 
 func (s *Stream) emit(ev *flashindex.Event) error {
+	s.isClear = ev.Kind == flashindex.Cleared
 	ev.Worker = s.cfg.Worker
 	ev.EventID = s.nextID
 	s.nextID++
@@ -169,6 +171,9 @@ func (s *Stream) emit(ev *flashindex.Event) error {
 }
 
 func (s *Stream) clear(reason string) {
+	if s.isClear {
+		return // a second Cleared in a row changes nothing
+	}
 	s.cleared = flashindex.Event{Kind: flashindex.Cleared}
 	err := s.emit(&s.cleared)
 	s.count(func(st *StreamStats) {
@@ -216,8 +221,9 @@ func (s *Stream) Offer(ctx context.Context, topic []byte, seq uint64, payload []
 			s.expected = 0
 		}
 	case restart || seq <= s.lastLive:
-		// The live sequence only goes back when the publisher restarted,
-		// and a restarted engine starts with an empty cache.
+		// ZeroMQ never repeats or reorders a message on one connection,
+		// so a live sequence number that does not rise means a new
+		// publisher, and a restarted engine starts with an empty cache.
 		s.count(func(st *StreamStats) { st.Restarts++ })
 		s.clear("publisher restarted")
 		s.expected = 0
