@@ -1,0 +1,151 @@
+package admission
+
+import (
+	"math"
+	"time"
+)
+
+// Defaults, as in ThunderAgent and Dynamo's port of it.
+const (
+	DefaultPauseThreshold     = 0.95
+	DefaultPauseTarget        = 0.80
+	DefaultSoftDemote         = 0.80
+	DefaultHysteresis         = 0.10
+	DefaultSoftDemotePriority = -2.0
+	DefaultResumeBoost        = 1.0
+	DefaultBuffer             = 100
+	DefaultForcedResume       = 30 * time.Minute
+	DefaultInterval           = 5 * time.Second
+	DefaultActingWeight       = 1.0
+	DefaultMaxPending         = 1 << 16
+)
+
+// Config holds every threshold of the controller. The zero value of each
+// field means the documented default, so Config{} is the upstream
+// configuration. Negative values are invalid (New returns a *ConfigError).
+type Config struct {
+	// PauseThreshold: a worker with U ≥ PauseThreshold pauses programs at
+	// the next Tick. Default 0.95.
+	PauseThreshold float64
+	// PauseTarget: pausing (and marking) stops once U, less the weight of
+	// marked programs, is ≤ PauseTarget. Default 0.80. Must be ≤
+	// PauseThreshold.
+	PauseTarget float64
+	// SoftDemote: a worker with SoftDemote ≤ U < PauseThreshold after a
+	// Tick is in the soft-demote band. Default 0.80.
+	SoftDemote float64
+	// Hysteresis: paused programs resume only on workers with U ≤
+	// PauseThreshold − Hysteresis (the resume ceiling, default 0.85), and
+	// are bin-packed under that ceiling. New programs are admitted under the
+	// same ceiling. Default 0.10. Must be < PauseThreshold.
+	Hysteresis float64
+	// SoftDemotePriority is the priority added to new turns of programs on a
+	// worker in the band. Default −2.0. A positive value is invalid.
+	SoftDemotePriority float64
+	// ResumeBoost is the priority added to the first turn after a resume
+	// (the held turn, or the next one). Default +1.0.
+	ResumeBoost float64
+	// Buffer is the per-program token reserve used when fitting a program
+	// onto a worker (admission and resume). Default 100.
+	Buffer int64
+	// ForcedResume caps how long a held turn waits: at the first Tick at or
+	// after the cap its program is resumed on the least-utilised worker
+	// regardless of room. Default 30 minutes.
+	ForcedResume time.Duration
+	// Interval is the expected time between ticks (default 5 s). A worker's
+	// soft demotion expires 1.5 intervals after the last Tick that saw it in
+	// the band, so a stalled control loop does not demote forever.
+	Interval time.Duration
+	// ActingWeight multiplies the token count of Acting programs in U.
+	// Default 1.0.
+	ActingWeight float64
+	// DecayHalfLife, when positive, decays an Acting program's weight by
+	// 2^(−t/DecayHalfLife), t the time since its last request ended, on the
+	// resume side only (resume ceiling and forced-resume target), as
+	// upstream does. Pausing always uses undecayed weights. Zero (default)
+	// disables decay.
+	DecayHalfLife time.Duration
+	// Placement places resumed programs on workers. Nil means WorstFit, the
+	// policy upstream actually runs.
+	Placement Placement
+	// OnDecision, when set, receives every decision synchronously, in order,
+	// from inside the Controller call that took it. It must not call back
+	// into the Controller. When nil, decisions are buffered for Drain (at
+	// most MaxPending; older ones are kept, later ones counted as dropped).
+	OnDecision func(Decision)
+	// MaxPending bounds the Drain buffer. Default 65536.
+	MaxPending int
+}
+
+func (c Config) withDefaults() (Config, error) {
+	neg := func(name string, v float64) error {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return &ConfigError{name, "must be finite and non-negative"}
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"PauseThreshold", c.PauseThreshold}, {"PauseTarget", c.PauseTarget},
+		{"SoftDemote", c.SoftDemote}, {"Hysteresis", c.Hysteresis},
+		{"ResumeBoost", c.ResumeBoost}, {"ActingWeight", c.ActingWeight},
+		{"Buffer", float64(c.Buffer)}, {"ForcedResume", float64(c.ForcedResume)},
+		{"Interval", float64(c.Interval)}, {"DecayHalfLife", float64(c.DecayHalfLife)},
+		{"MaxPending", float64(c.MaxPending)},
+	} {
+		if err := neg(f.name, f.v); err != nil {
+			return c, err
+		}
+	}
+	if c.SoftDemotePriority > 0 || math.IsNaN(c.SoftDemotePriority) || math.IsInf(c.SoftDemotePriority, 0) {
+		return c, &ConfigError{"SoftDemotePriority", "must be finite and ≤ 0"}
+	}
+	def := func(p *float64, d float64) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	def(&c.PauseThreshold, DefaultPauseThreshold)
+	def(&c.PauseTarget, DefaultPauseTarget)
+	def(&c.SoftDemote, DefaultSoftDemote)
+	def(&c.Hysteresis, DefaultHysteresis)
+	def(&c.SoftDemotePriority, DefaultSoftDemotePriority)
+	def(&c.ResumeBoost, DefaultResumeBoost)
+	def(&c.ActingWeight, DefaultActingWeight)
+	if c.Buffer == 0 {
+		c.Buffer = DefaultBuffer
+	}
+	if c.ForcedResume == 0 {
+		c.ForcedResume = DefaultForcedResume
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = DefaultMaxPending
+	}
+	if c.Placement == nil {
+		c.Placement = WorstFit
+	}
+	if c.PauseTarget > c.PauseThreshold {
+		return c, &ConfigError{"PauseTarget", "must be ≤ PauseThreshold"}
+	}
+	if c.SoftDemote > c.PauseThreshold {
+		return c, &ConfigError{"SoftDemote", "must be ≤ PauseThreshold"}
+	}
+	if c.Hysteresis >= c.PauseThreshold {
+		return c, &ConfigError{"Hysteresis", "must be < PauseThreshold"}
+	}
+	return c, nil
+}
+
+// ResumeCeiling is PauseThreshold − Hysteresis after defaults.
+func (c Config) ResumeCeiling() float64 {
+	d, err := c.withDefaults()
+	if err != nil {
+		return 0
+	}
+	return d.PauseThreshold - d.Hysteresis
+}

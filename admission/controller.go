@@ -1,0 +1,933 @@
+package admission
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// Controller is the synchronous admission core: a deterministic state
+// machine driven by request starts, request ends, session ends and ticks,
+// each carrying the current time. It has no locks and starts no goroutines;
+// it is not safe for concurrent use (wrap it in an Admitter, or serialise
+// calls yourself). The same sequence of calls yields the same decisions.
+type Controller struct {
+	cfg     Config
+	ceiling float64
+
+	workers []*worker // sorted by id
+	byID    map[WorkerID]*worker
+	progs   map[string]*program
+	paused  []*program // every Paused program, any order (pslot indexes it)
+
+	nWaiting int // Paused programs with a held turn
+	seq      uint64
+	pauseSeq uint64
+	tickNo   uint64
+
+	pending []Decision
+	stats   Stats
+
+	// scratch reused across ticks
+	sItems []Item
+	sBins  []Bin
+	sDst   []int
+	sProgs []*program
+	sBinW  []*worker
+}
+
+type worker struct {
+	id        WorkerID
+	cap       int64
+	progs     []*program // Active programs placed here; program.slot indexes it
+	reasoning int64      // Σ tokens of Reasoning programs
+	acting    int64      // Σ tokens of Acting programs (unweighted)
+	marked    int64      // Σ tokens of marked programs (all Reasoning)
+	nAct      int
+	demoted   bool
+	demUntil  time.Time
+}
+
+type program struct {
+	id        string
+	phase     Phase
+	life      Lifecycle
+	w         *worker // non-nil iff Active
+	placed    bool    // was ever placed (false: a queued new program)
+	tokens    int64
+	steps     int
+	inflight  int // turns started and not ended: running + held
+	held      int // turns held while Paused
+	marked    bool
+	boost     bool // next released or started turn gets ResumeBoost
+	resumedAt uint64
+
+	actingSince time.Time
+	actingTotal time.Duration
+	pausedAt    time.Time
+	waitSince   time.Time // first held turn's arrival; zero when none held
+	pauseSeq    uint64
+	waiting     bool // counted in nWaiting
+
+	slot, pslot int
+
+	// undo for Cancel of the first held turn
+	undo struct {
+		phase       Phase
+		actingTotal time.Duration
+	}
+}
+
+// NewController validates cfg (zero fields mean defaults) and returns an
+// empty controller with no workers.
+func NewController(cfg Config) (*Controller, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Controller{
+		cfg:     c,
+		ceiling: c.PauseThreshold - c.Hysteresis,
+		byID:    make(map[WorkerID]*worker),
+		progs:   make(map[string]*program),
+	}, nil
+}
+
+// Config returns the effective configuration (defaults filled in).
+func (c *Controller) Config() Config { return c.cfg }
+
+// ---------------------------------------------------------------- workers
+
+// AddWorker adds a worker with a KV capacity in tokens.
+func (c *Controller) AddWorker(id WorkerID, capacity int64) error {
+	if capacity <= 0 {
+		return ErrBadCapacity
+	}
+	if _, ok := c.byID[id]; ok {
+		return ErrWorkerExists
+	}
+	w := &worker{id: id, cap: capacity}
+	c.byID[id] = w
+	i := sort.Search(len(c.workers), func(i int) bool { return c.workers[i].id >= id })
+	c.workers = append(c.workers, nil)
+	copy(c.workers[i+1:], c.workers[i:])
+	c.workers[i] = w
+	return nil
+}
+
+// SetCapacity changes a worker's capacity; the next Tick acts on it.
+func (c *Controller) SetCapacity(id WorkerID, capacity int64) error {
+	if capacity <= 0 {
+		return ErrBadCapacity
+	}
+	w, ok := c.byID[id]
+	if !ok {
+		return ErrUnknownWorker
+	}
+	w.cap = capacity
+	return nil
+}
+
+// RemoveWorker removes a worker. Its programs are paused (reason
+// ReasonWorkerRemoved) and resumed elsewhere by later ticks. Turns that were
+// running on it stay in flight until the caller ends them with EndRequest;
+// a retry is a new StartRequest, held until the program resumes.
+func (c *Controller) RemoveWorker(now time.Time, id WorkerID) error {
+	w, ok := c.byID[id]
+	if !ok {
+		return ErrUnknownWorker
+	}
+	for len(w.progs) > 0 {
+		p := w.progs[len(w.progs)-1]
+		if p.marked {
+			c.setMarked(p, false)
+		}
+		c.pause(now, p, ReasonWorkerRemoved)
+	}
+	delete(c.byID, id)
+	i := sort.Search(len(c.workers), func(i int) bool { return c.workers[i].id >= id })
+	c.workers = append(c.workers[:i], c.workers[i+1:]...)
+	return nil
+}
+
+// Workers appends a snapshot of every worker, by id, to dst.
+func (c *Controller) Workers(dst []WorkerInfo) []WorkerInfo {
+	for _, w := range c.workers {
+		dst = append(dst, WorkerInfo{
+			ID: w.id, Capacity: w.cap, Used: c.used(w), Util: c.util(w),
+			Marked: float64(w.marked), Programs: len(w.progs), Demoted: w.demoted,
+			Reasoning: len(w.progs) - w.nAct, ActingN: w.nAct,
+		})
+	}
+	return dst
+}
+
+// Worker returns a snapshot of one worker.
+func (c *Controller) Worker(id WorkerID) (WorkerInfo, bool) {
+	w, ok := c.byID[id]
+	if !ok {
+		return WorkerInfo{}, false
+	}
+	return c.Workers(nil)[c.workerIndex(w)], true
+}
+
+func (c *Controller) workerIndex(w *worker) int {
+	return sort.Search(len(c.workers), func(i int) bool { return c.workers[i].id >= w.id })
+}
+
+func (c *Controller) used(w *worker) float64 {
+	return float64(w.reasoning) + c.cfg.ActingWeight*float64(w.acting)
+}
+
+func (c *Controller) util(w *worker) float64 {
+	return c.used(w) / float64(w.cap)
+}
+
+func (c *Controller) weight(p *program) float64 {
+	if p.phase == Acting {
+		return c.cfg.ActingWeight * float64(p.tokens)
+	}
+	return float64(p.tokens)
+}
+
+// ---------------------------------------------------------------- programs
+
+// Program returns a snapshot of one program at time now.
+func (c *Controller) Program(now time.Time, id string) (Program, bool) {
+	p, ok := c.progs[id]
+	if !ok {
+		return Program{ID: id, Lifecycle: Terminated}, false
+	}
+	return c.snapshot(now, p), true
+}
+
+// Programs appends snapshots of every program, by id, to dst.
+func (c *Controller) Programs(now time.Time, dst []Program) []Program {
+	start := len(dst)
+	for _, p := range c.progs {
+		dst = append(dst, c.snapshot(now, p))
+	}
+	out := dst[start:]
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return dst
+}
+
+// Len returns the number of live (not terminated) programs.
+func (c *Controller) Len() int { return len(c.progs) }
+
+func (c *Controller) snapshot(now time.Time, p *program) Program {
+	s := Program{
+		ID: p.id, Phase: p.phase, Lifecycle: p.life, Status: status(p),
+		Tokens: p.tokens, Steps: p.steps, Inflight: p.inflight, Held: p.held, Marked: p.marked,
+		Acting: p.actingTotal,
+	}
+	if p.w != nil {
+		s.Worker, s.HasWorker = p.w.id, true
+	}
+	if p.phase == Acting && p.inflight == 0 && now.After(p.actingSince) {
+		s.Acting += now.Sub(p.actingSince)
+	}
+	if p.life == Paused {
+		s.PausedAt = p.pausedAt
+	}
+	return s
+}
+
+func status(p *program) Status {
+	switch {
+	case p.life == Active:
+		return StatusRunnable
+	case !p.placed:
+		return StatusQueued
+	case p.held > 0:
+		return StatusHeld
+	default:
+		return StatusPaused
+	}
+}
+
+// Status says whether the program's next turn may run now. Unknown
+// programs report StatusUnknown (their first turn is a new program).
+func (c *Controller) Status(id string) Status {
+	p, ok := c.progs[id]
+	if !ok {
+		return StatusUnknown
+	}
+	return status(p)
+}
+
+// Waiting returns the number of held turns' programs (queued or paused
+// with a turn held).
+func (c *Controller) Waiting() int { return c.nWaiting }
+
+// Stats returns the decision counters.
+func (c *Controller) Stats() Stats { return c.stats }
+
+// ---------------------------------------------------------------- events
+
+// StartRequest records that a request (a model turn) of session id starts
+// at now. promptTokens, when positive, is the request's prompt length in
+// tokens (exact, from the router's tokeniser) and replaces the program's
+// token total; zero keeps the last reported total.
+//
+// An Active program's turn runs at once (Admission.Run). A Paused program's
+// turn is held, and a new program is placed on the least-utilised worker
+// with room under the resume ceiling, or queued when none has room or when
+// other turns are already held (so new programs cannot overtake them). A
+// held turn is released by a KindResume decision with Released set.
+func (c *Controller) StartRequest(now time.Time, id string, promptTokens int64) (Admission, error) {
+	if id == "" {
+		return Admission{}, ErrEmptyID
+	}
+	if promptTokens < 0 {
+		return Admission{}, ErrBadTokens
+	}
+	p, ok := c.progs[id]
+	if !ok {
+		return c.startNew(now, id, promptTokens), nil
+	}
+	p.steps++
+	if p.life == Active {
+		w := p.w
+		c.detach(p)
+		if promptTokens > 0 {
+			p.tokens = promptTokens
+		}
+		if p.inflight == 0 && p.phase == Acting && now.After(p.actingSince) {
+			p.actingTotal += now.Sub(p.actingSince)
+		}
+		p.phase = Reasoning
+		p.inflight++
+		c.attach(p, w)
+		prio := 0.0
+		if p.boost {
+			prio += c.cfg.ResumeBoost
+			p.boost = false
+		}
+		if w.demoted && now.Before(w.demUntil) {
+			prio += c.cfg.SoftDemotePriority
+		}
+		c.stats.Admitted++
+		c.emit(Decision{At: now, Kind: KindAdmit, Reason: ReasonActive, Program: id, Worker: w.id, HasWorker: true,
+			Tokens: p.tokens, Util: c.util(w), Priority: prio})
+		return Admission{Run: true, Worker: w.id, Priority: prio, Status: StatusRunnable, Reason: ReasonActive}, nil
+	}
+	// Paused: hold the turn.
+	if p.held == 0 {
+		p.undo.phase = p.phase
+		p.undo.actingTotal = p.actingTotal
+		if p.phase == Acting && now.After(p.actingSince) {
+			p.actingTotal += now.Sub(p.actingSince)
+		}
+		p.waitSince = now
+	}
+	if promptTokens > 0 {
+		p.tokens = promptTokens
+	}
+	p.phase = Reasoning
+	p.inflight++
+	p.held++
+	c.updateWaiting(p)
+	c.stats.Held++
+	c.emit(Decision{At: now, Kind: KindHold, Reason: ReasonPaused, Program: id, Tokens: p.tokens})
+	return Admission{Status: status(p), Reason: ReasonPaused}, nil
+}
+
+func (c *Controller) startNew(now time.Time, id string, tokens int64) Admission {
+	p := &program{id: id, phase: Reasoning, steps: 1, inflight: 1, held: 1, tokens: tokens, slot: -1, pslot: -1}
+	c.progs[id] = p
+	reason := ReasonFairness
+	if c.nWaiting == 0 {
+		if w := c.leastUtilisedWithRoom(tokens + c.cfg.Buffer); w != nil {
+			p.life = Active
+			p.placed = true
+			p.held = 0
+			c.attach(p, w)
+			c.stats.Admitted++
+			prio := 0.0
+			if w.demoted && now.Before(w.demUntil) {
+				prio = c.cfg.SoftDemotePriority
+			}
+			c.emit(Decision{At: now, Kind: KindAdmit, Reason: ReasonRoom, Program: id, Worker: w.id, HasWorker: true,
+				Tokens: tokens, Util: c.util(w), Priority: prio})
+			return Admission{Run: true, Worker: w.id, Priority: prio, Status: StatusRunnable, Reason: ReasonRoom}
+		}
+		reason = ReasonNoRoom
+	}
+	p.life = Paused
+	p.waitSince = now
+	c.addPaused(now, p)
+	c.updateWaiting(p)
+	c.stats.Queued++
+	c.emit(Decision{At: now, Kind: KindQueue, Reason: reason, Program: id, Tokens: tokens})
+	return Admission{Status: StatusQueued, Reason: reason}
+}
+
+// leastUtilisedWithRoom returns the worker with the lowest U among those
+// where used + need ≤ ceiling·capacity (ties: lowest id), or nil.
+func (c *Controller) leastUtilisedWithRoom(need int64) *worker {
+	var best *worker
+	var bestU float64
+	for _, w := range c.workers {
+		u := c.used(w)
+		if u+float64(need) > c.ceiling*float64(w.cap) {
+			continue
+		}
+		if uu := u / float64(w.cap); best == nil || uu < bestU {
+			best, bestU = w, uu
+		}
+	}
+	return best
+}
+
+// EndRequest records that a turn of session id ended at now, with the
+// engine-reported usage; the program's token total becomes prompt +
+// completion. With no other turn in flight the program turns Acting (a tool
+// boundary): a program marked for pause is paused here.
+func (c *Controller) EndRequest(now time.Time, id string, promptTokens, completionTokens int64) error {
+	if promptTokens < 0 || completionTokens < 0 {
+		return ErrBadTokens
+	}
+	p, ok := c.progs[id]
+	if !ok {
+		return ErrUnknownProgram
+	}
+	if p.inflight-p.held == 0 {
+		return ErrNoRequest
+	}
+	total := promptTokens + completionTokens
+	if p.life == Active {
+		w := p.w
+		c.detach(p)
+		p.inflight--
+		if total > 0 {
+			p.tokens = total
+		}
+		if p.inflight == 0 {
+			p.phase = Acting
+			p.actingSince = now
+			if p.marked {
+				p.marked = false
+				p.life = Active // pause expects an attached program
+				c.attach(p, w)
+				c.pause(now, p, ReasonToolBoundary)
+				return nil
+			}
+		}
+		c.attach(p, w)
+		return nil
+	}
+	// A paused program's running turn ended: it ran on a worker that was
+	// removed.
+	p.inflight--
+	if total > 0 {
+		p.tokens = total
+	}
+	if p.inflight == 0 {
+		p.phase = Acting
+		p.actingSince = now
+	}
+	return nil
+}
+
+// Cancel withdraws a held turn of session id (the caller gave up waiting).
+// The program's state is restored to what it was before the turn started:
+// a queued new program is forgotten, a paused one returns to its previous
+// phase and step count.
+func (c *Controller) Cancel(now time.Time, id string) error {
+	p, ok := c.progs[id]
+	if !ok {
+		return ErrUnknownProgram
+	}
+	if p.life != Paused || p.held == 0 {
+		return ErrNotHeld
+	}
+	waited := now.Sub(p.waitSince)
+	p.inflight--
+	p.held--
+	p.steps--
+	if p.held == 0 {
+		p.waitSince = time.Time{}
+	}
+	if p.inflight == 0 {
+		if !p.placed {
+			c.removePaused(p)
+			p.waiting = false
+			c.nWaiting--
+			delete(c.progs, id)
+			c.stats.Cancelled++
+			c.emit(Decision{At: now, Kind: KindCancel, Reason: ReasonCancelled, Program: id, Tokens: p.tokens, Released: true, Waited: waited})
+			return nil
+		}
+		p.phase = p.undo.phase
+		p.actingTotal = p.undo.actingTotal
+	}
+	c.updateWaiting(p)
+	c.stats.Cancelled++
+	c.emit(Decision{At: now, Kind: KindCancel, Reason: ReasonCancelled, Program: id, Tokens: p.tokens, Released: true, Waited: waited})
+	return nil
+}
+
+// EndSession terminates session id and forgets it: its tokens stop
+// counting, and any held turn is dropped (KindTerminate with Released).
+func (c *Controller) EndSession(now time.Time, id string) error {
+	p, ok := c.progs[id]
+	if !ok {
+		return ErrUnknownProgram
+	}
+	d := Decision{At: now, Kind: KindTerminate, Reason: ReasonSessionEnd, Program: id, Tokens: p.tokens}
+	if p.life == Active {
+		w := p.w
+		if p.marked {
+			c.setMarked(p, false)
+		}
+		c.detach(p)
+		d.Worker, d.HasWorker, d.Util = w.id, true, c.util(w)
+	} else {
+		if p.held > 0 {
+			d.Released = true
+			d.Waited = now.Sub(p.waitSince)
+		}
+		c.removePaused(p)
+		if p.waiting {
+			p.waiting = false
+			c.nWaiting--
+		}
+	}
+	p.life = Terminated
+	delete(c.progs, id)
+	c.stats.Terminated++
+	c.emit(d)
+	return nil
+}
+
+// ---------------------------------------------------------------- tick
+
+// TickResult summarises one Tick.
+type TickResult struct {
+	Forced, Resumed, Paused, Marked, Unmarked int
+	// Released counts resumed programs whose held turn may now run.
+	Released int
+}
+
+// Tick runs one control-loop round at now, in this order:
+//
+//  1. forced resume: every held turn that has waited ≥ ForcedResume is
+//     resumed on the least-utilised worker, regardless of room;
+//  2. resume: on workers with U ≤ the resume ceiling, paused programs are
+//     bin-packed (size = tokens + Buffer) under the ceiling by the
+//     Placement, offered in resume priority order;
+//  3. pause: on each worker with U ≥ PauseThreshold, the smallest Acting
+//     programs are paused until U − marked ≤ PauseTarget; with no Acting
+//     program left, the smallest unmarked Reasoning program is marked, and
+//     its weight counted as a future free, until the same bound holds.
+//     Programs resumed in this tick are not paused in it. Marks on a worker
+//     whose U has fallen to PauseTarget are withdrawn;
+//  4. soft demote: workers with SoftDemote ≤ U < PauseThreshold are in the
+//     band until 1.5 Interval after now.
+func (c *Controller) Tick(now time.Time) TickResult {
+	c.tickNo++
+	var r TickResult
+	c.forceResume(now, &r)
+	c.resume(now, &r)
+	c.pauseOver(now, &r)
+	c.softDemote(now)
+	return r
+}
+
+// NextForcedResume returns the earliest time at which a held turn reaches
+// the forced-resume cap, so an event-driven simulator can schedule a Tick
+// exactly then.
+func (c *Controller) NextForcedResume() (time.Time, bool) {
+	var t time.Time
+	found := false
+	for _, p := range c.paused {
+		if p.held == 0 {
+			continue
+		}
+		d := p.waitSince.Add(c.cfg.ForcedResume)
+		if !found || d.Before(t) {
+			t, found = d, true
+		}
+	}
+	return t, found
+}
+
+func (c *Controller) forceResume(now time.Time, r *TickResult) {
+	if len(c.workers) == 0 || c.nWaiting == 0 {
+		return
+	}
+	due := c.sProgs[:0]
+	for _, p := range c.paused {
+		if p.held > 0 && now.Sub(p.waitSince) >= c.cfg.ForcedResume {
+			due = append(due, p)
+		}
+	}
+	sort.Slice(due, func(i, j int) bool {
+		if !due[i].waitSince.Equal(due[j].waitSince) {
+			return due[i].waitSince.Before(due[j].waitSince)
+		}
+		return due[i].pauseSeq < due[j].pauseSeq
+	})
+	for _, p := range due {
+		var best *worker
+		var bestU float64
+		for _, w := range c.workers {
+			u := c.resumeUsed(now, w) / float64(w.cap)
+			if best == nil || u < bestU {
+				best, bestU = w, u
+			}
+		}
+		c.resumeOn(now, p, best, ReasonForced, r)
+		r.Forced++
+	}
+	c.sProgs = due[:0]
+}
+
+// resumeUsed is a worker's load as the resume side sees it: with
+// DecayHalfLife set, Acting programs' weights decay with time acting.
+func (c *Controller) resumeUsed(now time.Time, w *worker) float64 {
+	if c.cfg.DecayHalfLife <= 0 || w.nAct == 0 {
+		return c.used(w)
+	}
+	u := float64(w.reasoning)
+	hl := c.cfg.DecayHalfLife.Seconds()
+	for _, p := range w.progs {
+		if p.phase != Acting {
+			continue
+		}
+		t := now.Sub(p.actingSince).Seconds()
+		if t < 0 {
+			t = 0
+		}
+		u += c.cfg.ActingWeight * float64(p.tokens) * math.Exp2(-t/hl)
+	}
+	return u
+}
+
+// resumeGroup: 0 = held turn of a placed program, 1 = queued new program,
+// 2 = paused with no turn held.
+func resumeGroup(p *program) int {
+	switch {
+	case !p.placed:
+		return 1
+	case p.held > 0:
+		return 0
+	default:
+		return 2
+	}
+}
+
+// resumeLess is the resume priority order (the fair order of the package
+// documentation): group, then fewer tokens, then paused earlier.
+func resumeLess(a, b *program) bool {
+	ga, gb := resumeGroup(a), resumeGroup(b)
+	if ga != gb {
+		return ga < gb
+	}
+	if a.tokens != b.tokens {
+		return a.tokens < b.tokens
+	}
+	return a.pauseSeq < b.pauseSeq
+}
+
+func (c *Controller) resume(now time.Time, r *TickResult) {
+	if len(c.paused) == 0 {
+		return
+	}
+	bins, binW := c.sBins[:0], c.sBinW[:0]
+	for _, w := range c.workers {
+		if c.util(w) > c.ceiling {
+			continue
+		}
+		free := int64(math.Floor(c.ceiling*float64(w.cap) - c.resumeUsed(now, w)))
+		if free > c.cfg.Buffer {
+			bins = append(bins, Bin{Worker: w.id, Free: free, Capacity: w.cap})
+			binW = append(binW, w)
+		}
+	}
+	c.sBins, c.sBinW = bins, binW
+	if len(bins) == 0 {
+		return
+	}
+	cand := append(c.sProgs[:0], c.paused...)
+	sort.Slice(cand, func(i, j int) bool { return resumeLess(cand[i], cand[j]) })
+	items := c.sItems[:0]
+	for _, p := range cand {
+		items = append(items, Item{Size: p.tokens + c.cfg.Buffer})
+	}
+	dst := c.sDst[:0]
+	for range items {
+		dst = append(dst, -1)
+	}
+	c.sItems, c.sDst = items, dst
+	free := make([]int64, len(bins)) // the controller's own view, for validation
+	for i, b := range bins {
+		free[i] = b.Free
+	}
+	scratch := make([]Bin, len(bins))
+	copy(scratch, bins)
+	c.cfg.Placement.Place(items, scratch, dst)
+	for i, j := range dst {
+		if j < 0 {
+			continue
+		}
+		if j >= len(bins) || items[i].Size > free[j] {
+			c.stats.PlacementRejects++
+			continue
+		}
+		free[j] -= items[i].Size
+		c.resumeOn(now, cand[i], binW[j], ReasonBinPacked, r)
+	}
+	c.sProgs = cand[:0]
+}
+
+func (c *Controller) resumeOn(now time.Time, p *program, w *worker, reason Reason, r *TickResult) {
+	c.removePaused(p)
+	p.life = Active
+	p.placed = true
+	p.resumedAt = c.tickNo
+	c.attach(p, w)
+	d := Decision{At: now, Kind: KindResume, Reason: reason, Program: p.id, Worker: w.id, HasWorker: true,
+		Tokens: p.tokens, Util: c.util(w)}
+	if p.held > 0 {
+		p.held = 0
+		d.Released = true
+		d.Waited = now.Sub(p.waitSince)
+		d.Priority = c.cfg.ResumeBoost
+		if w.demoted && now.Before(w.demUntil) {
+			d.Priority += c.cfg.SoftDemotePriority
+		}
+		p.waitSince = time.Time{}
+		r.Released++
+	} else {
+		p.boost = true
+	}
+	c.updateWaiting(p)
+	c.stats.Resumed++
+	if reason == ReasonForced {
+		c.stats.Forced++
+	}
+	r.Resumed++
+	c.emit(d)
+}
+
+func (c *Controller) pauseOver(now time.Time, r *TickResult) {
+	for _, w := range c.workers {
+		capf := float64(w.cap)
+		u := c.used(w)
+		if w.marked > 0 && u <= c.cfg.PauseTarget*capf {
+			c.unmarkAll(now, w, r)
+		}
+		if u < c.cfg.PauseThreshold*capf {
+			continue
+		}
+		target := c.cfg.PauseTarget * capf
+		eff := u - float64(w.marked)
+		if eff <= target {
+			continue
+		}
+		// Acting programs, smallest first.
+		cand := c.sProgs[:0]
+		for _, p := range w.progs {
+			if p.phase == Acting && p.resumedAt != c.tickNo {
+				cand = append(cand, p)
+			}
+		}
+		sort.Slice(cand, func(i, j int) bool { return smallerFirst(cand[i], cand[j]) })
+		for _, p := range cand {
+			if eff <= target {
+				break
+			}
+			eff -= c.weight(p)
+			c.pause(now, p, ReasonOverThreshold)
+			r.Paused++
+		}
+		if eff > target {
+			cand = cand[:0]
+			for _, p := range w.progs {
+				if p.phase == Reasoning && !p.marked && p.resumedAt != c.tickNo {
+					cand = append(cand, p)
+				}
+			}
+			sort.Slice(cand, func(i, j int) bool { return smallerFirst(cand[i], cand[j]) })
+			for _, p := range cand {
+				if eff <= target {
+					break
+				}
+				eff -= c.weight(p)
+				c.setMarked(p, true)
+				c.stats.Marked++
+				r.Marked++
+				c.emit(Decision{At: now, Kind: KindMark, Reason: ReasonOverThreshold, Program: p.id, Worker: w.id, HasWorker: true,
+					Tokens: p.tokens, Util: c.util(w)})
+			}
+		}
+		c.sProgs = cand[:0]
+	}
+}
+
+func smallerFirst(a, b *program) bool {
+	if a.tokens != b.tokens {
+		return a.tokens < b.tokens
+	}
+	return a.id < b.id
+}
+
+func (c *Controller) unmarkAll(now time.Time, w *worker, r *TickResult) {
+	cand := c.sProgs[:0]
+	for _, p := range w.progs {
+		if p.marked {
+			cand = append(cand, p)
+		}
+	}
+	sort.Slice(cand, func(i, j int) bool { return smallerFirst(cand[i], cand[j]) })
+	for _, p := range cand {
+		c.setMarked(p, false)
+		c.stats.Unmarked++
+		r.Unmarked++
+		c.emit(Decision{At: now, Kind: KindUnmark, Reason: ReasonBelowTarget, Program: p.id, Worker: w.id, HasWorker: true,
+			Tokens: p.tokens, Util: c.util(w)})
+	}
+	c.sProgs = cand[:0]
+}
+
+func (c *Controller) softDemote(now time.Time) {
+	for _, w := range c.workers {
+		u := c.util(w)
+		in := u >= c.cfg.SoftDemote && u < c.cfg.PauseThreshold
+		if in {
+			w.demUntil = now.Add(c.cfg.Interval * 3 / 2)
+		}
+		if in != w.demoted {
+			w.demoted = in
+			k := KindDemote
+			if !in {
+				k = KindUndemote
+			}
+			c.emit(Decision{At: now, Kind: k, Reason: ReasonBand, Worker: w.id, HasWorker: true, Util: u})
+		}
+	}
+}
+
+// ---------------------------------------------------------------- helpers
+
+func (c *Controller) pause(now time.Time, p *program, reason Reason) {
+	w := p.w
+	c.detach(p)
+	p.life = Paused
+	c.addPaused(now, p)
+	c.stats.Paused++
+	c.emit(Decision{At: now, Kind: KindPause, Reason: reason, Program: p.id, Worker: w.id, HasWorker: true,
+		Tokens: p.tokens, Util: c.util(w)})
+}
+
+func (c *Controller) addPaused(now time.Time, p *program) {
+	c.pauseSeq++
+	p.pauseSeq = c.pauseSeq
+	p.pausedAt = now
+	p.pslot = len(c.paused)
+	c.paused = append(c.paused, p)
+}
+
+func (c *Controller) removePaused(p *program) {
+	i := p.pslot
+	if i < 0 || i >= len(c.paused) || c.paused[i] != p {
+		return
+	}
+	last := len(c.paused) - 1
+	c.paused[i] = c.paused[last]
+	c.paused[i].pslot = i
+	c.paused[last] = nil
+	c.paused = c.paused[:last]
+	p.pslot = -1
+}
+
+func (c *Controller) updateWaiting(p *program) {
+	want := p.life == Paused && p.held > 0
+	if want != p.waiting {
+		p.waiting = want
+		if want {
+			c.nWaiting++
+		} else {
+			c.nWaiting--
+		}
+	}
+}
+
+// attach places an Active program on w and adds its weight.
+func (c *Controller) attach(p *program, w *worker) {
+	p.w = w
+	p.slot = len(w.progs)
+	w.progs = append(w.progs, p)
+	if p.phase == Acting {
+		w.acting += p.tokens
+		w.nAct++
+	} else {
+		w.reasoning += p.tokens
+	}
+	if p.marked {
+		w.marked += p.tokens
+	}
+}
+
+// detach removes p from its worker's sums and list (p.w becomes nil).
+func (c *Controller) detach(p *program) {
+	w := p.w
+	if w == nil {
+		return
+	}
+	if p.phase == Acting {
+		w.acting -= p.tokens
+		w.nAct--
+	} else {
+		w.reasoning -= p.tokens
+	}
+	if p.marked {
+		w.marked -= p.tokens
+	}
+	last := len(w.progs) - 1
+	w.progs[p.slot] = w.progs[last]
+	w.progs[p.slot].slot = p.slot
+	w.progs[last] = nil
+	w.progs = w.progs[:last]
+	p.w = nil
+	p.slot = -1
+}
+
+func (c *Controller) setMarked(p *program, m bool) {
+	if p.marked == m {
+		return
+	}
+	w := p.w
+	if w != nil {
+		c.detach(p)
+	}
+	p.marked = m
+	if w != nil {
+		c.attach(p, w)
+	}
+}
+
+func (c *Controller) emit(d Decision) {
+	c.seq++
+	d.Seq = c.seq
+	if c.cfg.OnDecision != nil {
+		c.cfg.OnDecision(d)
+		return
+	}
+	if len(c.pending) >= c.cfg.MaxPending {
+		c.stats.DroppedDecisions++
+		return
+	}
+	c.pending = append(c.pending, d)
+}
+
+// Drain appends the buffered decisions to dst, in order, and empties the
+// buffer. It returns nothing new when Config.OnDecision is set.
+func (c *Controller) Drain(dst []Decision) []Decision {
+	dst = append(dst, c.pending...)
+	clear(c.pending)
+	c.pending = c.pending[:0]
+	return dst
+}

@@ -1,0 +1,135 @@
+package admission
+
+import "fmt"
+
+// checkInvariants recomputes every derived quantity of c from scratch (a
+// naive reference model of the bookkeeping) and compares.
+func checkInvariants(c *Controller) error {
+	type sums struct {
+		reasoning, acting, marked int64
+		n, nAct                   int
+	}
+	ref := map[WorkerID]*sums{}
+	for _, w := range c.workers {
+		ref[w.id] = &sums{}
+	}
+	waiting := 0
+	pausedN := 0
+	for id, p := range c.progs {
+		if p.id != id {
+			return fmt.Errorf("program %q stored under %q", p.id, id)
+		}
+		if p.held > 0 && p.life != Paused {
+			return fmt.Errorf("program %s: %d held but %v", id, p.held, p.life)
+		}
+		if p.held > p.inflight {
+			return fmt.Errorf("program %s: held %d > inflight %d", id, p.held, p.inflight)
+		}
+		if p.inflight < 0 || p.held < 0 || p.steps < 0 || p.tokens < 0 {
+			return fmt.Errorf("program %s: negative counters %+v", id, p)
+		}
+		if p.inflight > 0 && p.phase != Reasoning {
+			return fmt.Errorf("program %s: %d in flight but %v", id, p.inflight, p.phase)
+		}
+		if p.inflight == 0 && p.phase != Acting {
+			return fmt.Errorf("program %s: nothing in flight but %v", id, p.phase)
+		}
+		switch p.life {
+		case Active:
+			if p.w == nil {
+				return fmt.Errorf("program %s: active without worker", id)
+			}
+			s := ref[p.w.id]
+			if s == nil || c.byID[p.w.id] != p.w {
+				return fmt.Errorf("program %s: on removed worker %v", id, p.w.id)
+			}
+			if p.w.progs[p.slot] != p {
+				return fmt.Errorf("program %s: bad slot", id)
+			}
+			s.n++
+			if p.phase == Acting {
+				s.acting += p.tokens
+				s.nAct++
+			} else {
+				s.reasoning += p.tokens
+			}
+			if p.marked {
+				if p.phase != Reasoning {
+					return fmt.Errorf("program %s: marked while %v", id, p.phase)
+				}
+				s.marked += p.tokens
+			}
+			if p.pslot != -1 {
+				return fmt.Errorf("program %s: active but in paused list", id)
+			}
+			if !p.placed {
+				return fmt.Errorf("program %s: active but never placed", id)
+			}
+		case Paused:
+			pausedN++
+			if p.w != nil || p.marked {
+				return fmt.Errorf("program %s: paused with worker or mark", id)
+			}
+			if p.pslot < 0 || p.pslot >= len(c.paused) || c.paused[p.pslot] != p {
+				return fmt.Errorf("program %s: not in paused list", id)
+			}
+			if p.held > 0 {
+				waiting++
+				if p.waitSince.IsZero() {
+					return fmt.Errorf("program %s: held without waitSince", id)
+				}
+			}
+			if !p.placed && p.held == 0 {
+				return fmt.Errorf("program %s: queued with no held turn", id)
+			}
+		default:
+			return fmt.Errorf("program %s: lifecycle %v in table", id, p.life)
+		}
+	}
+	if pausedN != len(c.paused) {
+		return fmt.Errorf("paused list has %d, table has %d paused", len(c.paused), pausedN)
+	}
+	if waiting != c.nWaiting {
+		return fmt.Errorf("nWaiting %d, recomputed %d", c.nWaiting, waiting)
+	}
+	for _, w := range c.workers {
+		s := ref[w.id]
+		if s.reasoning != w.reasoning || s.acting != w.acting || s.marked != w.marked || s.n != len(w.progs) || s.nAct != w.nAct {
+			return fmt.Errorf("worker %v: sums %+v, recomputed %+v", w.id,
+				sums{w.reasoning, w.acting, w.marked, len(w.progs), w.nAct}, *s)
+		}
+	}
+	for i := 1; i < len(c.workers); i++ {
+		if c.workers[i-1].id >= c.workers[i].id {
+			return fmt.Errorf("workers not sorted")
+		}
+	}
+	return nil
+}
+
+// checkAfterTick checks the pause postcondition: every worker at or over
+// the pause threshold has either reached the pause target counting marked
+// programs as future frees, or has nothing left to pause or mark (programs
+// resumed by this tick excepted).
+func checkAfterTick(c *Controller) error {
+	for _, w := range c.workers {
+		capf := float64(w.cap)
+		u := c.used(w)
+		if u < c.cfg.PauseThreshold*capf {
+			continue
+		}
+		if u-float64(w.marked) <= c.cfg.PauseTarget*capf+1e-9 {
+			continue
+		}
+		for _, p := range w.progs {
+			if p.resumedAt == c.tickNo {
+				continue
+			}
+			if p.phase == Acting || !p.marked {
+				return fmt.Errorf("worker %v at U=%.3f (eff %.3f) still has pausable %s (%v, marked=%v, %d tokens)",
+					w.id, u/capf, (u-float64(w.marked))/capf, p.id, p.phase, p.marked, p.tokens)
+			}
+		}
+	}
+	return nil
+}
