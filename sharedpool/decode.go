@@ -1,0 +1,592 @@
+package sharedpool
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// maxDepth bounds the nesting of values the decoder skips, so a hostile
+// payload cannot exhaust the stack.
+const maxDepth = 32
+
+// DecodeFrames decodes one ZMQ multipart message of the Mooncake master's KV
+// event publisher: [topic, seq (8 bytes, big-endian), msgpack payload].
+//
+// It is a pure function: no state, no I/O, safe for concurrent use. The
+// returned Batch shares no memory with frames, so the caller may reuse them.
+//
+// A message that cannot be read at all (wrong frame count, bad sequence
+// frame, unreadable or truncated payload, trailing bytes) returns an error
+// wrapping [ErrMalformedFrame]; the caller should count it and let the next
+// batch's sequence number reveal the loss. Events that are readable but
+// wrong (unknown event_type, a field of the wrong type, a duplicate field,
+// an event that is not a map) are isolated: they appear in Batch.Rejected
+// with a reason, and the rest of the batch decodes normally.
+//
+// The payload is [timestamp, [event, ...], dp_rank] (dp_rank optional). The
+// timestamp is integer milliseconds (float seconds from older publishers).
+// Each event is a map. Two shapes are understood, and may be mixed:
+//
+//   - {event_type, object_key, tenant_id, group_id}: what Dynamo's SGLang
+//     HiCache consumer reads (MooncakeObjectEvent in shared_cache.rs);
+//     event_type is "stored" or "removed".
+//   - the RFC #1527 envelope of Mooncake's publisher: event_id, timestamp,
+//     event_type ("stored", "removed", "cleared"), tenant_id, backend_id,
+//     medium, dp_rank, model_name, ..., and per object group_id, optional
+//     object_key and seq_hashes; with legacy compatibility also type
+//     ("BlockStored", "BlockRemoved", "AllBlocksCleared") and block_hashes.
+//
+// Fields this package does not use are skipped whatever their type.
+func DecodeFrames(frames [][]byte) (Batch, error) {
+	if len(frames) != 3 {
+		return Batch{}, fmt.Errorf("%w: %d frames, want 3 (topic, seq, payload)", ErrMalformedFrame, len(frames))
+	}
+	if len(frames[1]) != 8 {
+		return Batch{}, fmt.Errorf("%w: sequence frame has %d bytes, want 8", ErrMalformedFrame, len(frames[1]))
+	}
+	b, err := DecodePayload(frames[2])
+	if err != nil {
+		return Batch{}, err
+	}
+	b.Topic = string(frames[0])
+	b.Seq = binary.BigEndian.Uint64(frames[1])
+	return b, nil
+}
+
+// DecodePayload decodes the msgpack payload frame alone (Seq and Topic are
+// left zero). See [DecodeFrames].
+func DecodePayload(payload []byte) (Batch, error) {
+	r := bytes.NewReader(payload)
+	p := parser{r: r, d: msgpack.NewDecoder(r)}
+	b, err := p.batch()
+	if err != nil {
+		return Batch{}, fmt.Errorf("%w: %w", ErrMalformedFrame, err)
+	}
+	if r.Len() != 0 {
+		return Batch{}, fmt.Errorf("%w: %d trailing bytes after payload", ErrMalformedFrame, r.Len())
+	}
+	return b, nil
+}
+
+// mtype is the msgpack type family of a value, read from its first byte.
+type mtype uint8
+
+const (
+	tInvalid mtype = iota
+	tNil
+	tBool
+	tUint // non-negative integer encodings
+	tInt  // signed integer encodings (value may still be >= 0)
+	tFloat
+	tStr
+	tBin
+	tArray
+	tMap
+	tExt
+)
+
+func (t mtype) String() string {
+	return [...]string{"invalid", "nil", "bool", "integer", "integer", "float", "string", "binary", "array", "map", "extension"}[t]
+}
+
+func typeOf(c byte) mtype {
+	switch {
+	case c <= msgpcode.PosFixedNumHigh:
+		return tUint
+	case c >= msgpcode.NegFixedNumLow:
+		return tInt
+	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		return tMap
+	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		return tArray
+	case msgpcode.IsString(c):
+		return tStr
+	case msgpcode.IsBin(c):
+		return tBin
+	case msgpcode.IsExt(c):
+		return tExt
+	}
+	switch c {
+	case msgpcode.Nil:
+		return tNil
+	case msgpcode.False, msgpcode.True:
+		return tBool
+	case msgpcode.Uint8, msgpcode.Uint16, msgpcode.Uint32, msgpcode.Uint64:
+		return tUint
+	case msgpcode.Int8, msgpcode.Int16, msgpcode.Int32, msgpcode.Int64:
+		return tInt
+	case msgpcode.Float, msgpcode.Double:
+		return tFloat
+	}
+	return tInvalid
+}
+
+// parser reads one payload. Structural errors (truncation, invalid codes,
+// lengths beyond the payload) are returned as errors and abort the payload;
+// type errors in event fields are recorded as rejections.
+type parser struct {
+	r *bytes.Reader
+	d *msgpack.Decoder
+}
+
+func (p *parser) peek() (mtype, error) {
+	c, err := p.d.PeekCode()
+	if err != nil {
+		return tInvalid, err
+	}
+	t := typeOf(c)
+	if t == tInvalid {
+		return t, fmt.Errorf("invalid msgpack code 0x%02x", c)
+	}
+	return t, nil
+}
+
+// length reads an array or map header and checks that the declared count
+// can fit in what remains (every element takes at least perElem bytes).
+func (p *parser) length(t mtype, perElem int) (int, error) {
+	var n int
+	var err error
+	if t == tMap {
+		n, err = p.d.DecodeMapLen()
+	} else {
+		n, err = p.d.DecodeArrayLen()
+	}
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 || n > p.r.Len()/perElem {
+		return 0, fmt.Errorf("%s of %d elements exceeds the %d bytes left", t, n, p.r.Len())
+	}
+	return n, nil
+}
+
+// skip skips one value, recursing at most maxDepth levels.
+func (p *parser) skip(depth int) error {
+	if depth > maxDepth {
+		return fmt.Errorf("values nested deeper than %d", maxDepth)
+	}
+	t, err := p.peek()
+	if err != nil {
+		return err
+	}
+	switch t {
+	case tArray, tMap:
+		per := 1
+		if t == tMap {
+			per = 2
+		}
+		n, err := p.length(t, per)
+		if err != nil {
+			return err
+		}
+		for range n * per {
+			if err := p.skip(depth + 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return p.d.Skip()
+}
+
+// uint reads a non-negative integer of any encoding.
+func (p *parser) uint(t mtype) (uint64, error) {
+	switch t {
+	case tUint:
+		return p.d.DecodeUint64()
+	case tInt:
+		v, err := p.d.DecodeInt64()
+		if err != nil {
+			return 0, err
+		}
+		if v < 0 {
+			return 0, errNegative
+		}
+		return uint64(v), nil
+	}
+	return 0, errWrongType
+}
+
+var (
+	errWrongType = errors.New("wrong type")
+	errNegative  = errors.New("negative integer")
+)
+
+func (p *parser) batch() (Batch, error) {
+	b := Batch{DPRank: -1}
+	t, err := p.peek()
+	if err != nil {
+		return b, err
+	}
+	if t != tArray {
+		return b, fmt.Errorf("payload is a %s, want an array [timestamp, events, dp_rank]", t)
+	}
+	n, err := p.length(t, 1)
+	if err != nil {
+		return b, err
+	}
+	if n < 2 || n > 3 {
+		return b, fmt.Errorf("payload array has %d elements, want 2 or 3", n)
+	}
+	if b.TimestampMillis, err = p.timestamp(); err != nil {
+		return b, err
+	}
+	if err := p.events(&b); err != nil {
+		return b, err
+	}
+	if n == 3 {
+		if b.DPRank, err = p.dpRank(); err != nil {
+			return b, err
+		}
+	}
+	return b, nil
+}
+
+func (p *parser) timestamp() (int64, error) {
+	t, err := p.peek()
+	if err != nil {
+		return 0, err
+	}
+	switch t {
+	case tNil:
+		return 0, p.d.Skip()
+	case tUint, tInt:
+		v, err := p.uint(t)
+		if err != nil || v > math.MaxInt64 {
+			return 0, fmt.Errorf("timestamp: %v", orRange(err))
+		}
+		return int64(v), nil
+	case tFloat:
+		f, err := p.d.DecodeFloat64()
+		if err != nil {
+			return 0, err
+		}
+		if math.IsNaN(f) || f < 0 || f > math.MaxInt64/1000 {
+			return 0, fmt.Errorf("timestamp %v out of range", f)
+		}
+		return int64(f * 1000), nil
+	}
+	return 0, fmt.Errorf("timestamp is a %s", t)
+}
+
+func (p *parser) dpRank() (int64, error) {
+	t, err := p.peek()
+	if err != nil {
+		return -1, err
+	}
+	if t == tNil {
+		return -1, p.d.Skip()
+	}
+	v, err := p.uint(t)
+	if err != nil || v > math.MaxInt32 {
+		return -1, fmt.Errorf("dp_rank: %v", orRange(err))
+	}
+	return int64(v), nil
+}
+
+func orRange(err error) error {
+	if err != nil {
+		return err
+	}
+	return errors.New("out of range")
+}
+
+func (p *parser) events(b *Batch) error {
+	t, err := p.peek()
+	if err != nil {
+		return err
+	}
+	if t != tArray {
+		return fmt.Errorf("events is a %s, want an array", t)
+	}
+	n, err := p.length(t, 1)
+	if err != nil {
+		return err
+	}
+	b.Events = make([]Event, 0, n)
+	for i := range n {
+		ev, reason, key, err := p.event()
+		if err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+		if reason != "" {
+			b.Rejected = append(b.Rejected, Rejection{
+				Index: i, Key: key,
+				Err: fmt.Errorf("%w: event %d: %s", ErrMalformedEvent, i, reason),
+			})
+			continue
+		}
+		b.Events = append(b.Events, ev)
+	}
+	return nil
+}
+
+// Field bits, to reject duplicates.
+const (
+	fEventType = 1 << iota
+	fType
+	fObjectKey
+	fTenant
+	fGroup
+	fBackend
+	fMedium
+	fEventID
+	fSeqHashes
+	fBlockHashes
+)
+
+var fieldBits = map[string]int{
+	"event_type": fEventType, "type": fType, "object_key": fObjectKey,
+	"tenant_id": fTenant, "group_id": fGroup, "backend_id": fBackend,
+	"medium": fMedium, "event_id": fEventID, "seq_hashes": fSeqHashes,
+	"block_hashes": fBlockHashes,
+}
+
+// event reads one event. A non-empty reason rejects it; key is the object
+// key if it was read. err is structural and aborts the payload.
+func (p *parser) event() (ev Event, reason, key string, err error) {
+	t, err := p.peek()
+	if err != nil {
+		return ev, "", "", err
+	}
+	if t != tMap {
+		if err := p.skip(0); err != nil {
+			return ev, "", "", err
+		}
+		return ev, fmt.Sprintf("event is a %s, want a map", t), "", nil
+	}
+	n, err := p.length(t, 2)
+	if err != nil {
+		return ev, "", "", err
+	}
+	var (
+		seen              int
+		eventType, legacy string
+		blockHashes       []uint64
+	)
+	fail := func(r string) {
+		if reason == "" {
+			reason = r
+		}
+	}
+	for range n {
+		kt, err := p.peek()
+		if err != nil {
+			return ev, "", "", err
+		}
+		if kt != tStr {
+			if err := p.skip(0); err != nil {
+				return ev, "", "", err
+			}
+			if err := p.skip(0); err != nil {
+				return ev, "", "", err
+			}
+			fail(fmt.Sprintf("map key is a %s, want a string", kt))
+			continue
+		}
+		name, err := p.d.DecodeString()
+		if err != nil {
+			return ev, "", "", err
+		}
+		bit, known := fieldBits[name]
+		if !known {
+			if err := p.skip(0); err != nil {
+				return ev, "", "", err
+			}
+			continue
+		}
+		if seen&bit != 0 {
+			fail("duplicate field " + name)
+			if err := p.skip(0); err != nil {
+				return ev, "", "", err
+			}
+			continue
+		}
+		seen |= bit
+		var bad string
+		switch name {
+		case "event_type":
+			eventType, bad, err = p.str(false)
+		case "type":
+			legacy, bad, err = p.str(false)
+		case "object_key":
+			ev.Key, bad, err = p.str(true)
+		case "tenant_id":
+			ev.Tenant, bad, err = p.str(true)
+		case "group_id":
+			ev.GroupID, bad, err = p.str(true)
+		case "backend_id":
+			ev.Backend, bad, err = p.str(true)
+		case "medium":
+			ev.Medium, bad, err = p.str(true)
+		case "event_id":
+			ev.ID, bad, err = p.optUint()
+		case "seq_hashes":
+			ev.SeqHashes, bad, err = p.hashes()
+		case "block_hashes":
+			blockHashes, bad, err = p.hashes()
+		}
+		if err != nil {
+			return ev, "", "", err
+		}
+		if bad != "" {
+			fail(name + ": " + bad)
+		}
+	}
+	key = ev.Key
+	if reason != "" {
+		return ev, reason, key, nil
+	}
+	kind, r := eventKind(eventType, legacy, seen)
+	if r != "" {
+		return ev, r, key, nil
+	}
+	ev.Kind = kind
+	switch {
+	case seen&fSeqHashes == 0:
+		ev.SeqHashes = blockHashes
+	case seen&fBlockHashes != 0 && !equalHashes(ev.SeqHashes, blockHashes):
+		return ev, "block_hashes conflicts with seq_hashes", key, nil
+	}
+	return ev, "", key, nil
+}
+
+func equalHashes(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func eventKind(eventType, legacy string, seen int) (Kind, string) {
+	var k, lk Kind
+	switch eventType {
+	case "stored":
+		k = Store
+	case "removed":
+		k = Remove
+	case "cleared":
+		k = Clear
+	case "":
+		if seen&fEventType != 0 {
+			return 0, "empty event_type"
+		}
+	default:
+		return 0, fmt.Sprintf("unknown event_type %q", eventType)
+	}
+	switch legacy {
+	case "BlockStored":
+		lk = Store
+	case "BlockRemoved":
+		lk = Remove
+	case "AllBlocksCleared":
+		lk = Clear
+	case "":
+		if seen&fType != 0 {
+			return 0, "empty type"
+		}
+	default:
+		return 0, fmt.Sprintf("unknown type %q", legacy)
+	}
+	switch {
+	case k == 0 && lk == 0:
+		return 0, "missing event_type"
+	case k == 0:
+		return lk, ""
+	case lk != 0 && lk != k:
+		return 0, fmt.Sprintf("type %q conflicts with event_type %q", legacy, eventType)
+	}
+	return k, ""
+}
+
+// str reads a string (or nil when nullable). A non-empty bad is a type
+// problem; the value has been skipped.
+func (p *parser) str(nullable bool) (s, bad string, err error) {
+	t, err := p.peek()
+	if err != nil {
+		return "", "", err
+	}
+	switch {
+	case t == tStr:
+		s, err = p.d.DecodeString()
+		return s, "", err
+	case t == tNil && nullable:
+		return "", "", p.d.Skip()
+	}
+	return "", fmt.Sprintf("is a %s, want a string", t), p.skip(0)
+}
+
+func (p *parser) optUint() (v uint64, bad string, err error) {
+	t, err := p.peek()
+	if err != nil {
+		return 0, "", err
+	}
+	switch t {
+	case tNil:
+		return 0, "", p.d.Skip()
+	case tUint, tInt:
+		v, err := p.uint(t)
+		if errors.Is(err, errNegative) {
+			return 0, "negative", nil
+		}
+		return v, "", err
+	}
+	return 0, fmt.Sprintf("is a %s, want an unsigned integer", t), p.skip(0)
+}
+
+func (p *parser) hashes() (hs []uint64, bad string, err error) {
+	t, err := p.peek()
+	if err != nil {
+		return nil, "", err
+	}
+	switch t {
+	case tNil:
+		return nil, "", p.d.Skip()
+	case tArray:
+	default:
+		return nil, fmt.Sprintf("is a %s, want an array", t), p.skip(0)
+	}
+	n, err := p.length(t, 1)
+	if err != nil {
+		return nil, "", err
+	}
+	hs = make([]uint64, 0, n)
+	for i := range n {
+		et, err := p.peek()
+		if err != nil {
+			return nil, "", err
+		}
+		if et != tUint && et != tInt {
+			if err := p.skip(0); err != nil {
+				return nil, "", err
+			}
+			if bad == "" {
+				bad = fmt.Sprintf("element %d is a %s, want an unsigned integer", i, et)
+			}
+			continue
+		}
+		v, err := p.uint(et)
+		if errors.Is(err, errNegative) {
+			if bad == "" {
+				bad = fmt.Sprintf("element %d is negative", i)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		hs = append(hs, v)
+	}
+	return hs, bad, nil
+}
