@@ -1,0 +1,133 @@
+package kvhint
+
+import (
+	"strconv"
+	"sync/atomic"
+)
+
+// Envelope is one message of hints for one worker: Dynamo's kv_hints
+// envelope {protocol_version, message_id, actions[]} plus an optional
+// envelope-level session_id (consumers that do not know it ignore it).
+//
+// An Envelope is a plain value and not safe for concurrent mutation;
+// encoders and Validate only read it, so any number of goroutines may encode
+// one Envelope at once. Once handed to a Sink, it belongs to the sink.
+type Envelope struct {
+	ProtocolVersion string // encoders write ProtocolVersion when empty
+	MessageID       string
+	SessionID       string // default session of the actions; may be empty
+	Actions         []Action
+
+	// Skipped lists the actions a decoder read but did not return, in input
+	// order: action types this package does not implement, unsupported
+	// action versions, and malformed payloads. Encoders ignore it.
+	Skipped []Skip
+}
+
+// SkipReason says why a decoder skipped an action.
+type SkipReason uint8
+
+const (
+	// SkipUnknownType: an action type this package does not implement,
+	// e.g. one added by a newer protocol version.
+	SkipUnknownType SkipReason = iota + 1
+	// SkipVersion: a known action type with an action version whose major
+	// number is not 1.
+	SkipVersion
+	// SkipMalformed: a known action type whose payload could not be read.
+	SkipMalformed
+)
+
+func (r SkipReason) String() string {
+	switch r {
+	case SkipUnknownType:
+		return "unknown-type"
+	case SkipVersion:
+		return "unsupported-version"
+	case SkipMalformed:
+		return "malformed"
+	}
+	return "skip(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Skip records one action a decoder skipped.
+type Skip struct {
+	Index         int    // position in the input's action list
+	ActionID      string // as read; may be empty
+	ActionType    string // as read; "code:N" for an unknown binary kind code
+	ActionVersion string
+	Reason        SkipReason
+	Detail        string // for SkipMalformed: what was wrong
+}
+
+// SkipCounts tallies e.Skipped by reason.
+func (e *Envelope) SkipCounts() (unknownType, version, malformed int) {
+	for i := range e.Skipped {
+		switch e.Skipped[i].Reason {
+		case SkipUnknownType:
+			unknownType++
+		case SkipVersion:
+			version++
+		case SkipMalformed:
+			malformed++
+		}
+	}
+	return
+}
+
+// Hint is a policy's output: an action addressed to a worker.
+type Hint struct {
+	Worker WorkerID
+	Action Action
+}
+
+// Outbound is an envelope addressed to one worker.
+type Outbound struct {
+	Worker   WorkerID
+	Envelope Envelope
+}
+
+// Batcher groups hints into one envelope per worker and names them. Message
+// ids are Prefix + "-" + a sequence number; an action without an ID gets
+// its message id + "." + its index. A Batcher is safe for concurrent use
+// (the sequence is atomic).
+type Batcher struct {
+	prefix string
+	seq    atomic.Uint64
+}
+
+// NewBatcher returns a Batcher whose message ids start with prefix (use
+// something unique per router process, e.g. a host name and start time).
+func NewBatcher(prefix string) *Batcher { return &Batcher{prefix: prefix} }
+
+// Batch appends to dst one Outbound per distinct worker in hints, in order of
+// first appearance, each holding that worker's actions in input order. An
+// envelope's SessionID is set when all its actions share one session. The
+// actions are copied; their Target.Blocks and Sources slices still alias the
+// hints'.
+func (b *Batcher) Batch(dst []Outbound, hints []Hint) []Outbound {
+	start := len(dst)
+	for i := range hints {
+		h := &hints[i]
+		j := start
+		for ; j < len(dst) && dst[j].Worker != h.Worker; j++ {
+		}
+		if j == len(dst) {
+			dst = append(dst, Outbound{Worker: h.Worker, Envelope: Envelope{
+				ProtocolVersion: ProtocolVersion,
+				MessageID:       b.prefix + "-" + strconv.FormatUint(b.seq.Add(1), 10),
+				SessionID:       h.Action.SessionID,
+			}})
+		}
+		env := &dst[j].Envelope
+		a := h.Action
+		if a.ID == "" {
+			a.ID = env.MessageID + "." + strconv.Itoa(len(env.Actions))
+		}
+		if env.SessionID != a.SessionID {
+			env.SessionID = ""
+		}
+		env.Actions = append(env.Actions, a)
+	}
+	return dst
+}

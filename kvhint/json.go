@@ -1,0 +1,490 @@
+package kvhint
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// JSON layout (field names follow Dynamo's kv_hints envelope; see doc.go):
+//
+//	{"protocol_version":"0.1","message_id":"m-1","session_id":"s",
+//	 "actions":[{"action_id":"m-1.0","action_type":"kv.fetch","action_version":"1.0",
+//	   "payload":{"session_id":"s","block_hashes":[11,22],
+//	     "block_range":{"start":0,"end":8} | "token_range":{...},
+//	     "dest_tier":"device","ttl_seconds":30,"priority":50,"limit_blocks":64,
+//	     "source_control_endpoint":"tcp://10.0.0.7:23280",
+//	     "sources":[{"worker_id":7,"dp_rank":0,"endpoint":"tcp://10.0.0.7:23280","tier":"device","prefix_blocks":2}]}}]}
+//
+// Zero-valued payload fields are omitted. Block hashes are bare JSON numbers
+// (Dynamo's kv.fetch convention); decoders also accept decimal strings.
+
+func rangeKey(u Unit) string {
+	if u == UnitTokens {
+		return "token_range"
+	}
+	return "block_range"
+}
+
+// MarshalJSON encodes e; see AppendJSON.
+func (e *Envelope) MarshalJSON() ([]byte, error) { return e.AppendJSON(nil) }
+
+// UnmarshalJSON decodes into e; see DecodeJSON.
+func (e *Envelope) UnmarshalJSON(b []byte) error { return DecodeJSON(b, e) }
+
+// AppendJSON appends e's JSON encoding to dst. It fails (ErrInvalid) only for
+// a Kind, Tier or Unit outside the defined values or a TTL outside
+// [0, MaxWireTTL]; it does not otherwise Validate. Strings that are not valid
+// UTF-8 are written with U+FFFD in place of bad bytes, as encoding/json does.
+func (e *Envelope) AppendJSON(dst []byte) ([]byte, error) {
+	pv := e.ProtocolVersion
+	if pv == "" {
+		pv = ProtocolVersion
+	}
+	dst = append(dst, `{"protocol_version":`...)
+	dst = appendJSONString(dst, pv)
+	dst = append(dst, `,"message_id":`...)
+	dst = appendJSONString(dst, e.MessageID)
+	if e.SessionID != "" {
+		dst = append(dst, `,"session_id":`...)
+		dst = appendJSONString(dst, e.SessionID)
+	}
+	dst = append(dst, `,"actions":[`...)
+	for i := range e.Actions {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		var err error
+		if dst, err = appendActionJSON(dst, &e.Actions[i], i); err != nil {
+			return dst, err
+		}
+	}
+	return append(dst, "]}"...), nil
+}
+
+func encodeCheck(a *Action, i int) error {
+	bad := func(field, msg string) error {
+		return &ValidationError{Index: i, ActionID: a.ID, Field: field, Msg: msg}
+	}
+	switch {
+	case !a.Kind.Valid():
+		return bad("action_type", "unknown kind "+a.Kind.String())
+	case !a.Dest.Valid():
+		return bad("dest_tier", "unknown tier "+a.Dest.String())
+	case a.Target.Range.Unit > UnitTokens:
+		return bad("range", "unknown unit "+a.Target.Range.Unit.String())
+	case a.TTL < 0 || a.TTL > MaxWireTTL:
+		return bad("ttl_seconds", a.TTL.String()+" outside [0, MaxWireTTL]")
+	}
+	for j := range a.Sources {
+		if !a.Sources[j].Tier.Valid() {
+			return bad("sources", "unknown tier "+a.Sources[j].Tier.String())
+		}
+	}
+	return nil
+}
+
+func appendActionJSON(dst []byte, a *Action, i int) ([]byte, error) {
+	if err := encodeCheck(a, i); err != nil {
+		return dst, err
+	}
+	dst = append(dst, `{"action_id":`...)
+	dst = appendJSONString(dst, a.ID)
+	dst = append(dst, `,"action_type":"`...)
+	dst = append(dst, a.Kind.ActionType()...)
+	dst = append(dst, `","action_version":"`+ActionVersion+`","payload":{`...)
+	comma := false
+	field := func(name string) {
+		if comma {
+			dst = append(dst, ',')
+		}
+		comma = true
+		dst = append(dst, '"')
+		dst = append(dst, name...)
+		dst = append(dst, '"', ':')
+	}
+	if a.SessionID != "" {
+		field("session_id")
+		dst = appendJSONString(dst, a.SessionID)
+	}
+	if len(a.Target.Blocks) > 0 {
+		field("block_hashes")
+		dst = append(dst, '[')
+		for j, h := range a.Target.Blocks {
+			if j > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendUint(dst, h, 10)
+		}
+		dst = append(dst, ']')
+	}
+	if r := a.Target.Range; r.Unit != UnitNone {
+		field(rangeKey(r.Unit))
+		dst = append(dst, `{"start":`...)
+		dst = strconv.AppendUint(dst, r.Start, 10)
+		if r.End != 0 {
+			dst = append(dst, `,"end":`...)
+			dst = strconv.AppendUint(dst, r.End, 10)
+		}
+		dst = append(dst, '}')
+	}
+	if a.Dest != TierNone {
+		field("dest_tier")
+		dst = append(dst, '"')
+		dst = append(dst, a.Dest.String()...)
+		dst = append(dst, '"')
+	}
+	if a.TTL != 0 {
+		field("ttl_seconds")
+		dst = appendSeconds(dst, a.TTL)
+	}
+	if a.Priority != 0 {
+		field("priority")
+		dst = strconv.AppendInt(dst, int64(a.Priority), 10)
+	}
+	if a.Limit != 0 {
+		field("limit_blocks")
+		dst = strconv.AppendUint(dst, uint64(a.Limit), 10)
+	}
+	if len(a.Sources) > 0 {
+		// Dynamo's kv.fetch payload names a single endpoint; older
+		// consumers read only this field.
+		field("source_control_endpoint")
+		dst = appendJSONString(dst, a.Sources[0].Endpoint)
+		field("sources")
+		dst = append(dst, '[')
+		for j := range a.Sources {
+			s := &a.Sources[j]
+			if j > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"worker_id":`...)
+			dst = strconv.AppendUint(dst, s.Worker.ID, 10)
+			dst = append(dst, `,"dp_rank":`...)
+			dst = strconv.AppendUint(dst, uint64(s.Worker.DPRank), 10)
+			dst = append(dst, `,"endpoint":`...)
+			dst = appendJSONString(dst, s.Endpoint)
+			if s.Tier != TierNone {
+				dst = append(dst, `,"tier":"`...)
+				dst = append(dst, s.Tier.String()...)
+				dst = append(dst, '"')
+			}
+			if s.Blocks != 0 {
+				dst = append(dst, `,"prefix_blocks":`...)
+				dst = strconv.AppendUint(dst, uint64(s.Blocks), 10)
+			}
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
+	}
+	return append(dst, "}}"...), nil
+}
+
+// appendSeconds writes d as a decimal number of seconds. Whole and
+// millisecond-exact durations are written without float formatting
+// ("30", "2.5", "0.001"); others use the shortest float that round-trips.
+func appendSeconds(dst []byte, d time.Duration) []byte {
+	if d%time.Millisecond == 0 {
+		ms := int64(d / time.Millisecond)
+		dst = strconv.AppendInt(dst, ms/1000, 10)
+		if frac := ms % 1000; frac != 0 {
+			dst = append(dst, '.')
+			digits := [3]byte{byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)}
+			n := 3
+			for digits[n-1] == '0' {
+				n--
+			}
+			dst = append(dst, digits[:n]...)
+		}
+		return dst
+	}
+	return strconv.AppendFloat(dst, d.Seconds(), 'g', -1, 64)
+}
+
+// secondsToDuration converts wire seconds; ok is false outside [0, MaxWireTTL].
+func secondsToDuration(s float64) (time.Duration, bool) {
+	if math.IsNaN(s) || s < 0 || s > MaxWireTTL.Seconds() {
+		return 0, false
+	}
+	return time.Duration(math.Round(s * 1e9)), true
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string: '"', '\\' and control
+// characters escaped, invalid UTF-8 replaced by U+FFFD.
+func appendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// Wire shapes for decoding. Pointers distinguish absent from zero where the
+// schema requires a field.
+type jsonEnvelope struct {
+	ProtocolVersion *string           `json:"protocol_version"`
+	MessageID       *string           `json:"message_id"`
+	SessionID       string            `json:"session_id"`
+	Actions         []json.RawMessage `json:"actions"`
+}
+
+type jsonAction struct {
+	ActionID      *string         `json:"action_id"`
+	ActionType    *string         `json:"action_type"`
+	ActionVersion *string         `json:"action_version"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+type jsonRange struct {
+	Start uint64 `json:"start"`
+	End   uint64 `json:"end"`
+}
+
+type jsonSource struct {
+	WorkerID     uint64  `json:"worker_id"`
+	DPRank       uint32  `json:"dp_rank"`
+	Endpoint     string  `json:"endpoint"`
+	Tier         *string `json:"tier"`
+	PrefixBlocks uint32  `json:"prefix_blocks"`
+}
+
+type jsonPayload struct {
+	SessionID             string       `json:"session_id"`
+	BlockHashes           []jsonHash   `json:"block_hashes"`
+	BlockRange            *jsonRange   `json:"block_range"`
+	TokenRange            *jsonRange   `json:"token_range"`
+	DestTier              *string      `json:"dest_tier"`
+	TTLSeconds            *float64     `json:"ttl_seconds"`
+	Priority              int32        `json:"priority"`
+	LimitBlocks           uint32       `json:"limit_blocks"`
+	SourceControlEndpoint *string      `json:"source_control_endpoint"`
+	Sources               []jsonSource `json:"sources"`
+}
+
+// jsonHash reads a block hash written as a JSON number or a decimal string.
+type jsonHash uint64
+
+func (h *jsonHash) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		b = []byte(s)
+	}
+	v, err := strconv.ParseUint(string(b), 10, 64)
+	if err != nil {
+		return err
+	}
+	*h = jsonHash(v)
+	return nil
+}
+
+func jsonErr(msg string) error { return &DecodeError{Format: "json", Offset: -1, Msg: msg} }
+
+// firstByte returns the first non-space byte of b, or 0.
+func firstByte(b []byte) byte {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if len(b) == 0 {
+		return 0
+	}
+	return b[0]
+}
+
+// DecodeJSON decodes a JSON envelope into e, replacing its contents.
+//
+// The envelope must be an object with string protocol_version and message_id
+// and an actions array of objects, each with string action_id, action_type
+// and action_version; anything else is a *DecodeError (ErrMalformed) and e is
+// left zero. Individual actions are skipped, not fatal, and listed in
+// e.Skipped: unknown action types, action versions whose major number is not
+// 1, and known actions whose payload cannot be read. The protocol_version is
+// recorded but does not gate actions (each carries its own version). An
+// action without a payload session_id takes the envelope's. Unknown fields
+// are ignored. The result is not validated; call Validate.
+func DecodeJSON(b []byte, e *Envelope) error {
+	*e = Envelope{}
+	if firstByte(b) != '{' {
+		return jsonErr("envelope is not a JSON object")
+	}
+	var w jsonEnvelope
+	if err := json.Unmarshal(b, &w); err != nil {
+		return jsonErr(err.Error())
+	}
+	if w.ProtocolVersion == nil {
+		return jsonErr("missing protocol_version")
+	}
+	if w.MessageID == nil {
+		return jsonErr("missing message_id")
+	}
+	out := Envelope{ProtocolVersion: *w.ProtocolVersion, MessageID: *w.MessageID, SessionID: w.SessionID}
+	if len(w.Actions) > 0 {
+		out.Actions = make([]Action, 0, len(w.Actions))
+	}
+	for i, raw := range w.Actions {
+		if firstByte(raw) != '{' {
+			return jsonErr("action " + strconv.Itoa(i) + " is not an object")
+		}
+		var wa jsonAction
+		if err := json.Unmarshal(raw, &wa); err != nil {
+			return jsonErr("action " + strconv.Itoa(i) + ": " + err.Error())
+		}
+		if wa.ActionID == nil || wa.ActionType == nil || wa.ActionVersion == nil {
+			return jsonErr("action " + strconv.Itoa(i) + ": missing action_id, action_type or action_version")
+		}
+		skip := Skip{Index: i, ActionID: *wa.ActionID, ActionType: *wa.ActionType, ActionVersion: *wa.ActionVersion}
+		kind, ok := KindOf(*wa.ActionType)
+		if !ok {
+			skip.Reason = SkipUnknownType
+			out.Skipped = append(out.Skipped, skip)
+			continue
+		}
+		if major, ok := versionMajor(*wa.ActionVersion); !ok {
+			skip.Reason, skip.Detail = SkipMalformed, "action_version is not MAJOR.MINOR"
+			out.Skipped = append(out.Skipped, skip)
+			continue
+		} else if major != 1 {
+			skip.Reason = SkipVersion
+			out.Skipped = append(out.Skipped, skip)
+			continue
+		}
+		a := Action{ID: *wa.ActionID, Kind: kind}
+		if err := decodePayloadJSON(wa.Payload, &a); err != nil {
+			skip.Reason, skip.Detail = SkipMalformed, err.Error()
+			out.Skipped = append(out.Skipped, skip)
+			continue
+		}
+		if a.SessionID == "" {
+			a.SessionID = out.SessionID
+		}
+		out.Actions = append(out.Actions, a)
+	}
+	*e = out
+	return nil
+}
+
+// versionMajor parses "MAJOR.MINOR" (or "MAJOR") and returns MAJOR.
+func versionMajor(v string) (uint64, bool) {
+	dot := len(v)
+	for i := 0; i < len(v); i++ {
+		if v[i] == '.' {
+			dot = i
+			break
+		}
+	}
+	major, err := strconv.ParseUint(v[:dot], 10, 32)
+	if err != nil {
+		return 0, false
+	}
+	if dot < len(v) {
+		if _, err := strconv.ParseUint(v[dot+1:], 10, 32); err != nil {
+			return 0, false
+		}
+	}
+	return major, true
+}
+
+type payloadError string
+
+func (e payloadError) Error() string { return string(e) }
+
+func decodePayloadJSON(raw json.RawMessage, a *Action) error {
+	switch firstByte(raw) {
+	case 0, 'n': // absent or null (raw is valid JSON): an empty payload, as Dynamo's kv.deref has
+		return nil
+	case '{':
+	default:
+		return payloadError("payload is not an object")
+	}
+	var p jsonPayload
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return payloadError(err.Error())
+	}
+	a.SessionID = p.SessionID
+	if len(p.BlockHashes) > 0 {
+		a.Target.Blocks = make([]uint64, len(p.BlockHashes))
+		for i, h := range p.BlockHashes {
+			a.Target.Blocks[i] = uint64(h)
+		}
+	}
+	if p.BlockRange != nil && p.TokenRange != nil {
+		return payloadError("both block_range and token_range")
+	}
+	if r := p.BlockRange; r != nil {
+		a.Target.Range = Range{Unit: UnitBlocks, Start: r.Start, End: r.End}
+	}
+	if r := p.TokenRange; r != nil {
+		a.Target.Range = Range{Unit: UnitTokens, Start: r.Start, End: r.End}
+	}
+	if p.DestTier != nil {
+		t, ok := ParseTier(*p.DestTier)
+		if !ok {
+			return payloadError("unknown dest_tier " + strconv.Quote(*p.DestTier))
+		}
+		a.Dest = t
+	}
+	if p.TTLSeconds != nil {
+		d, ok := secondsToDuration(*p.TTLSeconds)
+		if !ok {
+			return payloadError("ttl_seconds outside [0, MaxWireTTL]")
+		}
+		a.TTL = d
+	}
+	a.Priority = p.Priority
+	a.Limit = p.LimitBlocks
+	if len(p.Sources) > 0 {
+		a.Sources = make([]Source, len(p.Sources))
+		for i, s := range p.Sources {
+			a.Sources[i] = Source{Worker: WorkerID{ID: s.WorkerID, DPRank: s.DPRank}, Endpoint: s.Endpoint, Blocks: s.PrefixBlocks}
+			if s.Tier != nil {
+				t, ok := ParseTier(*s.Tier)
+				if !ok {
+					return payloadError("unknown source tier " + strconv.Quote(*s.Tier))
+				}
+				a.Sources[i].Tier = t
+			}
+		}
+	} else if p.SourceControlEndpoint != nil {
+		// Dynamo's shape: one endpoint, no worker identity.
+		a.Sources = []Source{{Endpoint: *p.SourceControlEndpoint}}
+	}
+	return nil
+}

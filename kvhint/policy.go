@@ -1,0 +1,169 @@
+package kvhint
+
+import (
+	"strconv"
+	"time"
+)
+
+// Phase is where an agent program is in its loop (ThunderAgent's states).
+type Phase uint8
+
+const (
+	// PhaseReasoning: the model is generating (the zero value).
+	PhaseReasoning Phase = iota
+	// PhaseActing: the program is running a tool; its KV cache is idle.
+	PhaseActing
+)
+
+func (p Phase) String() string {
+	switch p {
+	case PhaseReasoning:
+		return "REASONING"
+	case PhaseActing:
+		return "ACTING"
+	}
+	return "phase(" + strconv.Itoa(int(p)) + ")"
+}
+
+// Event is what made the router evaluate policies.
+type Event uint8
+
+const (
+	// EventTick: the periodic control tick (the zero value).
+	EventTick Event = iota
+	// EventAdmit: a new turn of the session was admitted and routed to
+	// Input.Worker.
+	EventAdmit
+	// EventResume: a paused session was resumed on Input.Worker.
+	EventResume
+	// EventFinish: the session ended.
+	EventFinish
+)
+
+func (e Event) String() string {
+	switch e {
+	case EventTick:
+		return "tick"
+	case EventAdmit:
+		return "admit"
+	case EventResume:
+		return "resume"
+	case EventFinish:
+		return "finish"
+	}
+	return "event(" + strconv.Itoa(int(e)) + ")"
+}
+
+// Session is a session's lineage as the router's session-prefix index sees
+// it. Its chain of blocks is Shared followed by Unique, root first.
+type Session struct {
+	ID     string
+	Parent string // parent session id; "" for a root session
+
+	// Shared is the leading part of the chain that other live sessions
+	// also reference (a system prompt, a parent's context a subagent was
+	// forked from). SharedRefs[i] is the number of live sessions,
+	// this one included, that reference Shared[i]; it never increases
+	// along the chain. A missing entry means "unknown".
+	Shared     []uint64
+	SharedRefs []int32
+	// Unique is the rest of the chain: blocks only this session references.
+	Unique []uint64
+
+	Phase Phase
+	// Acting is how long the session has been in PhaseActing.
+	Acting   time.Duration
+	Finished bool
+	// Worker is the worker that holds the session's KV cache (its last
+	// placement).
+	Worker WorkerID
+}
+
+// Len is the length of the session's chain.
+func (s *Session) Len() int { return len(s.Shared) + len(s.Unique) }
+
+// Block returns block i of the chain (Shared, then Unique).
+func (s *Session) Block(i int) uint64 {
+	if i < len(s.Shared) {
+		return s.Shared[i]
+	}
+	return s.Unique[i-len(s.Shared)]
+}
+
+// Residency is what one worker holds of Input.Prefix. Depths are exclusive
+// and contiguous from the root, as a KV index reports them: the worker holds
+// Prefix[:Device] on device, the next Host blocks on host, then the next
+// Disk blocks on disk.
+type Residency struct {
+	Worker             WorkerID
+	Device, Host, Disk int
+	// Endpoint is the worker's control endpoint for peer transfers; ""
+	// when the worker cannot serve as a Share source.
+	Endpoint string
+}
+
+// Input is everything a Policy may look at. The router fills it; policies
+// must treat it (and every slice in it) as read-only.
+type Input struct {
+	Event   Event
+	Session Session
+	Parent  *Session // the parent session, nil for a root or when unknown
+	// Worker is the worker selected for this request (EventAdmit,
+	// EventResume); for ticks and finishes it may be zero.
+	Worker WorkerID
+	// Prefix is the request's prefix blocks (sequence hashes, root first).
+	// For EventTick and EventFinish the router passes the session's own
+	// chain (Shared then Unique).
+	Prefix []uint64
+	// Cached is what each worker holds of Prefix, one entry per worker
+	// that holds any of it. Order does not matter.
+	Cached []Residency
+}
+
+// residency returns the entry for w, or nil.
+func (in *Input) residency(w WorkerID) *Residency {
+	for i := range in.Cached {
+		if in.Cached[i].Worker == w {
+			return &in.Cached[i]
+		}
+	}
+	return nil
+}
+
+// Policy turns what the router knows into hints. Evaluate appends its hints
+// to dst and returns the extended slice; it must not modify in, and it must
+// not block. The returned actions leave ID empty (Batcher names them) and
+// their Target.Blocks may alias slices of in: copy them before mutating the
+// Input's slices.
+type Policy interface {
+	Evaluate(dst []Hint, in *Input) []Hint
+}
+
+// PolicyFunc adapts a function to Policy.
+type PolicyFunc func(dst []Hint, in *Input) []Hint
+
+// Evaluate calls f(dst, in).
+func (f PolicyFunc) Evaluate(dst []Hint, in *Input) []Hint { return f(dst, in) }
+
+// Policies runs several policies in order and concatenates their hints.
+type Policies []Policy
+
+// Evaluate runs each policy on in.
+func (ps Policies) Evaluate(dst []Hint, in *Input) []Hint {
+	for _, p := range ps {
+		dst = p.Evaluate(dst, in)
+	}
+	return dst
+}
+
+// appendChunked appends one action per chunk of at most max blocks.
+func appendChunked(dst []Hint, w WorkerID, proto Action, blocks []uint64, max int) []Hint {
+	for len(blocks) > 0 {
+		n := min(len(blocks), max)
+		a := proto
+		a.Target.Blocks = blocks[:n:n]
+		dst = append(dst, Hint{Worker: w, Action: a})
+		blocks = blocks[n:]
+	}
+	return dst
+}
