@@ -1,0 +1,833 @@
+package flashindex
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultApproxMaxEntries bounds approximate entries when
+// Config.ApproxMaxEntries is zero.
+const DefaultApproxMaxEntries = 1 << 20
+
+// DefaultApproxTTL is the lifetime Record gives entries when passed a ttl
+// of zero or less (Dynamo's approximate indexer uses the same 120 s).
+const DefaultApproxTTL = 120 * time.Second
+
+// Config configures an Index. Zero fields take the documented defaults.
+type Config struct {
+	// BlockSize is the number of tokens per block. Required. Events that
+	// carry another non-zero BlockSize, and stored blocks whose token
+	// count differs, are rejected with a *BlockSizeError.
+	BlockSize int
+
+	// MaxBlocksPerWorker bounds the (block, tier) residencies one worker
+	// (one DP rank) may hold from events: a Stored event that would exceed
+	// it is rejected with a *CapacityError, since the engine cannot hold
+	// that many and the index must have missed removals. 0 = unbounded.
+	MaxBlocksPerWorker int
+
+	// OnGap, if set, is called after Apply sees an event id jump on a
+	// worker. It is never called while the index holds a lock, so it may
+	// call back into the index.
+	OnGap func(Gap)
+
+	// ApproxMaxEntries bounds the approximate (Record) entries over all
+	// workers; beyond it the entries closest to expiry (the oldest, when
+	// TTLs are equal) are pruned first. 0 = DefaultApproxMaxEntries.
+	ApproxMaxEntries int
+
+	// Now is the clock for approximate-entry TTLs. nil = time.Now.
+	Now func() time.Time
+}
+
+// Match is one worker's overlap with a request, in blocks.
+//
+// The depths are exclusive, as Dynamo counts them: Device is the longest
+// prefix of the request resident on the worker's device tier (events, plus
+// approximate entries from Record); Host counts the blocks that continue on
+// the host tier from where the device prefix ends; Disk counts the blocks
+// that continue on the disk tier from where the host run ends. A block that
+// the worker holds on both device and host counts once, in the tier where
+// the walk is when it reaches it. Resident is the total number of
+// residencies the worker holds (device + host + disk + approximate; a block
+// on two tiers counts twice), the usual tie-breaker.
+type Match struct {
+	Worker   Worker
+	Device   int
+	Host     int
+	Disk     int
+	Resident int
+}
+
+// Total returns Device + Host + Disk.
+func (m Match) Total() int { return m.Device + m.Host + m.Disk }
+
+// Index is the tiered KV block index. Build one with New or Restore.
+//
+// Thread-safety: all methods are safe for concurrent use. Queries
+// (FindMatches, FindMatchesEarlyExit) take no index-wide lock: they read
+// immutable node snapshots through atomic pointers and take only the read
+// lock of one block-map shard per node they enter. Writers (Apply, Record,
+// Expire, RemoveWorker, Snapshot, Stats) serialise on one writer mutex. A
+// query concurrent with a write sees every node either before or after that
+// write, so it may observe part of an event applied; a query that starts
+// after a write returned sees all of it.
+type Index struct {
+	blockSize int
+	maxBlocks int
+	approxMax int
+	onGap     func(Gap)
+	now       func() time.Time
+
+	blocks *blockMap                 // shard-locked; see blockMap
+	nodes  arena                     // lock-free reads; writes under mu
+	slots  atomic.Pointer[slotTable] // copy-on-write; replaced under mu
+
+	mu        sync.Mutex // serialises writers; guards every field below
+	workers   map[Worker]*workerState
+	freeSlots []int
+	hashers   map[string]*Hasher
+	approx    approxHeap
+	approxSeq uint64
+	st        counters
+	refs      []blockRef // scratch for one event
+	runBuf    []run      // scratch for updateRange
+	dupE      stampSet   // scratch: engine hashes seen in one event
+	dupS      stampSet   // scratch: sequence hashes seen in one call
+	nodeSet   map[*node]struct{}
+}
+
+// slotTable maps bitset slots to workers. Immutable once published.
+type slotTable struct {
+	workers []Worker
+	counts  []*slotCounts
+	mask    []uint64 // slots in use, one bit each
+}
+
+func (t *slotTable) words() int { return len(t.mask) }
+
+// slotCounts holds a worker's residencies per plane, written by the writer
+// and read by queries (Match.Resident).
+type slotCounts struct{ n [numPlanes]atomic.Int64 }
+
+func (c *slotCounts) total() int {
+	var s int64
+	for p := range c.n {
+		s += c.n[p].Load()
+	}
+	return int(s)
+}
+
+func (c *slotCounts) events() int {
+	return int(c.n[planeDevice].Load() + c.n[planeHost].Load() + c.n[planeDisk].Load())
+}
+
+// workerState is the writer's view of one worker. Guarded by Index.mu.
+type workerState struct {
+	w      Worker
+	slot   int
+	counts *slotCounts
+	// engine maps the worker's engine hashes to own sequence hashes, one
+	// map per tier: a (block, tier) is resident exactly when some engine
+	// hash of that tier maps to it.
+	engine [eventPlanes]map[uint64]uint64
+	// alias counts extra engine hashes that map to an already resident
+	// (block, tier) (an engine that keys blocks by something the index
+	// does not hash, such as a cache salt). Allocated on first use.
+	alias  [eventPlanes]map[uint64]uint32
+	approx map[uint64]*approxEntry
+	lastID uint64
+	seen   bool
+	gaps   uint64
+}
+
+// Rejections counts rejected events by reason.
+type Rejections struct {
+	Malformed     uint64 // nil event, missing content, bad extra keys
+	Kind          uint64 // unknown EventKind
+	Tier          uint64 // External or out-of-range tier
+	BlockSize     uint64 // block-size mismatch
+	UnknownParent uint64 // parent engine hash not resident on the worker
+	Conflict      uint64 // engine hash already maps to other content
+	Capacity      uint64 // MaxBlocksPerWorker exceeded
+}
+
+// Total returns the number of rejected events.
+func (r Rejections) Total() uint64 {
+	return r.Malformed + r.Kind + r.Tier + r.BlockSize + r.UnknownParent + r.Conflict + r.Capacity
+}
+
+type counters struct {
+	applied        uint64
+	rejected       Rejections
+	duplicates     uint64
+	gaps           uint64
+	unknownRemoved uint64
+	approxExpired  uint64
+	approxPruned   uint64
+}
+
+// New returns an empty Index.
+func New(cfg Config) (*Index, error) {
+	if cfg.BlockSize < 1 || cfg.BlockSize > MaxBlockSize {
+		return nil, fmt.Errorf("%w: BlockSize %d", ErrBlockSize, cfg.BlockSize)
+	}
+	if cfg.MaxBlocksPerWorker < 0 {
+		return nil, fmt.Errorf("%w: MaxBlocksPerWorker %d < 0", ErrConfig, cfg.MaxBlocksPerWorker)
+	}
+	if cfg.ApproxMaxEntries < 0 {
+		return nil, fmt.Errorf("%w: ApproxMaxEntries %d < 0", ErrConfig, cfg.ApproxMaxEntries)
+	}
+	ix := &Index{
+		blockSize: cfg.BlockSize,
+		maxBlocks: cfg.MaxBlocksPerWorker,
+		approxMax: cfg.ApproxMaxEntries,
+		onGap:     cfg.OnGap,
+		now:       cfg.Now,
+		blocks:    newBlockMap(),
+		workers:   make(map[Worker]*workerState),
+		hashers:   make(map[string]*Hasher),
+		nodeSet:   make(map[*node]struct{}),
+	}
+	if ix.approxMax == 0 {
+		ix.approxMax = DefaultApproxMaxEntries
+	}
+	if ix.now == nil {
+		ix.now = time.Now
+	}
+	ix.slots.Store(&slotTable{})
+	return ix, nil
+}
+
+// BlockSize returns the index's tokens per block.
+func (ix *Index) BlockSize() int { return ix.blockSize }
+
+// worker returns the state of w, registering it (and giving it a slot) on
+// first sight. Caller holds mu.
+func (ix *Index) worker(w Worker) *workerState {
+	if ws := ix.workers[w]; ws != nil {
+		return ws
+	}
+	old := ix.slots.Load()
+	var slot int
+	if n := len(ix.freeSlots); n > 0 {
+		slices.Sort(ix.freeSlots) // lowest free slot first: deterministic
+		slot = ix.freeSlots[0]
+		ix.freeSlots = ix.freeSlots[1:]
+	} else {
+		slot = len(old.workers)
+	}
+	t := &slotTable{
+		workers: slices.Clone(old.workers),
+		counts:  slices.Clone(old.counts),
+		mask:    slices.Clone(old.mask),
+	}
+	if slot == len(t.workers) {
+		t.workers = append(t.workers, w)
+		t.counts = append(t.counts, new(slotCounts))
+		if slot>>6 >= len(t.mask) {
+			t.mask = append(t.mask, 0)
+		}
+	} else {
+		t.workers[slot] = w
+		t.counts[slot] = new(slotCounts)
+	}
+	t.mask[slot>>6] |= 1 << (uint(slot) & 63)
+	ws := &workerState{w: w, slot: slot, counts: t.counts[slot]}
+	for p := range ws.engine {
+		ws.engine[p] = make(map[uint64]uint64)
+	}
+	ix.workers[w] = ws
+	ix.slots.Store(t)
+	return ws
+}
+
+func (ix *Index) hasher(lora string) *Hasher {
+	if h := ix.hashers[lora]; h != nil {
+		return h
+	}
+	// New validated the block size, so NewHasher's only error cannot occur.
+	h := &Hasher{blockSize: ix.blockSize, seed: LoRASeed(lora), lora: lora}
+	ix.hashers[lora] = h
+	return h
+}
+
+// Apply applies one KV event.
+//
+// Events are checked against the worker's event ids first: an id at or
+// below the last one seen for the worker is a duplicate and is skipped
+// (Apply returns nil); an id that jumps ahead is a gap, reported through
+// Config.OnGap and Stats, and the event is still applied. Every
+// non-duplicate event advances the worker's last id, applied or rejected.
+//
+// A rejected event leaves the index unchanged and returns a typed error:
+// *UnknownParentError, *BlockSizeError, *HashConflictError,
+// *CapacityError, or one wrapping ErrTier, ErrKind, ErrNoContent or
+// ErrTooManyExtraKeys. Removed hashes the worker does not hold on that
+// tier are skipped and counted (Stats.UnknownRemoved), not rejected.
+// Cleared drops every tier, including approximate entries, of every DP
+// rank of the event's worker ID.
+//
+// Apply does not retain ev or any slice in it.
+func (ix *Index) Apply(ev *Event) error {
+	if ev == nil {
+		ix.mu.Lock()
+		ix.st.rejected.Malformed++
+		ix.mu.Unlock()
+		return ErrNilEvent
+	}
+	ix.mu.Lock()
+	gap, hasGap, err := ix.applyLocked(ev)
+	ix.mu.Unlock()
+	if hasGap && ix.onGap != nil {
+		ix.onGap(gap)
+	}
+	return err
+}
+
+func (ix *Index) applyLocked(ev *Event) (gap Gap, hasGap bool, err error) {
+	ix.expireLocked(ix.now())
+	ws := ix.worker(ev.Worker)
+	if ws.seen && ev.EventID <= ws.lastID {
+		ix.st.duplicates++
+		return gap, false, nil
+	}
+	if ws.seen && ev.EventID != ws.lastID+1 {
+		gap, hasGap = Gap{Worker: ev.Worker, Expected: ws.lastID + 1, Got: ev.EventID}, true
+		ws.gaps++
+		ix.st.gaps++
+	}
+	ws.seen, ws.lastID = true, ev.EventID
+	switch ev.Kind {
+	case Stored:
+		err = ix.applyStored(ws, ev)
+	case Removed:
+		err = ix.applyRemoved(ws, ev)
+	case Cleared:
+		for _, o := range ix.workers {
+			if o.w.ID == ev.Worker.ID {
+				ix.clearWorker(o)
+			}
+		}
+	default:
+		ix.st.rejected.Kind++
+		return gap, hasGap, fmt.Errorf("%w: %v", ErrKind, ev.Kind)
+	}
+	if err == nil {
+		ix.st.applied++
+	}
+	return gap, hasGap, err
+}
+
+// blockRef is one block of an event being applied.
+type blockRef struct {
+	engine uint64
+	seq    uint64
+	node   *node // nil: not indexed yet
+	off    int
+	had    uint8 // planes the worker held the block in before the event
+	mapped bool  // the engine hash already maps to seq on this tier
+	need   bool  // the block's set must change
+	order  uint64
+}
+
+func (ix *Index) eventTier(t Tier) (int, error) {
+	if t > Disk {
+		ix.st.rejected.Tier++
+		return 0, fmt.Errorf("%w: %v", ErrTier, t)
+	}
+	return int(t), nil
+}
+
+// locate finds seq, trying the block after (hint, hintOff) first.
+func (ix *Index) locate(seq uint64, hint *node, hintOff int) (*node, int, bool) {
+	if hint != nil {
+		if d := hint.data.Load(); hintOff+1 < len(d.hashes) && d.hashes[hintOff+1] == seq {
+			return hint, hintOff + 1, true
+		}
+	}
+	v, ok := ix.blocks.peek(seq)
+	if !ok {
+		return nil, 0, false
+	}
+	return ix.nodes.get(uint32(v >> 32)), int(uint32(v)), true
+}
+
+// engineLookup finds an engine hash on the worker, preferring tier plane.
+func engineLookup(ws *workerState, e uint64, plane int) (uint64, bool) {
+	if s, ok := ws.engine[plane][e]; ok {
+		return s, true
+	}
+	for p := 0; p < eventPlanes; p++ {
+		if s, ok := ws.engine[p][e]; ok {
+			return s, true
+		}
+	}
+	return 0, false
+}
+
+func (ix *Index) applyStored(ws *workerState, ev *Event) error {
+	plane, err := ix.eventTier(ev.Tier)
+	if err != nil {
+		return err
+	}
+	if ev.BlockSize != 0 && ev.BlockSize != ix.blockSize {
+		ix.st.rejected.BlockSize++
+		return &BlockSizeError{Worker: ws.w, Block: -1, Got: ev.BlockSize, Want: ix.blockSize}
+	}
+	var (
+		prev    uint64
+		hasPrev bool
+		pn      *node
+		poff    int
+	)
+	if ev.HasParent {
+		s, ok := engineLookup(ws, ev.Parent, plane)
+		if ok {
+			pn, poff, ok = ix.locate(s, nil, 0)
+		}
+		if !ok {
+			ix.st.rejected.UnknownParent++
+			return &UnknownParentError{Worker: ws.w, Parent: ev.Parent}
+		}
+		prev, hasPrev = s, true
+	}
+	parentNode, parentOff := pn, poff
+	h := ix.hasher(ev.LoRA)
+	m := ws.engine[plane]
+	refs := ix.refs[:0]
+	ix.dupE.reset(len(ev.Blocks))
+	ix.dupS.reset(len(ev.Blocks))
+	added := 0
+	for i := range ev.Blocks {
+		b := &ev.Blocks[i]
+		local := b.LocalHash
+		if !b.HasLocalHash {
+			if len(b.Tokens) == 0 {
+				ix.st.rejected.Malformed++
+				return fmt.Errorf("%w: worker %v block %d", ErrNoContent, ws.w, i)
+			}
+			if len(b.Tokens) != ix.blockSize {
+				ix.st.rejected.BlockSize++
+				return &BlockSizeError{Worker: ws.w, Block: i, Got: len(b.Tokens), Want: ix.blockSize}
+			}
+			var err error
+			if local, err = h.LocalHashExtra(b.Tokens, b.ExtraKeys); err != nil {
+				ix.st.rejected.Malformed++
+				return fmt.Errorf("flashindex: worker %v block %d: %w", ws.w, i, err)
+			}
+		}
+		seq := local
+		if hasPrev {
+			seq = NextSequenceHash(prev, local)
+		}
+		prev, hasPrev = seq, true
+		r := blockRef{engine: b.EngineHash, seq: seq}
+		have, mapped := m[b.EngineHash]
+		if mapped && have != seq {
+			ix.st.rejected.Conflict++
+			return &HashConflictError{Worker: ws.w, Tier: ev.Tier, EngineHash: b.EngineHash, Have: have, Got: seq}
+		}
+		if !ix.dupE.add(b.EngineHash) {
+			for _, o := range refs {
+				if o.engine == b.EngineHash && o.seq != seq {
+					ix.st.rejected.Conflict++
+					return &HashConflictError{Worker: ws.w, Tier: ev.Tier, EngineHash: b.EngineHash, Have: o.seq, Got: seq}
+				}
+			}
+			mapped = true // a repeat of an earlier block of this event
+		}
+		r.mapped = mapped
+		n, off, found := ix.locate(seq, pn, poff)
+		if found {
+			r.node, r.off = n, off
+			r.had = slotMask(n.data.Load().bitsAt(off), ws.slot)
+			r.need = r.had&(1<<plane) == 0 || (plane == planeDevice && r.had&(1<<planeApprox) != 0)
+		} else if !ix.dupS.add(seq) {
+			ix.st.rejected.Malformed++
+			return fmt.Errorf("%w: worker %v block %d repeats a block of the same event", ErrNoContent, ws.w, i)
+		}
+		if !r.mapped && r.had&(1<<plane) == 0 {
+			added++
+		}
+		pn, poff = r.node, r.off
+		refs = append(refs, r)
+	}
+	ix.refs = refs
+	if ix.maxBlocks > 0 {
+		if would := ws.counts.events() + added; added > 0 && would > ix.maxBlocks {
+			ix.st.rejected.Capacity++
+			return &CapacityError{Worker: ws.w, Limit: ix.maxBlocks, Would: would}
+		}
+	}
+	// Validated: mutate.
+	op := setOp{slot: ws.slot, set: 1 << plane}
+	if plane == planeDevice {
+		op.clear = 1 << planeApprox
+	}
+	ix.materialize(refs, parentNode, parentOff, op)
+	for i := range refs {
+		r := &refs[i]
+		if r.mapped {
+			continue
+		}
+		m[r.engine] = r.seq
+		if r.had&(1<<plane) != 0 {
+			if ws.alias[plane] == nil {
+				ws.alias[plane] = make(map[uint64]uint32)
+			}
+			ws.alias[plane][r.seq]++
+		} else {
+			ws.counts.n[plane].Add(1)
+		}
+		if plane == planeDevice && r.had&(1<<planeApprox) != 0 {
+			if e := ws.approx[r.seq]; e != nil {
+				ix.approx.remove(e)
+				delete(ws.approx, r.seq)
+				ws.counts.n[planeApprox].Add(-1)
+			}
+		}
+	}
+	return nil
+}
+
+// materialize indexes the blocks of refs that are not indexed yet (chained
+// after the parent at (pn, poff), or after the previous block) with op's
+// planes set, and applies op to the indexed blocks whose need is set. It
+// fills in node and off of every ref.
+func (ix *Index) materialize(refs []blockRef, pn *node, poff int, op setOp) {
+	newBits := op.apply(nil)
+	for i := 0; i < len(refs); {
+		if refs[i].node == nil {
+			j := i + 1
+			for j < len(refs) && refs[j].node == nil {
+				j++
+			}
+			ix.insertBlocks(pn, poff, refs[i:j], newBits)
+			pn, poff = refs[j-1].node, refs[j-1].off
+			i = j
+			continue
+		}
+		if !refs[i].need {
+			pn, poff = refs[i].node, refs[i].off
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(refs) && refs[j].need && refs[j].node == refs[i].node && refs[j].off == refs[j-1].off+1 {
+			j++
+		}
+		ix.updateRange(refs[i].node, refs[i].off, refs[j-1].off+1, op)
+		pn, poff = refs[j-1].node, refs[j-1].off
+		i = j
+	}
+}
+
+// insertBlocks indexes refs (none indexed yet) with residency bits: they
+// extend the node of the block at (pn, poff) when that block ends its node,
+// or start a new node.
+func (ix *Index) insertBlocks(pn *node, poff int, refs []blockRef, bits []uint64) {
+	var n *node
+	var base int
+	if pn != nil {
+		if d := pn.data.Load(); poff == len(d.hashes)-1 {
+			n, base = pn, len(d.hashes)
+			hashes := d.hashes
+			for i := range refs {
+				hashes = append(hashes, refs[i].seq)
+			}
+			runs := make([]run, len(d.runs), len(d.runs)+1)
+			copy(runs, d.runs)
+			runs = appendRun(runs, uint32(len(hashes)), bits)
+			n.data.Store(&nodeData{hashes: hashes, runs: runs})
+		}
+	}
+	if n == nil {
+		hashes := make([]uint64, len(refs))
+		for i := range refs {
+			hashes[i] = refs[i].seq
+		}
+		n = ix.nodes.alloc(&nodeData{hashes: hashes, runs: []run{{end: uint32(len(hashes)), bits: bits}}})
+	}
+	for i := range refs {
+		refs[i].node, refs[i].off = n, base+i
+		ix.blocks.put(refs[i].seq, loc(n.id, base+i))
+	}
+}
+
+// appendRun appends a run ending at end, merging it into the last run when
+// their sets are equal.
+func appendRun(runs []run, end uint32, bits []uint64) []run {
+	if k := len(runs); k > 0 && bitsEqual(runs[k-1].bits, bits) {
+		runs[k-1].end = end
+		return runs
+	}
+	return append(runs, run{end: end, bits: bits})
+}
+
+// updateRange applies op to the blocks [a, b) of n and publishes the new
+// snapshot. Blocks that end up resident nowhere at the node's tail are
+// dropped from the index; a node left empty is released.
+func (ix *Index) updateRange(n *node, a, b int, op setOp) {
+	d := n.data.Load()
+	out := ix.runBuf[:0]
+	start := 0
+	for _, r := range d.runs {
+		rs, re := start, int(r.end)
+		start = re
+		if re <= a || rs >= b {
+			out = appendRun(out, r.end, r.bits)
+			continue
+		}
+		if rs < a {
+			out = appendRun(out, uint32(a), r.bits)
+		}
+		out = appendRun(out, uint32(min(re, b)), op.apply(r.bits))
+		if re > b {
+			out = appendRun(out, r.end, r.bits)
+		}
+	}
+	ix.runBuf = out[:0]
+	hashes := d.hashes
+	if k := len(out); len(out[k-1].bits) == 0 {
+		keep := 0
+		if k > 1 {
+			keep = int(out[k-2].end)
+		}
+		for _, h := range hashes[keep:] {
+			ix.blocks.del(h)
+		}
+		if keep == 0 {
+			ix.nodes.release(n)
+			return
+		}
+		// Cap the slice so a later append reallocates instead of writing
+		// over blocks that readers of older snapshots may still read.
+		hashes = hashes[:keep:keep]
+		out = out[:k-1]
+	}
+	n.data.Store(&nodeData{hashes: hashes, runs: slices.Clone(out)})
+}
+
+func (ix *Index) applyRemoved(ws *workerState, ev *Event) error {
+	plane, err := ix.eventTier(ev.Tier)
+	if err != nil {
+		return err
+	}
+	m := ws.engine[plane]
+	refs := ix.refs[:0]
+	var pn *node
+	poff := 0
+	for _, e := range ev.Hashes {
+		s, ok := m[e]
+		if !ok {
+			ix.st.unknownRemoved++
+			continue
+		}
+		delete(m, e)
+		if a := ws.alias[plane][s]; a > 0 {
+			if a == 1 {
+				delete(ws.alias[plane], s)
+			} else {
+				ws.alias[plane][s] = a - 1
+			}
+			continue
+		}
+		n, off, found := ix.locate(s, pn, poff)
+		if !found { // unreachable while the engine map and runs agree
+			continue
+		}
+		ws.counts.n[plane].Add(-1)
+		refs = append(refs, blockRef{seq: s, node: n, off: off})
+		pn, poff = n, off
+	}
+	ix.refs = refs
+	op := setOp{slot: ws.slot, clear: 1 << plane}
+	for i := 0; i < len(refs); {
+		lo, hi := refs[i].off, refs[i].off
+		j := i + 1
+		if j < len(refs) && refs[j].node == refs[i].node {
+			step := refs[j].off - refs[i].off
+			if step == 1 || step == -1 {
+				for j < len(refs) && refs[j].node == refs[i].node && refs[j].off-refs[j-1].off == step {
+					j++
+				}
+				lo, hi = min(refs[i].off, refs[j-1].off), max(refs[i].off, refs[j-1].off)
+			}
+		}
+		ix.updateRange(refs[i].node, lo, hi+1, op)
+		i = j
+	}
+	return nil
+}
+
+// clearWorker drops every residency of ws, events and approximate.
+func (ix *Index) clearWorker(ws *workerState) {
+	clear(ix.nodeSet)
+	add := func(s uint64) {
+		if n, _, ok := ix.locate(s, nil, 0); ok {
+			ix.nodeSet[n] = struct{}{}
+		}
+	}
+	for p := range ws.engine {
+		for _, s := range ws.engine[p] {
+			add(s)
+		}
+		clear(ws.engine[p])
+		ws.alias[p] = nil
+		ws.counts.n[p].Store(0)
+	}
+	for s, e := range ws.approx {
+		add(s)
+		ix.approx.remove(e)
+	}
+	ws.approx = nil
+	ws.counts.n[planeApprox].Store(0)
+	op := setOp{slot: ws.slot, clear: 1<<numPlanes - 1}
+	for n := range ix.nodeSet {
+		ix.updateRange(n, 0, len(n.data.Load().hashes), op)
+	}
+	clear(ix.nodeSet)
+}
+
+// RemoveWorker drops everything the index holds for w (one DP rank): its
+// blocks on every tier, its approximate entries and its event-id state.
+// The next event from w starts a fresh id sequence, so call RemoveWorker
+// when an engine restarts. Removing an unknown worker does nothing.
+func (ix *Index) RemoveWorker(w Worker) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ws := ix.workers[w]
+	if ws == nil {
+		return
+	}
+	ix.clearWorker(ws)
+	delete(ix.workers, w)
+	old := ix.slots.Load()
+	t := &slotTable{workers: slices.Clone(old.workers), counts: slices.Clone(old.counts), mask: slices.Clone(old.mask)}
+	t.workers[ws.slot] = Worker{}
+	t.counts[ws.slot] = new(slotCounts)
+	t.mask[ws.slot>>6] &^= 1 << (uint(ws.slot) & 63)
+	ix.slots.Store(t)
+	ix.freeSlots = append(ix.freeSlots, ws.slot)
+}
+
+// Workers returns the workers the index knows, sorted by ID then DP rank.
+func (ix *Index) Workers() []Worker {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	out := make([]Worker, 0, len(ix.workers))
+	for w := range ix.workers {
+		out = append(out, w)
+	}
+	slices.SortFunc(out, compareWorkers)
+	return out
+}
+
+func compareWorkers(a, b Worker) int {
+	if c := cmp.Compare(a.ID, b.ID); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.DPRank, b.DPRank)
+}
+
+// WorkerStats is one worker's share of Stats.
+type WorkerStats struct {
+	Worker      Worker
+	Device      int // blocks resident on device, from events
+	Host        int
+	Disk        int
+	Approx      int // approximate (Record) entries
+	LastEventID uint64
+	Gaps        uint64
+}
+
+// Stats is a point-in-time summary of the index.
+type Stats struct {
+	Workers        []WorkerStats // sorted by worker
+	Blocks         int           // distinct blocks indexed (resident somewhere, or kept inside a node)
+	Nodes          int           // chain segments
+	Residencies    int           // (block, worker, tier) residencies from events
+	Approx         int           // approximate entries
+	Applied        uint64        // events applied
+	Rejected       Rejections    // events rejected, by reason
+	Duplicates     uint64        // events skipped as already seen
+	Gaps           uint64        // event id gaps seen
+	UnknownRemoved uint64        // removed hashes the worker did not hold on that tier
+	ApproxExpired  uint64        // approximate entries dropped at their TTL
+	ApproxPruned   uint64        // approximate entries dropped by the size bound
+}
+
+// Stats returns counters and sizes. It takes the writer lock briefly.
+func (ix *Index) Stats() Stats {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	s := Stats{
+		Blocks:         ix.blocks.n,
+		Nodes:          ix.nodes.live,
+		Approx:         len(ix.approx),
+		Applied:        ix.st.applied,
+		Rejected:       ix.st.rejected,
+		Duplicates:     ix.st.duplicates,
+		Gaps:           ix.st.gaps,
+		UnknownRemoved: ix.st.unknownRemoved,
+		ApproxExpired:  ix.st.approxExpired,
+		ApproxPruned:   ix.st.approxPruned,
+	}
+	for _, ws := range ix.workers {
+		c := &ws.counts.n
+		w := WorkerStats{
+			Worker: ws.w, Device: int(c[planeDevice].Load()), Host: int(c[planeHost].Load()),
+			Disk: int(c[planeDisk].Load()), Approx: int(c[planeApprox].Load()),
+			LastEventID: ws.lastID, Gaps: ws.gaps,
+		}
+		s.Residencies += w.Device + w.Host + w.Disk
+		s.Workers = append(s.Workers, w)
+	}
+	slices.SortFunc(s.Workers, func(a, b WorkerStats) int { return compareWorkers(a.Worker, b.Worker) })
+	return s
+}
+
+// stampSet is a reusable open-addressing set of uint64 keys, emptied in
+// O(1) by bumping a generation.
+type stampSet struct {
+	keys []uint64
+	gens []uint32
+	gen  uint32
+	mask uint64
+}
+
+func (s *stampSet) reset(n int) {
+	size := 16
+	for size < 2*n {
+		size <<= 1
+	}
+	if len(s.keys) < size {
+		s.keys = make([]uint64, size)
+		s.gens = make([]uint32, size)
+		s.gen = 0
+	}
+	s.mask = uint64(len(s.keys) - 1)
+	s.gen++
+	if s.gen == 0 {
+		clear(s.gens)
+		s.gen = 1
+	}
+}
+
+// add inserts k and reports whether it was absent.
+func (s *stampSet) add(k uint64) bool {
+	i := (k * 0x9E3779B97F4A7C15 >> 17) & s.mask
+	for s.gens[i] == s.gen {
+		if s.keys[i] == k {
+			return false
+		}
+		i = (i + 1) & s.mask
+	}
+	s.keys[i], s.gens[i] = k, s.gen
+	return true
+}

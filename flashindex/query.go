@@ -1,0 +1,178 @@
+package flashindex
+
+import (
+	"math/bits"
+	"sync"
+)
+
+// queryScratch is per-query working memory, pooled.
+type queryScratch struct {
+	live    []uint64 // 3 planes of W words: device, host, disk walkers
+	devEnd  []int32  // per slot: where the device prefix ended
+	hostEnd []int32  // per slot: where the host run ended
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(queryScratch) }}
+
+// FindMatches returns, for every worker with any overlap with the request
+// seq (own sequence hashes from position 0), its device, host and disk
+// depths and resident count; see Match for the exact counting. Results are
+// appended to dst[:0] and the extended slice returned, so a caller that
+// passes the previous result back allocates nothing; the caller owns both.
+// Workers come in no particular order. seq is not retained or modified.
+//
+// FindMatches takes no index-wide lock and may run concurrently with
+// writers and other queries.
+func (ix *Index) FindMatches(seq []uint64, dst []Match) []Match {
+	return ix.find(seq, dst, false)
+}
+
+// FindMatchesEarlyExit is FindMatches that stops walking the request as
+// soon as at most one worker still matches, at the end of the stretch of
+// blocks being examined. Every other worker's depths are exact; the last
+// one's are a prefix of its exact depths (enough to know it leads), as in
+// Dynamo's early-exit lookup.
+func (ix *Index) FindMatchesEarlyExit(seq []uint64, dst []Match) []Match {
+	return ix.find(seq, dst, true)
+}
+
+// word returns word i of plane p of a residency set.
+func word(b []uint64, i, p int) uint64 {
+	if j := i*numPlanes + p; j < len(b) {
+		return b[j]
+	}
+	return 0
+}
+
+func (ix *Index) find(seq []uint64, dst []Match, early bool) []Match {
+	dst = dst[:0]
+	if len(seq) == 0 {
+		return dst
+	}
+	st := ix.slots.Load()
+	W := st.words()
+	if W == 0 {
+		return dst
+	}
+	sc := scratchPool.Get().(*queryScratch)
+	defer scratchPool.Put(sc)
+	if cap(sc.live) < 3*W {
+		sc.live = make([]uint64, 3*W)
+	}
+	live := sc.live[:3*W]
+	clear(live)
+	dev, host, disk := live[:W], live[W:2*W], live[2*W:]
+	if ns := len(st.workers); cap(sc.devEnd) < ns {
+		sc.devEnd = make([]int32, ns)
+		sc.hostEnd = make([]int32, ns)
+	}
+	devEnd, hostEnd := sc.devEnd[:len(st.workers)], sc.hostEnd[:len(st.workers)]
+
+	emit := func(s, p int) {
+		d, h := int(devEnd[s]), int(hostEnd[s])
+		dst = append(dst, Match{Worker: st.workers[s], Device: d, Host: h - d, Disk: p - h, Resident: st.counts[s].total()})
+	}
+	started := false
+	pos := 0
+walk:
+	for pos < len(seq) {
+		v, ok := ix.blocks.get(seq[pos])
+		if !ok {
+			break
+		}
+		n := ix.nodes.get(uint32(v >> 32))
+		if n == nil {
+			break
+		}
+		d := n.data.Load()
+		off := int(uint32(v))
+		if off >= len(d.hashes) || d.hashes[off] != seq[pos] {
+			break // the node changed under us; treat as the end of the match
+		}
+		m := matchLen(seq[pos:], d.hashes[off:])
+		end := off + m
+		for ri, o := d.runAt(off), off; o < end; ri++ {
+			r := &d.runs[ri]
+			p := pos + o - off
+			if !started {
+				started = true
+				any := uint64(0)
+				for i := 0; i < W; i++ {
+					dw := word(r.bits, i, planeDevice) | word(r.bits, i, planeApprox)
+					hw := word(r.bits, i, planeHost)
+					kw := word(r.bits, i, planeDisk)
+					mk := st.mask[i]
+					dev[i] = dw & mk
+					host[i] = hw &^ dw & mk
+					disk[i] = kw &^ (dw | hw) & mk
+					any |= dev[i] | host[i] | disk[i]
+					for x := host[i] | disk[i]; x != 0; x &= x - 1 {
+						s := i<<6 | bits.TrailingZeros64(x)
+						devEnd[s], hostEnd[s] = 0, 0
+					}
+				}
+				if any == 0 {
+					break walk
+				}
+			} else {
+				any := uint64(0)
+				for i := 0; i < W; i++ {
+					dw := word(r.bits, i, planeDevice) | word(r.bits, i, planeApprox)
+					hw := word(r.bits, i, planeHost)
+					kw := word(r.bits, i, planeDisk)
+					dd := dev[i] &^ dw
+					dev[i] &= dw
+					h2 := host[i] | dd
+					dh := h2 &^ hw
+					host[i] = h2 & hw
+					k2 := disk[i] | dh
+					dk := k2 &^ kw
+					disk[i] = k2 & kw
+					any |= dev[i] | host[i] | disk[i]
+					for x := dd; x != 0; x &= x - 1 {
+						devEnd[i<<6|bits.TrailingZeros64(x)] = int32(p)
+					}
+					for x := dh; x != 0; x &= x - 1 {
+						hostEnd[i<<6|bits.TrailingZeros64(x)] = int32(p)
+					}
+					for x := dk; x != 0; x &= x - 1 {
+						emit(i<<6|bits.TrailingZeros64(x), p)
+					}
+				}
+				if any == 0 {
+					pos = p
+					break walk
+				}
+			}
+			o = min(int(r.end), end)
+			if early {
+				left := 0
+				for i := 0; i < W; i++ {
+					left += bits.OnesCount64(dev[i] | host[i] | disk[i])
+				}
+				if left <= 1 {
+					pos += o - off
+					break walk
+				}
+			}
+		}
+		pos += m
+	}
+	// Flush the walkers still live at pos.
+	for i := 0; i < W; i++ {
+		for x := dev[i]; x != 0; x &= x - 1 {
+			s := i<<6 | bits.TrailingZeros64(x)
+			devEnd[s], hostEnd[s] = int32(pos), int32(pos)
+			emit(s, pos)
+		}
+		for x := host[i]; x != 0; x &= x - 1 {
+			s := i<<6 | bits.TrailingZeros64(x)
+			hostEnd[s] = int32(pos)
+			emit(s, pos)
+		}
+		for x := disk[i]; x != 0; x &= x - 1 {
+			emit(i<<6|bits.TrailingZeros64(x), pos)
+		}
+	}
+	return dst
+}

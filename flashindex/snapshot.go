@@ -1,0 +1,490 @@
+package flashindex
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"slices"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Snapshot format, version 1:
+//
+//	magic "FLXI" | version byte | zstd frame of the body
+//
+// The body is a sequence of unsigned varints (u) and little-endian 64-bit
+// words (h):
+//
+//	u blockSize, u approxSeq
+//	u workers, then per worker (sorted by ID, DP rank):
+//	  u id, u dpRank, u seen, u lastID, u gaps
+//	  3x (device, host, disk): u n, n x (h engine, h seq), sorted by engine
+//	  3x: u n, n x (h seq, u extra), aliases sorted by seq
+//	u nodes, then per node (sorted by first hash):
+//	  u n, n x h hash, u runs, runs x (u end, u k, k x (u worker, u planes))
+//	u approx, then per entry (sorted by expiry, order):
+//	  u worker, h seq, u expiry (zigzag), u order
+//
+// Worker numbers are positions in the sorted worker list; planes is a mask
+// (1 device, 2 host, 4 disk, 8 approximate). Encoding is canonical, so
+// Snapshot of a restored index reproduces the input byte for byte.
+const (
+	snapshotMagic   = "FLXI"
+	snapshotVersion = 1
+)
+
+// Snapshot writes the whole index (blocks, residencies, engine-hash maps,
+// event ids, approximate entries) to w, zstd-compressed. Counters in Stats
+// other than sizes are not saved. Snapshot holds the writer lock while it
+// runs: events wait, queries do not.
+func (ix *Index) Snapshot(w io.Writer) error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if _, err := io.WriteString(w, snapshotMagic); err != nil {
+		return err
+	}
+	if _, err := w.Write([]byte{snapshotVersion}); err != nil {
+		return err
+	}
+	zw, err := zstd.NewWriter(w, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(zw, 1<<16)
+	e := encoder{w: bw}
+
+	wss := make([]*workerState, 0, len(ix.workers))
+	for _, ws := range ix.workers {
+		wss = append(wss, ws)
+	}
+	slices.SortFunc(wss, func(a, b *workerState) int { return compareWorkers(a.w, b.w) })
+	num := make(map[int]uint64, len(wss)) // slot -> worker number
+	for i, ws := range wss {
+		num[ws.slot] = uint64(i)
+	}
+
+	e.u(uint64(ix.blockSize))
+	e.u(ix.approxSeq)
+	e.u(uint64(len(wss)))
+	type kv struct{ k, v uint64 }
+	var tmp []kv
+	for _, ws := range wss {
+		e.u(ws.w.ID)
+		e.u(uint64(ws.w.DPRank))
+		e.u(b2u(ws.seen))
+		e.u(ws.lastID)
+		e.u(ws.gaps)
+		for p := range ws.engine {
+			tmp = tmp[:0]
+			for k, v := range ws.engine[p] {
+				tmp = append(tmp, kv{k, v})
+			}
+			slices.SortFunc(tmp, func(a, b kv) int { return cmp.Compare(a.k, b.k) })
+			e.u(uint64(len(tmp)))
+			for _, x := range tmp {
+				e.h(x.k)
+				e.h(x.v)
+			}
+		}
+		for p := range ws.alias {
+			tmp = tmp[:0]
+			for k, v := range ws.alias[p] {
+				tmp = append(tmp, kv{k, uint64(v)})
+			}
+			slices.SortFunc(tmp, func(a, b kv) int { return cmp.Compare(a.k, b.k) })
+			e.u(uint64(len(tmp)))
+			for _, x := range tmp {
+				e.h(x.k)
+				e.u(x.v)
+			}
+		}
+	}
+
+	var nodes []*nodeData
+	ix.nodes.each(func(n *node) { nodes = append(nodes, n.data.Load()) })
+	slices.SortFunc(nodes, func(a, b *nodeData) int { return cmp.Compare(a.hashes[0], b.hashes[0]) })
+	e.u(uint64(len(nodes)))
+	var members []kv
+	for _, d := range nodes {
+		e.u(uint64(len(d.hashes)))
+		for _, h := range d.hashes {
+			e.h(h)
+		}
+		e.u(uint64(len(d.runs)))
+		for _, r := range d.runs {
+			e.u(uint64(r.end))
+			members = members[:0]
+			for i := 0; i*numPlanes < len(r.bits); i++ {
+				var any uint64
+				for p := 0; p < numPlanes; p++ {
+					any |= word(r.bits, i, p)
+				}
+				for x := any; x != 0; x &= x - 1 {
+					s := i<<6 | bits.TrailingZeros64(x)
+					members = append(members, kv{num[s], uint64(slotMask(r.bits, s))})
+				}
+			}
+			slices.SortFunc(members, func(a, b kv) int { return cmp.Compare(a.k, b.k) })
+			e.u(uint64(len(members)))
+			for _, m := range members {
+				e.u(m.k)
+				e.u(m.v)
+			}
+		}
+	}
+
+	entries := slices.Clone(ix.approx)
+	slices.SortFunc(entries, func(a, b *approxEntry) int {
+		if c := cmp.Compare(a.expiry, b.expiry); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.order, b.order)
+	})
+	e.u(uint64(len(entries)))
+	for _, x := range entries {
+		e.u(num[x.ws.slot])
+		e.h(x.seq)
+		e.u(uint64(x.expiry<<1) ^ uint64(x.expiry>>63))
+		e.u(x.order)
+	}
+	if e.err != nil {
+		return e.err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	return zw.Close()
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+type encoder struct {
+	w   *bufio.Writer
+	buf [binary.MaxVarintLen64]byte
+	err error
+}
+
+func (e *encoder) u(v uint64) {
+	if e.err == nil {
+		n := binary.PutUvarint(e.buf[:], v)
+		_, e.err = e.w.Write(e.buf[:n])
+	}
+}
+
+func (e *encoder) h(v uint64) {
+	if e.err == nil {
+		binary.LittleEndian.PutUint64(e.buf[:8], v)
+		_, e.err = e.w.Write(e.buf[:8])
+	}
+}
+
+type decoder struct {
+	r   *bufio.Reader
+	buf [8]byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{ErrSnapshotFormat}, args...)...)
+	}
+}
+
+func (d *decoder) u() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, err := binary.ReadUvarint(d.r)
+	if err != nil {
+		d.fail("truncated (%v)", err)
+	}
+	return v
+}
+
+// n reads a count, bounded to keep garbage from asking for absurd sizes.
+func (d *decoder) n(limit uint64, what string) int {
+	v := d.u()
+	if v > limit {
+		d.fail("%s count %d exceeds %d", what, v, limit)
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) h() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	if _, err := io.ReadFull(d.r, d.buf[:]); err != nil {
+		d.fail("truncated (%v)", err)
+		return 0
+	}
+	return binary.LittleEndian.Uint64(d.buf[:])
+}
+
+const maxCount = 1 << 40
+
+// Restore reads a snapshot written by Snapshot into a new Index configured
+// by cfg. cfg.BlockSize may be zero (the snapshot's is used); a different
+// non-zero one is a *BlockSizeError. A snapshot of another version fails
+// with ErrSnapshotVersion, a damaged one with ErrSnapshotFormat; Restore
+// never panics on bad input.
+func Restore(r io.Reader, cfg Config) (*Index, error) {
+	var head [len(snapshotMagic) + 1]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, fmt.Errorf("%w: header: %v", ErrSnapshotFormat, err)
+	}
+	if string(head[:len(snapshotMagic)]) != snapshotMagic {
+		return nil, fmt.Errorf("%w: bad magic %q", ErrSnapshotFormat, head[:len(snapshotMagic)])
+	}
+	if v := head[len(snapshotMagic)]; v != snapshotVersion {
+		return nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrSnapshotVersion, v, snapshotVersion)
+	}
+	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSnapshotFormat, err)
+	}
+	defer zr.Close()
+	d := &decoder{r: bufio.NewReaderSize(zr, 1<<16)}
+	ix, err := restoreBody(d, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if d.err == nil {
+		if _, err := d.r.ReadByte(); err == nil {
+			d.fail("trailing data")
+		} else if !errors.Is(err, io.EOF) {
+			d.fail("%v", err)
+		}
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return ix, nil
+}
+
+func restoreBody(d *decoder, cfg Config) (*Index, error) {
+	bs := d.n(MaxBlockSize, "block size")
+	if d.err != nil {
+		return nil, d.err
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = bs
+	} else if cfg.BlockSize != bs {
+		return nil, &BlockSizeError{Block: -1, Got: bs, Want: cfg.BlockSize}
+	}
+	ix, err := New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSnapshotFormat, err)
+	}
+	ix.approxSeq = d.u()
+	nw := d.n(1<<32, "worker")
+	wss := make([]*workerState, 0, min(nw, 1<<12))
+	for i := 0; i < nw && d.err == nil; i++ {
+		id := d.u()
+		dp := d.u()
+		if dp > 1<<32-1 {
+			d.fail("dp rank %d", dp)
+			break
+		}
+		w := Worker{ID: id, DPRank: uint32(dp)}
+		if i > 0 && compareWorkers(wss[i-1].w, w) >= 0 {
+			d.fail("workers out of order")
+			break
+		}
+		ws := ix.worker(w)
+		wss = append(wss, ws)
+		seen := d.u()
+		if seen > 1 {
+			d.fail("seen flag %d", seen)
+		}
+		ws.seen = seen == 1
+		ws.lastID = d.u()
+		ws.gaps = d.u()
+		for p := range ws.engine {
+			n := d.n(maxCount, "engine entry")
+			var last uint64
+			for j := 0; j < n && d.err == nil; j++ {
+				k, v := d.h(), d.h()
+				if j > 0 && k <= last {
+					d.fail("engine hashes out of order")
+				}
+				last = k
+				ws.engine[p][k] = v
+			}
+		}
+		for p := range ws.alias {
+			n := d.n(maxCount, "alias")
+			var last uint64
+			for j := 0; j < n && d.err == nil; j++ {
+				k, v := d.h(), d.u()
+				if (j > 0 && k <= last) || v == 0 || v > 1<<32-1 {
+					d.fail("bad alias entry")
+				}
+				last = k
+				if ws.alias[p] == nil {
+					ws.alias[p] = make(map[uint64]uint32)
+				}
+				ws.alias[p][k] = uint32(v)
+			}
+		}
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	// Nodes.
+	var bitCount [][numPlanes]int // per worker number
+	bitCount = make([][numPlanes]int, len(wss))
+	nn := d.n(maxCount, "node")
+	var lastFirst uint64
+	for i := 0; i < nn && d.err == nil; i++ {
+		nh := d.n(1<<32-1, "node length")
+		if nh == 0 {
+			d.fail("empty node")
+			break
+		}
+		hashes := make([]uint64, 0, min(nh, 1<<16))
+		for j := 0; j < nh && d.err == nil; j++ {
+			hashes = append(hashes, d.h())
+		}
+		if d.err != nil {
+			break
+		}
+		if i > 0 && hashes[0] <= lastFirst {
+			d.fail("nodes out of order")
+			break
+		}
+		lastFirst = hashes[0]
+		nr := d.n(uint64(nh), "run")
+		if nr == 0 && d.err == nil {
+			d.fail("node without runs")
+		}
+		runs := make([]run, 0, min(nr, 1<<12))
+		prevEnd := 0
+		for j := 0; j < nr && d.err == nil; j++ {
+			end := d.n(uint64(nh), "run end")
+			if end <= prevEnd {
+				d.fail("run ends out of order")
+				break
+			}
+			k := d.n(uint64(len(wss)), "member")
+			var set []uint64
+			lastW := -1
+			for m := 0; m < k && d.err == nil; m++ {
+				wn := d.n(uint64(len(wss))-1, "worker number")
+				mask := d.u()
+				if wn <= lastW || mask == 0 || mask >= 1<<numPlanes {
+					d.fail("bad run member")
+					break
+				}
+				lastW = wn
+				slot := wss[wn].slot
+				for p := 0; p < numPlanes; p++ {
+					if mask>>p&1 != 0 {
+						set = setOp{slot: slot, set: 1 << p}.apply(set)
+						bitCount[wn][p] += end - prevEnd
+					}
+				}
+			}
+			runs = append(runs, run{end: uint32(end), bits: set})
+			prevEnd = end
+		}
+		if d.err != nil {
+			break
+		}
+		if prevEnd != nh || len(runs[len(runs)-1].bits) == 0 {
+			d.fail("runs do not cover the node, or its tail is empty")
+			break
+		}
+		n := ix.nodes.alloc(&nodeData{hashes: hashes, runs: runs})
+		for j, h := range hashes {
+			if _, dup := ix.blocks.peek(h); dup {
+				d.fail("block %#x indexed twice", h)
+				break
+			}
+			ix.blocks.put(h, loc(n.id, j))
+		}
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	// Engine maps must agree with the residency bits.
+	for wn, ws := range wss {
+		for p := 0; p < eventPlanes; p++ {
+			refs := make(map[uint64]uint32, len(ws.engine[p]))
+			for _, s := range ws.engine[p] {
+				refs[s]++
+			}
+			if len(refs) != bitCount[wn][p] {
+				return nil, fmt.Errorf("%w: worker %v %v: %d blocks mapped, %d resident", ErrSnapshotFormat, ws.w, Tier(p), len(refs), bitCount[wn][p])
+			}
+			for s, c := range refs {
+				n, off, ok := ix.locate(s, nil, 0)
+				if !ok || !hasBit(n.data.Load().bitsAt(off), ws.slot, p) {
+					return nil, fmt.Errorf("%w: worker %v %v: mapped block %#x not resident", ErrSnapshotFormat, ws.w, Tier(p), s)
+				}
+				if ws.alias[p][s] != c-1 {
+					return nil, fmt.Errorf("%w: worker %v %v: alias count of %#x", ErrSnapshotFormat, ws.w, Tier(p), s)
+				}
+			}
+			for s := range ws.alias[p] {
+				if refs[s] == 0 {
+					return nil, fmt.Errorf("%w: worker %v %v: alias of unmapped block %#x", ErrSnapshotFormat, ws.w, Tier(p), s)
+				}
+			}
+			ws.counts.n[p].Store(int64(bitCount[wn][p]))
+		}
+	}
+	// Approximate entries.
+	na := d.n(maxCount, "approximate entry")
+	var prev *approxEntry
+	if na > 0 && len(wss) == 0 {
+		d.fail("approximate entries without workers")
+	}
+	for i := 0; i < na && d.err == nil; i++ {
+		wn := d.n(uint64(len(wss))-1, "worker number")
+		seq := d.h()
+		z := d.u()
+		order := d.u()
+		if d.err != nil {
+			break
+		}
+		e := &approxEntry{ws: wss[wn], seq: seq, expiry: int64(z>>1) ^ -int64(z&1), order: order}
+		if prev != nil && (e.expiry < prev.expiry || (e.expiry == prev.expiry && e.order <= prev.order)) {
+			d.fail("approximate entries out of order")
+			break
+		}
+		prev = e
+		ws := e.ws
+		n, off, ok := ix.locate(seq, nil, 0)
+		if !ok || slotMask(n.data.Load().bitsAt(off), ws.slot)&(1<<planeApprox|1<<planeDevice) != 1<<planeApprox || ws.approx[seq] != nil {
+			d.fail("approximate entry %#x does not match the residency bits", seq)
+			break
+		}
+		if ws.approx == nil {
+			ws.approx = make(map[uint64]*approxEntry)
+		}
+		ws.approx[seq] = e
+		ix.approx.Push(e) // sorted input is a valid heap
+		ws.counts.n[planeApprox].Add(1)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	for wn, ws := range wss {
+		if int(ws.counts.n[planeApprox].Load()) != bitCount[wn][planeApprox] {
+			return nil, fmt.Errorf("%w: worker %v: approximate bits without entries", ErrSnapshotFormat, ws.w)
+		}
+	}
+	return ix, nil
+}

@@ -1,0 +1,321 @@
+package flashindex
+
+import (
+	"bytes"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// This file holds the storage layer shared by the write and read paths:
+//
+//   - residency sets: immutable bitsets over worker slots, four planes per
+//     64-slot word (device, host, disk, approximate);
+//   - nodes: a run of sequence hashes stored contiguously (a chain segment)
+//     with its residency as runs of identical sets; a node's content is an
+//     immutable nodeData swapped atomically (copy-on-write);
+//   - the arena: node id -> *node, readable without locks;
+//   - the block map: sequence hash -> (node id, offset), sharded, each shard
+//     behind its own RWMutex.
+//
+// A block (sequence hash) lives at exactly one (node, offset) for as long as
+// it is in the block map, and never moves: splitting residency only splits
+// runs inside a node, so the block map is written only when blocks are
+// created or garbage-collected.
+
+// Residency planes. A set's word i of plane p is bits[i*numPlanes+p].
+const (
+	planeDevice = 0
+	planeHost   = 1
+	planeDisk   = 2
+	planeApprox = 3 // speculative device residency from Record
+	numPlanes   = 4
+	eventPlanes = 3 // planes fed by events: device, host, disk
+)
+
+// hasBit reports whether slot is set in plane of bits.
+func hasBit(b []uint64, slot, plane int) bool {
+	i := (slot>>6)*numPlanes + plane
+	return i < len(b) && b[i]>>(uint(slot)&63)&1 != 0
+}
+
+// slotMask returns the planes (bit p = plane p) in which slot is set.
+func slotMask(b []uint64, slot int) uint8 {
+	var m uint8
+	for p := 0; p < numPlanes; p++ {
+		if hasBit(b, slot, p) {
+			m |= 1 << p
+		}
+	}
+	return m
+}
+
+// trimBits drops trailing zero words so that equal sets are equal slices.
+func trimBits(b []uint64) []uint64 {
+	n := len(b)
+	for n > 0 && b[n-1] == 0 {
+		n--
+	}
+	if n == 0 {
+		return nil
+	}
+	return b[:n]
+}
+
+// setOp is one change applied to every set in a range of blocks.
+type setOp struct {
+	slot  int
+	set   uint8 // planes to set
+	clear uint8 // planes to clear
+}
+
+// apply returns b with the op applied. b is never modified: an unchanged set
+// is returned as is, a changed one is a fresh slice.
+func (op setOp) apply(b []uint64) []uint64 {
+	changed := false
+	for p := 0; p < numPlanes; p++ {
+		has := hasBit(b, op.slot, p)
+		if (op.set>>p&1 != 0 && !has) || (op.clear>>p&1 != 0 && has) {
+			changed = true
+			break
+		}
+	}
+	if !changed {
+		return b
+	}
+	need := (op.slot>>6)*numPlanes + numPlanes
+	n := max(len(b), need)
+	out := make([]uint64, n)
+	copy(out, b)
+	base := (op.slot >> 6) * numPlanes
+	bit := uint64(1) << (uint(op.slot) & 63)
+	for p := 0; p < numPlanes; p++ {
+		if op.set>>p&1 != 0 {
+			out[base+p] |= bit
+		}
+		if op.clear>>p&1 != 0 {
+			out[base+p] &^= bit
+		}
+	}
+	return trimBits(out)
+}
+
+func bitsEqual(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 || &a[0] == &b[0] {
+		return true
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// run is a stretch of a node's blocks with one residency set; it ends
+// (exclusive offset) at end and starts where the previous run ended.
+type run struct {
+	end  uint32
+	bits []uint64 // immutable once published
+}
+
+// nodeData is an immutable snapshot of a node. Blocks past len(hashes) in
+// the backing array may be written by the writer (appends); readers only
+// ever read hashes[:len(hashes)] of the snapshot they loaded.
+type nodeData struct {
+	hashes []uint64
+	runs   []run // cover [0, len(hashes)) in order
+}
+
+// runAt returns the index of the run holding offset off.
+func (d *nodeData) runAt(off int) int {
+	lo, hi := 0, len(d.runs)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if int(d.runs[m].end) <= off {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// bitsAt returns the residency set of the block at off.
+func (d *nodeData) bitsAt(off int) []uint64 {
+	return d.runs[d.runAt(off)].bits
+}
+
+// node is one chain segment. Only the writer stores data.
+type node struct {
+	id   uint32
+	data atomic.Pointer[nodeData]
+}
+
+const chunkBits = 10
+
+type nodeChunk [1 << chunkBits]atomic.Pointer[node]
+
+// arena maps node ids to nodes. get is lock-free; alloc and release are
+// writer-only (the Index's writer mutex).
+type arena struct {
+	chunks atomic.Pointer[[]*nodeChunk]
+	free   []uint32 // writer-only: released ids for reuse
+	next   uint32   // writer-only: next never-used id
+	live   int      // writer-only: nodes in use
+}
+
+func (a *arena) get(id uint32) *node {
+	cs := a.chunks.Load()
+	if cs == nil || int(id>>chunkBits) >= len(*cs) {
+		return nil
+	}
+	return (*cs)[id>>chunkBits][id&(1<<chunkBits-1)].Load()
+}
+
+func (a *arena) alloc(d *nodeData) *node {
+	var id uint32
+	if n := len(a.free); n > 0 {
+		id = a.free[n-1]
+		a.free = a.free[:n-1]
+	} else {
+		id = a.next
+		a.next++
+		cs := a.chunks.Load()
+		var cur []*nodeChunk
+		if cs != nil {
+			cur = *cs
+		}
+		if int(id>>chunkBits) >= len(cur) {
+			grown := make([]*nodeChunk, len(cur)+1)
+			copy(grown, cur)
+			grown[len(cur)] = new(nodeChunk)
+			a.chunks.Store(&grown)
+			cur = grown
+		}
+	}
+	n := &node{id: id}
+	n.data.Store(d)
+	(*a.chunks.Load())[id>>chunkBits][id&(1<<chunkBits-1)].Store(n)
+	a.live++
+	return n
+}
+
+func (a *arena) release(n *node) {
+	(*a.chunks.Load())[n.id>>chunkBits][n.id&(1<<chunkBits-1)].Store(nil)
+	a.free = append(a.free, n.id)
+	a.live--
+}
+
+// each calls f for every live node, in id order. Writer-only.
+func (a *arena) each(f func(*node)) {
+	cs := a.chunks.Load()
+	if cs == nil {
+		return
+	}
+	for _, c := range *cs {
+		for i := range c {
+			if n := c[i].Load(); n != nil {
+				f(n)
+			}
+		}
+	}
+}
+
+const shardBits = 6
+
+type blockShard struct {
+	mu sync.RWMutex      // guards m against the writer; readers take RLock
+	m  map[uint64]uint64 // sequence hash -> node id<<32 | offset
+	_  [32]byte          // pad the shard to a 64-byte cache line
+}
+
+// blockMap maps every indexed sequence hash to its place. Readers use get;
+// the single writer (holding the Index's writer mutex) uses peek, which
+// needs no shard lock because no one else writes, and put/del, which take
+// the shard's write lock.
+type blockMap struct {
+	shards [1 << shardBits]blockShard
+	n      int // writer-only: entries
+}
+
+func newBlockMap() *blockMap {
+	b := &blockMap{}
+	for i := range b.shards {
+		b.shards[i].m = make(map[uint64]uint64)
+	}
+	return b
+}
+
+func (b *blockMap) shard(h uint64) *blockShard {
+	// Sequence hashes are XXH3 outputs, uniform in every bit; mix anyway so
+	// adversarial or test hashes with equal high bits still spread.
+	return &b.shards[(h*0x9E3779B97F4A7C15)>>(64-shardBits)]
+}
+
+func (b *blockMap) get(h uint64) (uint64, bool) {
+	s := b.shard(h)
+	s.mu.RLock()
+	v, ok := s.m[h]
+	s.mu.RUnlock()
+	return v, ok
+}
+
+func (b *blockMap) peek(h uint64) (uint64, bool) {
+	v, ok := b.shard(h).m[h]
+	return v, ok
+}
+
+func (b *blockMap) put(h, v uint64) {
+	s := b.shard(h)
+	s.mu.Lock()
+	if _, ok := s.m[h]; !ok {
+		b.n++
+	}
+	s.m[h] = v
+	s.mu.Unlock()
+}
+
+func (b *blockMap) del(h uint64) {
+	s := b.shard(h)
+	s.mu.Lock()
+	if _, ok := s.m[h]; ok {
+		b.n--
+		delete(s.m, h)
+	}
+	s.mu.Unlock()
+}
+
+func loc(id uint32, off int) uint64 { return uint64(id)<<32 | uint64(uint32(off)) }
+
+// matchLen returns how many leading elements a and b share.
+func matchLen(a, b []uint64) int {
+	n := min(len(a), len(b))
+	i := 0
+	const chunk = 32
+	for ; i+chunk <= n; i += chunk {
+		if !bytes.Equal(u64Bytes(a[i:i+chunk]), u64Bytes(b[i:i+chunk])) {
+			break
+		}
+	}
+	for ; i < n && a[i] == b[i]; i++ {
+	}
+	return i
+}
+
+func u64Bytes(s []uint64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 8*len(s))
+}
+
+// popcount returns the number of set bits in s.
+func popcount(s []uint64) int {
+	n := 0
+	for _, w := range s {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
