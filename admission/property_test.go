@@ -1,0 +1,452 @@
+package admission
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A discrete-event workload driving a Controller the way the simulator and
+// the router do: turns start (maybe held), end with usage, tools run, sessions
+// end; Tick every Interval; workers change now and then. Every operation is
+// logged as a script line so a failure prints a replayable prefix.
+
+type simTurn struct {
+	prompt, completion int64
+	think, tool        time.Duration
+}
+
+type simProg struct {
+	id      string
+	turns   []simTurn
+	next    int  // index of the turn to start next
+	running bool // a turn is running
+	held    bool
+	heldGen int // generation of the current hold (for stale cancels)
+	done    bool
+	abandon int // turn after which the session is ended early (−1: never)
+}
+
+type simEvent struct {
+	at   time.Duration
+	seq  int
+	kind int // 0 start turn, 1 end turn, 2 tick, 3 cancel held, 4 worker churn
+	p    *simProg
+	gen  int
+}
+
+type simQueue []simEvent
+
+func (q simQueue) Len() int { return len(q) }
+func (q simQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q simQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *simQueue) Push(x any)   { *q = append(*q, x.(simEvent)) }
+func (q *simQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+type simResult struct {
+	pauses, marks, forced, resumes uint64
+	maxWait, totalWait             time.Duration
+	releases                       int
+	makespan                       time.Duration
+	maxMarksPerTick                int
+}
+
+type sim struct {
+	t       testing.TB
+	rng     *rand.Rand
+	ctl     *Controller
+	now     time.Duration
+	q       simQueue
+	seq     int
+	log     []string
+	dec     []Decision
+	progs   map[string]*simProg
+	nextW   WorkerID
+	res     simResult
+	churn   bool
+	failed  bool
+	seed    uint64
+	ticking bool
+}
+
+func (s *sim) push(at time.Duration, kind int, p *simProg, gen int) {
+	s.seq++
+	heap.Push(&s.q, simEvent{at: at, seq: s.seq, kind: kind, p: p, gen: gen})
+}
+
+func (s *sim) fail(format string, args ...any) {
+	if s.failed {
+		return
+	}
+	s.failed = true
+	prefix := s.log
+	const keep = 60
+	skipped := 0
+	if len(prefix) > keep {
+		skipped = len(prefix) - keep
+		prefix = prefix[skipped:]
+	}
+	s.t.Errorf("seed %d: %s\nfailing prefix (%d ops, first %d omitted; replay as a testdata script):\n%s",
+		s.seed, fmt.Sprintf(format, args...), len(s.log), skipped, strings.Join(prefix, "\n----\n\n"))
+}
+
+func (s *sim) op(line string) {
+	s.log = append(s.log, fmt.Sprintf("%s at=%v", line, s.now))
+}
+
+func (s *sim) check(after string) {
+	if err := checkInvariants(s.ctl); err != nil {
+		s.fail("after %s: %v", after, err)
+	}
+}
+
+func (s *sim) handleDecisions() {
+	for len(s.dec) > 0 {
+		d := s.dec[0]
+		s.dec = s.dec[1:]
+		switch d.Kind {
+		case KindPause:
+			s.res.pauses++
+		case KindMark:
+			s.res.marks++
+		case KindResume:
+			s.res.resumes++
+			if d.Reason == ReasonForced {
+				s.res.forced++
+			}
+			if d.Released {
+				cfg := s.ctl.Config()
+				if d.Waited > cfg.ForcedResume+cfg.Interval {
+					s.fail("%s waited %v > forced-resume cap %v + interval", d.Program, d.Waited, cfg.ForcedResume)
+				}
+				s.res.releases++
+				s.res.totalWait += d.Waited
+				if d.Waited > s.res.maxWait {
+					s.res.maxWait = d.Waited
+				}
+				p := s.progs[d.Program]
+				if p == nil || !p.held {
+					s.fail("release of %s which holds no turn", d.Program)
+					continue
+				}
+				p.held = false
+				p.running = true
+				s.push(s.now+p.turns[p.next].think, 1, p, 0)
+			}
+		}
+	}
+}
+
+func (s *sim) startTurn(p *simProg) {
+	tr := p.turns[p.next]
+	s.op(fmt.Sprintf("start s=%s tokens=%d", p.id, tr.prompt))
+	adm, err := s.ctl.StartRequest(epoch.Add(s.now), p.id, tr.prompt)
+	if err != nil {
+		s.fail("start %s: %v", p.id, err)
+		return
+	}
+	s.check("start")
+	if adm.Run {
+		p.running = true
+		s.push(s.now+tr.think, 1, p, 0)
+	} else {
+		p.held = true
+		p.heldGen++
+		if s.churn && s.rng.IntN(10) == 0 { // the client gives up for a while
+			s.push(s.now+time.Duration(1+s.rng.IntN(120))*time.Second, 3, p, p.heldGen)
+		}
+	}
+	s.handleDecisions()
+}
+
+func (s *sim) run(maxTime time.Duration) {
+	interval := s.ctl.Config().Interval
+	s.push(interval, 2, nil, 0)
+	if s.churn {
+		s.push(time.Duration(30+s.rng.IntN(300))*time.Second, 4, nil, 0)
+	}
+	for s.q.Len() > 0 && !s.failed {
+		e := heap.Pop(&s.q).(simEvent)
+		s.now = e.at
+		if s.now > maxTime {
+			s.fail("workload not finished after %v", maxTime)
+			return
+		}
+		switch e.kind {
+		case 0:
+			if !e.p.done {
+				s.startTurn(e.p)
+			}
+		case 1:
+			p := e.p
+			if p.done || !p.running {
+				continue
+			}
+			tr := p.turns[p.next]
+			s.op(fmt.Sprintf("end s=%s prompt=%d completion=%d", p.id, tr.prompt, tr.completion))
+			if err := s.ctl.EndRequest(epoch.Add(s.now), p.id, tr.prompt, tr.completion); err != nil {
+				s.fail("end %s: %v", p.id, err)
+			}
+			s.check("end")
+			p.running = false
+			s.handleDecisions()
+			finished := p.next == p.abandon
+			p.next++
+			if p.next == len(p.turns) || finished {
+				s.op("close s=" + p.id)
+				if err := s.ctl.EndSession(epoch.Add(s.now), p.id); err != nil {
+					s.fail("close %s: %v", p.id, err)
+				}
+				p.done = true
+				s.check("close")
+				s.handleDecisions()
+				continue
+			}
+			s.push(s.now+tr.tool, 0, p, 0)
+		case 2:
+			s.op("tick")
+			s.ctl.Tick(epoch.Add(s.now))
+			s.check("tick")
+			if err := checkAfterTick(s.ctl); err != nil {
+				s.fail("after tick: %v", err)
+			}
+			marks := 0
+			for _, d := range s.dec {
+				if d.Kind == KindMark {
+					marks++
+				}
+			}
+			if marks > s.res.maxMarksPerTick {
+				s.res.maxMarksPerTick = marks
+			}
+			s.handleDecisions()
+			// No held turn may have waited the cap after a tick.
+			cfg := s.ctl.Config()
+			if len(s.ctl.workers) > 0 {
+				for _, p := range s.ctl.paused {
+					if p.held > 0 && epoch.Add(s.now).Sub(p.waitSince) >= cfg.ForcedResume {
+						s.fail("%s held since %v, past the cap", p.id, p.waitSince.Sub(epoch))
+					}
+				}
+			}
+			if s.allDone() {
+				s.res.makespan = s.now
+				continue // stop ticking
+			}
+			s.push(s.now+interval, 2, nil, 0)
+		case 3:
+			p := e.p
+			if p.done || !p.held || p.heldGen != e.gen {
+				continue
+			}
+			s.op("cancel s=" + p.id)
+			if err := s.ctl.Cancel(epoch.Add(s.now), p.id); err != nil {
+				s.fail("cancel %s: %v", p.id, err)
+			}
+			p.held = false
+			s.check("cancel")
+			s.handleDecisions()
+			s.push(s.now+time.Second, 0, p, 0) // retry the same turn
+		case 4:
+			s.workerChurn()
+			if !s.allDone() {
+				s.push(s.now+time.Duration(30+s.rng.IntN(300))*time.Second, 4, nil, 0)
+			}
+		}
+	}
+	if s.failed {
+		return
+	}
+	for _, p := range s.progs {
+		if !p.done {
+			s.fail("program %s never finished (turn %d/%d, held=%v)", p.id, p.next, len(p.turns), p.held)
+		}
+	}
+	if s.ctl.Len() != 0 {
+		s.fail("%d programs left in the controller after every session ended", s.ctl.Len())
+	}
+}
+
+func (s *sim) allDone() bool {
+	for _, p := range s.progs {
+		if !p.done {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *sim) addWorker() {
+	s.nextW++
+	c := int64(4000 + s.rng.IntN(36000))
+	s.op(fmt.Sprintf("worker add id=%d cap=%d", s.nextW, c))
+	if err := s.ctl.AddWorker(s.nextW, c); err != nil {
+		s.fail("add worker: %v", err)
+	}
+}
+
+func (s *sim) workerChurn() {
+	ws := s.ctl.workers
+	switch r := s.rng.IntN(3); {
+	case r == 0 || len(ws) == 1:
+		s.addWorker()
+	case r == 1:
+		id := ws[s.rng.IntN(len(ws))].id
+		s.op(fmt.Sprintf("worker remove id=%d", id))
+		if err := s.ctl.RemoveWorker(epoch.Add(s.now), id); err != nil {
+			s.fail("remove worker: %v", err)
+		}
+	default:
+		id := ws[s.rng.IntN(len(ws))].id
+		c := int64(4000 + s.rng.IntN(36000))
+		s.op(fmt.Sprintf("worker cap id=%d cap=%d", id, c))
+		if err := s.ctl.SetCapacity(id, c); err != nil {
+			s.fail("set capacity: %v", err)
+		}
+	}
+	s.check("worker churn")
+	s.handleDecisions()
+}
+
+// newSim builds a random workload for seed.
+func newSim(t testing.TB, seed uint64, cfg Config, churn bool) *sim {
+	s := &sim{t: t, rng: rand.New(rand.NewPCG(seed, 0x5eed)), progs: map[string]*simProg{}, churn: churn, seed: seed}
+	cfg.OnDecision = func(d Decision) { s.dec = append(s.dec, d) }
+	c, err := NewController(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ctl = c
+	nw := 1 + s.rng.IntN(4)
+	for i := 0; i < nw; i++ {
+		s.addWorker()
+	}
+	np := 5 + s.rng.IntN(40)
+	for i := 0; i < np; i++ {
+		p := &simProg{id: fmt.Sprintf("p%d", i), abandon: -1}
+		nt := 1 + s.rng.IntN(8)
+		var ctx int64 = int64(200 + s.rng.IntN(3000))
+		for k := 0; k < nt; k++ {
+			tr := simTurn{
+				prompt:     ctx,
+				completion: int64(20 + s.rng.IntN(800)),
+				think:      time.Duration(1+s.rng.IntN(20)) * time.Second,
+				tool:       time.Duration(1+s.rng.IntN(90)) * time.Second,
+			}
+			p.turns = append(p.turns, tr)
+			ctx += tr.completion + int64(50+s.rng.IntN(4000))
+		}
+		if s.rng.IntN(8) == 0 {
+			p.abandon = s.rng.IntN(nt)
+		}
+		s.progs[p.id] = p
+		s.push(time.Duration(s.rng.IntN(60_000))*time.Millisecond, 0, p, 0)
+	}
+	return s
+}
+
+func TestPropertyRandomWorkloads(t *testing.T) {
+	seeds := 150
+	if testing.Short() {
+		seeds = 30
+	}
+	for _, pol := range []struct {
+		name string
+		p    Placement
+	}{{"worst", WorstFit}, {"bfd", BestFitDecreasing}, {"least", LeastLoaded}} {
+		for _, churn := range []bool{false, true} {
+			for seed := uint64(1); seed <= uint64(seeds); seed++ {
+				cfg := Config{Placement: pol.p}
+				if seed%5 == 0 {
+					cfg.DecayHalfLife = 30 * time.Second
+				}
+				if seed%7 == 0 {
+					cfg.ForcedResume = 2 * time.Minute
+				}
+				s := newSim(t, seed, cfg, churn)
+				s.run(72 * time.Hour)
+				if t.Failed() {
+					t.Fatalf("policy %s churn=%v seed %d failed", pol.name, churn, seed)
+				}
+			}
+		}
+	}
+}
+
+// TestPlacementComparison runs the same heavy workloads under each policy
+// and logs what they do (go test -run PlacementComparison -v). It asserts
+// only the properties, not which policy wins.
+func TestPlacementComparison(t *testing.T) {
+	for _, pol := range []struct {
+		name string
+		p    Placement
+	}{{"worst-fit", WorstFit}, {"best-fit-decreasing", BestFitDecreasing}, {"least-loaded", LeastLoaded}} {
+		var tot simResult
+		var makespan time.Duration
+		const seeds = 40
+		for seed := uint64(1000); seed < 1000+seeds; seed++ {
+			s := newSim(t, seed, Config{Placement: pol.p}, false)
+			s.run(72 * time.Hour)
+			tot.pauses += s.res.pauses
+			tot.marks += s.res.marks
+			tot.forced += s.res.forced
+			tot.releases += s.res.releases
+			tot.totalWait += s.res.totalWait
+			makespan += s.res.makespan
+			if s.res.maxWait > tot.maxWait {
+				tot.maxWait = s.res.maxWait
+			}
+		}
+		mean := time.Duration(0)
+		if tot.releases > 0 {
+			mean = tot.totalWait / time.Duration(tot.releases)
+		}
+		t.Logf("%-20s pauses=%d marks=%d forced=%d held-releases=%d mean-wait=%v max-wait=%v mean-makespan=%v",
+			pol.name, tot.pauses, tot.marks, tot.forced, tot.releases, mean.Round(time.Millisecond), tot.maxWait,
+			(makespan / seeds).Round(time.Second))
+	}
+}
+
+// TestMarkingCountsFutureFrees is the regression test for the upstream flaw:
+// with n equal REASONING programs and nothing ACTING, only as many are marked
+// as the excess needs, and a second tick marks none.
+func TestMarkingCountsFutureFrees(t *testing.T) {
+	for _, n := range []int{2, 5, 10, 50} {
+		t.Run(fmt.Sprint("n=", n), func(t *testing.T) {
+			c, _ := NewController(Config{})
+			_ = c.AddWorker(1, int64(n)*1000)
+			for i := 0; i < n; i++ {
+				if _, err := c.StartRequest(epoch, fmt.Sprint("p", i), 100); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Each program grows to 1000 tokens: U = 1.0.
+			for i := 0; i < n; i++ {
+				_ = c.EndRequest(epoch, fmt.Sprint("p", i), 1000, 0)
+				_, _ = c.StartRequest(epoch, fmt.Sprint("p", i), 1000)
+			}
+			r := c.Tick(epoch.Add(5 * time.Second))
+			// Need (n − 0.8n) programs' worth freed: ceil(0.2n).
+			want := (2*n + 9) / 10
+			if r.Marked != want || r.Paused != 0 {
+				t.Fatalf("marked %d paused %d, want %d marked (upstream marks all %d)", r.Marked, r.Paused, want, n)
+			}
+			if r2 := c.Tick(epoch.Add(10 * time.Second)); r2.Marked != 0 {
+				t.Fatalf("second tick marked %d more", r2.Marked)
+			}
+		})
+	}
+}
