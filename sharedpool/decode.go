@@ -42,7 +42,9 @@ const maxDepth = 32
 //     object_key and seq_hashes; with legacy compatibility also type
 //     ("BlockStored", "BlockRemoved", "AllBlocksCleared") and block_hashes.
 //
-// Fields this package does not use are skipped whatever their type.
+// An event may also be the positional array [event_type, object_key,
+// tenant_id, group_id], the compact encoding of Dynamo's struct. Fields this
+// package does not use are skipped whatever their type.
 func DecodeFrames(frames [][]byte) (Batch, error) {
 	if len(frames) != 3 {
 		return Batch{}, fmt.Errorf("%w: %d frames, want 3 (topic, seq, payload)", ErrMalformedFrame, len(frames))
@@ -355,6 +357,9 @@ func (p *parser) event() (ev Event, reason, key string, err error) {
 	if err != nil {
 		return ev, "", "", err
 	}
+	if t == tArray {
+		return p.positional()
+	}
 	if t != tMap {
 		if err := p.skip(0); err != nil {
 			return ev, "", "", err
@@ -589,4 +594,59 @@ func (p *parser) hashes() (hs []uint64, bad string, err error) {
 		hs = append(hs, v)
 	}
 	return hs, bad, nil
+}
+
+// positional reads an event encoded as an array in the field order of
+// Dynamo's MooncakeObjectEvent struct, [event_type, object_key, tenant_id,
+// group_id] (how rmp_serde::to_vec writes a struct); trailing fields may be
+// missing. Other arrays, such as the old positional Mooncake events
+// (["BlockStoreEvent", key, replicas, ...], which have no remove event and
+// so cannot keep an index exact), are rejected.
+func (p *parser) positional() (ev Event, reason, key string, err error) {
+	n, err := p.length(tArray, 1)
+	if err != nil {
+		return ev, "", "", err
+	}
+	fields := [4]*string{nil, &ev.Key, &ev.Tenant, &ev.GroupID}
+	var eventType string
+	for i := range n {
+		if i >= len(fields) || reason != "" {
+			if err := p.skip(0); err != nil {
+				return ev, "", "", err
+			}
+			if reason == "" {
+				reason = fmt.Sprintf("positional event has %d elements, want at most 4", n)
+			}
+			continue
+		}
+		var bad string
+		if i == 0 {
+			eventType, bad, err = p.str(false)
+		} else {
+			*fields[i], bad, err = p.str(true)
+		}
+		if err != nil {
+			return ev, "", "", err
+		}
+		if bad != "" {
+			reason = fmt.Sprintf("positional element %d %s", i, bad)
+		}
+	}
+	key = ev.Key
+	if reason != "" {
+		return ev, reason, key, nil
+	}
+	switch eventType {
+	case "stored":
+		ev.Kind = Store
+	case "removed":
+		ev.Kind = Remove
+	case "cleared":
+		ev.Kind = Clear
+	case "":
+		return ev, "positional event without event_type", key, nil
+	default:
+		return ev, fmt.Sprintf("positional event of unknown type %q", eventType), key, nil
+	}
+	return ev, "", key, nil
 }
