@@ -39,7 +39,8 @@ type QueueStats struct {
 	Enqueued  uint64 // envelopes accepted into the queue
 	Delivered uint64 // inner Send returned nil
 	Failed    uint64 // inner Send returned an error
-	Dropped   uint64 // dropped because the queue was full
+	Dropped   uint64 // new envelopes refused because the queue was full
+	Evicted   uint64 // queued envelopes dropped to make room (DropOldest)
 	Discarded uint64 // queued but never sent: Close gave up before reaching them
 	Closed    uint64 // Send called after Close
 	Queued    int    // waiting now
@@ -65,7 +66,7 @@ type Queue struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the delivery goroutine exits
 
-	enqueued, delivered, failed, dropped, discarded, afterClose atomic.Uint64
+	enqueued, delivered, failed, dropped, evicted, discarded, afterClose atomic.Uint64
 }
 
 // NewQueue starts a Queue in front of inner.
@@ -114,7 +115,7 @@ func (q *Queue) Send(_ context.Context, env *Envelope) error {
 	for range 4 {
 		select {
 		case <-q.ch:
-			q.dropped.Add(1)
+			q.evicted.Add(1)
 		default:
 		}
 		select {
@@ -175,12 +176,13 @@ func (q *Queue) Close(ctx context.Context) error {
 // Done is closed when the delivery goroutine has exited (after Close).
 func (q *Queue) Done() <-chan struct{} { return q.done }
 
-// Stats returns the counters. Enqueued = Delivered + Failed + Discarded +
-// Queued + (at most one in flight).
+// Stats returns the counters. Once Done is closed,
+// Enqueued = Delivered + Failed + Evicted + Discarded; before that, Queued
+// and at most one envelope in flight make up the difference.
 func (q *Queue) Stats() QueueStats {
 	return QueueStats{
 		Enqueued: q.enqueued.Load(), Delivered: q.delivered.Load(), Failed: q.failed.Load(),
-		Dropped: q.dropped.Load(), Discarded: q.discarded.Load(), Closed: q.afterClose.Load(),
+		Dropped: q.dropped.Load(), Evicted: q.evicted.Load(), Discarded: q.discarded.Load(), Closed: q.afterClose.Load(),
 		Queued: len(q.ch),
 	}
 }
