@@ -347,4 +347,3 @@ func (z *zmqReplayer) Replay(ctx context.Context, from uint64, fn func(uint64, [
 		fn(seq, f[1])
 	}
 }
-

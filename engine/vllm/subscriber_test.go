@@ -91,7 +91,8 @@ func TestSubscriberReconnectsAndDetectsRestart(t *testing.T) {
 	// number is lower.
 	send(t, pub, 50, stored(1))
 	col.waitFor(t, 10*time.Second, func(m map[uint32][]norm) bool {
-		return len(m[0]) > 0 && m[0][len(m[0])-1].Hashes[0] == 1
+		n := len(m[0])
+		return n > 0 && m[0][n-1].Kind == flashindex.Stored && m[0][n-1].Hashes[0] == 1
 	})
 	pub.Close()
 
