@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"unicode/utf8"
@@ -215,7 +216,16 @@ type rule struct {
 	harness                           string
 	session, parent, final, agent, tn []string
 	fn                                func(http.Header, []byte, *AgentContext)
+	builtin                           uint8
 }
+
+// Built-in rule funcs are recognised in New and called directly (not
+// through the func value) so the compiler sees they keep nothing.
+const (
+	builtinNone uint8 = iota
+	builtinClaude
+	builtinCodex
+)
 
 // Extractor turns requests into AgentContexts. It is immutable after New
 // except for its atomic counters, and safe for concurrent use.
@@ -264,6 +274,14 @@ func New(cfg Config) (*Extractor, error) {
 			harness: r.Harness, session: canon(r.Session), parent: canon(r.Parent),
 			final: canon(r.Final), agent: canon(r.Agent), tn: canon(r.Turn), fn: r.Func,
 		})
+		if r.Func != nil {
+			switch reflect.ValueOf(r.Func).Pointer() {
+			case reflect.ValueOf(claudeRule).Pointer():
+				e.rules[len(e.rules)-1].builtin = builtinClaude
+			case reflect.ValueOf(codexRule).Pointer():
+				e.rules[len(e.rules)-1].builtin = builtinCodex
+			}
+		}
 	}
 	return e, nil
 }
@@ -308,8 +326,18 @@ func (r *rule) apply(h http.Header, body []byte, ac *AgentContext) {
 			}
 		}
 	}
-	if r.fn != nil {
-		r.fn(h, body, ac)
+	switch {
+	case r.builtin == builtinClaude: // static calls: ac stays on the caller's stack
+		claudeRule(h, body, ac)
+	case r.builtin == builtinCodex:
+		codexRule(h, body, ac)
+	case r.fn != nil:
+		// A user Func may keep its argument: give it a heap copy so the
+		// common (built-in only) path allocates nothing.
+		p := new(AgentContext)
+		*p = *ac
+		r.fn(h, body, p)
+		*ac = *p
 	}
 }
 
@@ -386,21 +414,21 @@ func (e *Extractor) fromBody(h http.Header, body []byte, ac *AgentContext) {
 		switch {
 		case keyIs(k, "metadata") && ac.SessionID == "":
 			if raw, ok := member(v, "user_id"); ok {
-				if uid, ok := jsonString(raw); ok {
+				if uid, ok := jsonString(string(raw)); ok {
 					meta = claudeUserSession(uid)
 				} else {
 					e.malformed.Add(1)
 				}
 			}
 		case keyIs(k, "prompt_cache_key") && ac.SessionID == "":
-			cacheKey, _ = jsonString(v)
+			cacheKey, _ = jsonString(string(v))
 		case keyIs(k, "program_id"):
-			if id, ok := jsonID(v); ok {
+			if id, ok := jsonID(string(v)); ok {
 				program = id
 			}
 		case keyIs(k, "extra_body") && program == "":
 			if raw, ok := member(v, "program_id"); ok {
-				program, _ = jsonID(raw)
+				program, _ = jsonID(string(raw))
 			}
 		}
 	}
@@ -411,8 +439,8 @@ func (e *Extractor) fromBody(h http.Header, body []byte, ac *AgentContext) {
 		return
 	}
 	for i := range e.rules {
-		if e.rules[i].fn == nil {
-			continue
+		if e.rules[i].fn == nil || e.rules[i].builtin != builtinNone {
+			continue // the built-ins' body fallbacks are handled below
 		}
 		var c AgentContext
 		e.rules[i].fn(h, body, &c)

@@ -311,7 +311,7 @@ func TestCustomRule(t *testing.T) {
 		Func: func(h http.Header, body []byte, ac *AgentContext) {
 			if body != nil {
 				if raw, ok := member(body, "run"); ok {
-					ac.SessionID, _ = jsonString(raw)
+					ac.SessionID, _ = jsonString(string(raw))
 				}
 			}
 		},
@@ -401,7 +401,7 @@ func TestJSONScanner(t *testing.T) {
 	for _, tc := range []struct{ raw, want string }{
 		{`"abc"`, "abc"}, {`"a\nb"`, "a\nb"}, {`"\u00e9"`, "é"},
 	} {
-		if got, ok := jsonString([]byte(tc.raw)); !ok || got != tc.want {
+		if got, ok := jsonString(tc.raw); !ok || got != tc.want {
 			t.Errorf("jsonString(%s) = %q, %v", tc.raw, got, ok)
 		}
 	}

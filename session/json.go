@@ -171,11 +171,11 @@ func member[T text](data T, name string) (val T, ok bool) {
 	}
 }
 
-// jsonString decodes a raw JSON string token. Without escapes it is a plain
-// slice of the input (converted to a string: a copy for []byte input, none
-// for string input). ok is false for a non-string token, invalid escapes or
-// invalid UTF-8.
-func jsonString[T text](raw T) (s string, ok bool) {
+// jsonString decodes a raw JSON string token. Without escapes the result is
+// a substring of raw (no copy). ok is false for a non-string token, invalid
+// escapes or invalid UTF-8. Callers holding []byte convert first (the copy
+// that keeps the result from aliasing a reusable buffer).
+func jsonString(raw string) (s string, ok bool) {
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
 		return "", false
 	}
@@ -183,13 +183,14 @@ func jsonString[T text](raw T) (s string, ok bool) {
 	for i := 0; i < len(inner); i++ {
 		if inner[i] == '\\' {
 			// Rare path: let encoding/json decode escapes exactly.
-			if err := json.Unmarshal([]byte(string(raw)), &s); err != nil {
+			var dec string
+			if err := json.Unmarshal([]byte(raw), &dec); err != nil {
 				return "", false
 			}
-			return s, true
+			return dec, true
 		}
 	}
-	s = string(inner)
+	s = inner
 	if !utf8.ValidString(s) {
 		return "", false
 	}
@@ -198,7 +199,7 @@ func jsonString[T text](raw T) (s string, ok bool) {
 
 // jsonID decodes an id given as a JSON string or an integer literal (some
 // clients send numeric program ids).
-func jsonID[T text](raw T) (string, bool) {
+func jsonID(raw string) (string, bool) {
 	if len(raw) > 0 && raw[0] == '"' {
 		return jsonString(raw)
 	}
@@ -211,5 +212,5 @@ func jsonID[T text](raw T) (string, bool) {
 			return "", false
 		}
 	}
-	return string(raw), true
+	return raw, true
 }

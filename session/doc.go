@@ -1,0 +1,76 @@
+// Package session knows which agent session each request belongs to, and
+// keeps the table of live sessions.
+//
+// # Identity from real traffic
+//
+// Agent harnesses already say who they are, each in its own dialect.
+// FromRequest maps them, with no configuration, to one AgentContext:
+//
+//   - Canonical (Dynamo-compatible; wins over everything):
+//     x-dynamo-session-id, x-dynamo-parent-session-id, and
+//     x-dynamo-session-final ("true", "1" or "yes" ends the session).
+//   - Claude Code: X-Claude-Code-Session-Id. A subagent's requests add
+//     x-claude-code-agent-id: the request belongs to the child session
+//     "<session>/<agent>" whose parent is the root session, or
+//     "<session>/<x-claude-code-parent-agent-id>" when nested. Agent ids are
+//     namespaced by the root session because replays and harness versions
+//     reuse short agent ids across sessions. Without the header, the body's
+//     metadata.user_id (a JSON string holding session_id, or the legacy
+//     "user_..._account_..._session_<id>" form) is the fallback.
+//   - Codex: the session is the thread: thread-id, then x-codex-turn-metadata's
+//     thread_id, then session-id, then the metadata's session_id; the parent
+//     is x-codex-parent-thread-id; agent_name and turn_id come from the turn
+//     metadata; the body's prompt_cache_key is the fallback.
+//     x-codex-window-id names a UI window and is not an identity.
+//   - OpenCode: x-session-id, else x-session-affinity; parent x-parent-session-id.
+//   - ThunderAgent: program_id in the JSON body or its extra_body; it is
+//     always reported as ProgramID and becomes the session when nothing else
+//     names one.
+//
+// A parent equal to its session is dropped. The harness rows are a table
+// (Rule, DefaultRules, Config.Rules): add your own harness's headers, or a
+// Func for anything header lists cannot say, without forking.
+//
+// # Untrusted input
+//
+// Every id is refused when longer than 256 bytes (Config.MaxIDLen), when it
+// holds a control character, or when it is not UTF-8. A refused request
+// yields the zero AgentContext and a *RefusedError (errors.Is ErrRefused);
+// it proceeds without a session, and Extractor.Stats counts it by Reason.
+// The body is scanned by a small allocation-free JSON member scanner that
+// never recurses and stops cleanly at any truncation, so a body prefix is
+// always safe to pass.
+//
+// # Middleware
+//
+// Middleware stores the AgentContext in the request context (FromContext,
+// IDFromContext). When the headers name no session it reads at most
+// MaxBodyBytes (1 MiB) of a JSON body for the fallbacks and hands the next
+// handler a body that replays those bytes ahead of the unread rest: nothing
+// is consumed, and nothing beyond the cap is read.
+//
+// # The session table
+//
+// Table holds live sessions: bounded (65,536 by default, least recently used
+// out), idle expiry (30 min), the parent/child tree (a subagent's parent, a
+// parent's live children, the root), REASONING while a request runs and
+// ACTING between requests with the time each state began, token totals from
+// reported usage, and Final: a Final request ends its session when its last
+// in-flight request ends. Optional affinity binds a session to a Worker for
+// a TTL, in Hard (must) or Soft (prefer) mode. The clock is injected
+// (TableConfig.Now). Removals are reported through TableConfig.OnRemove,
+// called after the table's lock is released, so a caller can release the
+// session's radix lineage or admission state.
+//
+// Worker is a plain {ID, DPRank} pair so that this package does not import
+// flashindex; the root router converts between the two.
+//
+// # Thread safety and ownership
+//
+// Extractor is immutable after New and safe for concurrent use (its
+// counters are atomic). FromRequest never keeps the body slice, and the
+// AgentContext it returns never aliases it. Table is safe for concurrent
+// use; RawTable is its unlocked core for callers that serialise access
+// themselves (one goroutine, or their own lock). Slices returned by
+// Children are the caller's.
+package session
