@@ -199,7 +199,7 @@ func TestTableTree(t *testing.T) {
 	// A parent link that would close a loop is ignored.
 	tb.Begin(AgentContext{SessionID: "x", ParentSessionID: "y"})
 	tb.Begin(AgentContext{SessionID: "y", ParentSessionID: "x"}) // y under x
-	tb.Begin(AgentContext{SessionID: "x"})                        // x under y would loop
+	tb.Begin(AgentContext{SessionID: "x"})                       // x under y would loop
 	if r, _ := tb.Root("y"); r != "x" {
 		t.Fatalf("Root(y) = %q", r)
 	}
