@@ -2,6 +2,7 @@ package sharedpool
 
 import (
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -396,6 +397,56 @@ func TestTableChurn(t *testing.T) {
 			}
 			if ix.Len() != n || h.Total != n {
 				t.Fatalf("len %d total %d want %d", ix.Len(), h.Total, n)
+			}
+		}
+	}
+}
+
+// pageWithHome returns a page hash whose probe run starts at slot home of
+// ix's current table (white box: it searches the first digest word).
+func pageWithHome(ix *Index, home uint64, salt uint64) PageHash {
+	var h PageHash
+	for d0 := salt << 32; ; d0++ {
+		if ix.home(d0) == home {
+			for i := range 8 {
+				h[i] = byte(d0 >> (8 * i))
+			}
+			h[8] = byte(salt)
+			return h
+		}
+	}
+}
+
+// TestDeleteAcrossTableEnd clusters pages around the end of the table so
+// probe runs wrap to slot 0, then deletes them in random orders: backward
+// shift must never move an entry before its home.
+func TestDeleteAcrossTableEnd(t *testing.T) {
+	l := Layout{PageSize: 1, MLA: true}
+	for trial := range 200 {
+		ix := newIndex(t, Config{Layout: l, InitialPages: 4, Seed: uint64(trial) + 1})
+		if len(ix.slots) != 16 {
+			t.Fatalf("table of %d slots", len(ix.slots))
+		}
+		r := rand.New(rand.NewPCG(uint64(trial), 9))
+		var pages []PageHash
+		for i := range 10 {
+			home := (14 + r.Uint64N(5)) % 16 // 14, 15, 0, 1, 2
+			pages = append(pages, pageWithHome(ix, home, uint64(i+1)))
+		}
+		b := &batcher{ix: ix}
+		b.apply(storeAll(l, "", pages...)...)
+		alive := slices.Clone(pages)
+		for len(alive) > 0 {
+			k := r.IntN(len(alive))
+			b.apply(Event{Kind: Remove, Key: l.AppendObjectKeys(nil, alive[k])[0]})
+			alive = slices.Delete(alive, k, k+1)
+			for _, p := range alive {
+				if !ix.Contains(p) {
+					t.Fatalf("trial %d: page lost after a delete", trial)
+				}
+			}
+			if ix.Len() != len(alive) {
+				t.Fatalf("trial %d: len %d want %d", trial, ix.Len(), len(alive))
 			}
 		}
 	}
