@@ -77,18 +77,8 @@ func ReadDynamoFiles(paths ...string) (Workload, error) {
 }
 
 func (b *dynBuilder) readFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("trace: %w", err)
-	}
-	defer f.Close()
 	name := filepath.Base(path)
-	br, closeFn, err := Decompress(f)
-	if err != nil {
-		return &ParseError{File: name, Err: err}
-	}
-	defer closeFn()
-	return ReadRecords(br, name, func(line int, rec *Record) error { return b.add(name, line, rec) })
+	return readRecordFile(path, func(line int, rec *Record) error { return b.add(name, line, rec) })
 }
 
 // DynamoWorkload turns request_end records into a Workload, following
@@ -313,4 +303,34 @@ func (b *dynBuilder) build(name string) (Workload, error) {
 		}
 	}
 	return w, nil
+}
+
+// ReadRecordFiles reads every record of the given shards (plain, gzip or
+// zstd), in file order.
+func ReadRecordFiles(paths ...string) ([]Record, error) {
+	var out []Record
+	for _, p := range paths {
+		if err := readRecordFile(p, func(_ int, r *Record) error {
+			out = append(out, *r)
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func readRecordFile(path string, fn func(int, *Record) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("trace: %w", err)
+	}
+	defer f.Close()
+	name := filepath.Base(path)
+	br, closeFn, err := Decompress(f)
+	if err != nil {
+		return &ParseError{File: name, Err: err}
+	}
+	defer closeFn()
+	return ReadRecords(br, name, fn)
 }
