@@ -1,0 +1,692 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/agentkv/agentkv/flashindex"
+)
+
+// Defaults of a zero Config.
+const (
+	DefaultBlockSize        = 16   // vLLM's default block size on CUDA
+	DefaultMaxBatch         = 256  // vLLM's default max_num_seqs
+	DefaultMaxBatchedTokens = 8192 // vLLM V1's max_num_batched_tokens for online serving
+)
+
+// Config configures an Engine. Zero fields mean the documented defaults.
+type Config struct {
+	// Worker is the identity the engine's events carry.
+	Worker flashindex.Worker
+	// BlockSize is the number of tokens per KV block; 0 means 16.
+	BlockSize int
+	// DeviceBlocks is the size of the device KV pool in blocks; 0 means
+	// Llama3_8B_A100_KVTokens / BlockSize.
+	DeviceBlocks int
+	// HostBlocks is the size of the host tier in blocks: blocks evicted
+	// from the device are kept there, least recently used first out, and
+	// a prefix hit on them is copied back. 0 means no host tier.
+	HostBlocks int
+	// MaxBatch bounds the running sequences (vLLM max_num_seqs); 0 means
+	// 256.
+	MaxBatch int
+	// MaxBatchedTokens bounds the tokens computed per step (vLLM
+	// max_num_batched_tokens; longer prefills are chunked); 0 means 8192.
+	MaxBatchedTokens int
+	// Timing is the step-time model; the zero Timing means Llama3_8B_A100.
+	Timing Timing
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.BlockSize == 0 {
+		c.BlockSize = DefaultBlockSize
+	}
+	if c.BlockSize < 1 || c.BlockSize > flashindex.MaxBlockSize {
+		return c, fmt.Errorf("%w: block size %d", ErrConfig, c.BlockSize)
+	}
+	if c.DeviceBlocks == 0 {
+		c.DeviceBlocks = Llama3_8B_A100_KVTokens / c.BlockSize
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.MaxBatchedTokens == 0 {
+		c.MaxBatchedTokens = DefaultMaxBatchedTokens
+	}
+	if c.Timing == (Timing{}) {
+		c.Timing = Llama3_8B_A100
+	}
+	switch {
+	case c.DeviceBlocks < 1 || c.DeviceBlocks > 1<<30:
+		return c, fmt.Errorf("%w: device blocks %d", ErrConfig, c.DeviceBlocks)
+	case c.HostBlocks < 0 || c.HostBlocks > 1<<30:
+		return c, fmt.Errorf("%w: host blocks %d", ErrConfig, c.HostBlocks)
+	case c.MaxBatch < 1:
+		return c, fmt.Errorf("%w: max batch %d", ErrConfig, c.MaxBatch)
+	case c.MaxBatchedTokens < 1:
+		return c, fmt.Errorf("%w: max batched tokens %d", ErrConfig, c.MaxBatchedTokens)
+	}
+	return c, c.Timing.validate()
+}
+
+// Request is one model call. The replay fills the fields above the line
+// before routing; the engine fills the ones below as the request runs.
+// A Request belongs to one engine at a time and is not safe for concurrent
+// use.
+type Request struct {
+	// ID is unique within a run; it also names the request's private
+	// blocks (see AppendBlockHashes).
+	ID uint64
+	// Session is the session (agent program or subagent) the request
+	// belongs to; Root the root session of its program; Parent the
+	// session that spawned Session ("" for a root). Turn is the index of
+	// the turn within its session.
+	Session, Root, Parent string
+	Turn                  int
+	// Arrival is when the request became ready (before any hold).
+	Arrival time.Duration
+	// InputTokens and OutputTokens are the prompt and completion lengths;
+	// an OutputTokens below 1 counts as 1.
+	InputTokens, OutputTokens int
+	// LocalHashes and SeqHashes are the local and sequence hashes of the
+	// prompt's full engine blocks (AppendBlockHashes), equal in length and
+	// at most InputTokens/BlockSize long. Read-only for everyone; the
+	// replay drops them when the request has finished.
+	LocalHashes, SeqHashes []uint64
+
+	// Worker is the index of the engine the request was dispatched to, -1
+	// before dispatch. Dispatched is when; Held is how long the router held
+	// it before.
+	Worker     int
+	Dispatched time.Duration
+	Held       time.Duration
+	// Admitted is when the engine first scheduled it, FirstToken when its
+	// first output token was sampled (the end of that step), Finished when
+	// its last was.
+	Admitted, FirstToken, Finished time.Duration
+	// CachedTokens and HostCachedTokens are the prompt tokens found in the
+	// device and host prefix cache at its first admission.
+	CachedTokens, HostCachedTokens int
+	// ComputedTokens counts every token the engine computed for it;
+	// RecomputedTokens those it had computed before and lost to a
+	// preemption; Preemptions how often it was preempted.
+	ComputedTokens, RecomputedTokens int
+	Preemptions                      int
+	// Rejected is set when the request could never fit the engine
+	// (ErrTooLarge); it then finishes at its dispatch time with no output.
+	Rejected bool
+
+	st *seqState
+}
+
+type seqState struct {
+	seqLen      int // prompt + generated tokens
+	computed    int // tokens whose KV is computed (or scheduled this step)
+	maxComputed int
+	generated   int
+	target      int // output tokens to generate
+	blocks      []int32
+	registered  int // leading blocks whose hashes have been handled
+	extLocal    []uint64
+	extSeq      []uint64
+	admitted    bool
+}
+
+// Stats are an engine's counters.
+type Stats struct {
+	Steps        int64
+	Busy         time.Duration // Σ step durations
+	Tokens       int64         // tokens computed (prefill chunks + decodes)
+	DecodeTokens int64         // of which single decode tokens
+	PromptTokens int64         // prompt tokens of admitted requests (first admission)
+	HitTokens    int64         // device prefix-cache hits at first admission
+	HostHits     int64         // host-tier hits at first admission, tokens
+	Recomputed   int64         // tokens computed again after preemptions
+	Preemptions  int64
+	Evictions    int64 // cached device blocks evicted
+	HostEvicted  int64 // host blocks evicted
+	BlockOps     int64 // allocations, hits, frees, evictions, registrations, host operations
+	Events       int64 // events handed to the sink
+	Added        int64
+	Finished     int64
+	Rejected     int64
+	PeakUsed     int // most device blocks referenced at once
+}
+
+// StepResult is what one Step did. The slices are owned by the engine and
+// valid until the next Step.
+type StepResult struct {
+	// Duration is the step's time; 0 when there was nothing to do.
+	Duration time.Duration
+	// Seqs and Tokens are the sequences scheduled and tokens computed.
+	Seqs, Tokens int
+	// Preempted counts sequences preempted by this step.
+	Preempted int
+	// FirstTokens are requests whose first output token this step sampled;
+	// Finished those it completed. Both happen at the step's end.
+	FirstTokens, Finished []*Request
+}
+
+const (
+	flagCached uint8 = 1 << iota // hash registered in the device map
+	flagParent                   // parent is valid
+	flagFree                     // in the free list
+)
+
+type block struct {
+	hash, local, parent uint64
+	prev, next          int32
+	ref                 int32
+	flags               uint8
+}
+
+// Engine is a simulated vLLM-style worker: a device KV pool with a prefix
+// cache whose unreferenced blocks are evicted least-recently-used, an
+// optional host tier, continuous batching with chunked prefill, preemption
+// by recompute, and a step-time model. It is synchronous and driven by its
+// caller: Add queues requests, Step runs one scheduler iteration and
+// returns how long it takes. An Engine is not safe for concurrent use.
+type Engine struct {
+	cfg    Config
+	bs     int
+	blocks []block // device pool; index len-1 is the free-list sentinel
+	sent   int32
+	free   int    // blocks in the free list
+	cached *table // device prefix cache: sequence hash → block
+	host   *hostTier
+
+	waiting []*Request // FIFO; preempted requests go back to the front
+	whead   int
+	running []*Request
+
+	em    emitter
+	stats Stats
+
+	// scratch
+	sched    []schedItem
+	hits     []hitRef
+	firstBuf []*Request
+	doneBuf  []*Request
+}
+
+type schedItem struct {
+	r *Request
+	n int
+}
+
+type hitRef struct {
+	blk                 int32 // device block, or -1 for a host hit
+	hash, local, parent uint64
+	hasParent           bool
+}
+
+// New returns an engine for cfg that sends its KV events to sink; a nil
+// sink drops them.
+func New(cfg Config, sink EventSink) (*Engine, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg:    c,
+		bs:     c.BlockSize,
+		blocks: make([]block, c.DeviceBlocks+1),
+		sent:   int32(c.DeviceBlocks),
+		cached: newTable(c.DeviceBlocks),
+		em:     emitter{sink: sink, worker: c.Worker, blockSize: c.BlockSize},
+	}
+	s := e.sent
+	e.blocks[s].prev, e.blocks[s].next = s, s
+	for i := int32(0); i < s; i++ {
+		e.pushBack(i)
+	}
+	if c.HostBlocks > 0 {
+		e.host = newHostTier(c.HostBlocks)
+	}
+	return e, nil
+}
+
+// Config returns the engine's configuration with defaults filled in.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() Stats {
+	s := e.stats
+	s.Events = e.em.events
+	return s
+}
+
+// Waiting returns the number of queued requests; Running the number of
+// admitted ones.
+func (e *Engine) Waiting() int { return len(e.waiting) - e.whead }
+
+// Running returns the number of admitted, unfinished requests.
+func (e *Engine) Running() int { return len(e.running) }
+
+// HasWork reports whether a Step would schedule something.
+func (e *Engine) HasWork() bool { return e.Waiting() > 0 || len(e.running) > 0 }
+
+// UsedBlocks returns the device blocks referenced by running requests.
+func (e *Engine) UsedBlocks() int { return e.cfg.DeviceBlocks - e.free }
+
+// CachedBlocks returns the number of blocks in the device prefix cache
+// (referenced or not).
+func (e *Engine) CachedBlocks() int { return e.cached.n }
+
+// Cached returns the sequence hashes cached on tier (Device or Host),
+// sorted; for tests and inspection (it allocates).
+func (e *Engine) Cached(tier flashindex.Tier) []uint64 {
+	var out []uint64
+	switch tier {
+	case flashindex.Device:
+		e.cached.each(func(h uint64, _ int32) { out = append(out, h) })
+	case flashindex.Host:
+		if e.host != nil {
+			e.host.index.each(func(h uint64, _ int32) { out = append(out, h) })
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Add queues r. It returns ErrRequest for a malformed request and
+// ErrTooLarge for one that could never fit the device pool (r.Rejected is
+// then set); neither changes the engine.
+func (e *Engine) Add(r *Request) error {
+	if r.InputTokens < 1 || r.OutputTokens < 0 {
+		return fmt.Errorf("%w: request %d has %d input and %d output tokens", ErrRequest, r.ID, r.InputTokens, r.OutputTokens)
+	}
+	if len(r.LocalHashes) != len(r.SeqHashes) || len(r.SeqHashes) > r.InputTokens/e.bs {
+		return fmt.Errorf("%w: request %d has %d local and %d sequence hashes for %d full blocks", ErrRequest, r.ID, len(r.LocalHashes), len(r.SeqHashes), r.InputTokens/e.bs)
+	}
+	if r.st != nil {
+		return fmt.Errorf("%w: request %d was already added", ErrRequest, r.ID)
+	}
+	target := max(1, r.OutputTokens)
+	if need := (r.InputTokens + target - 1 + e.bs - 1) / e.bs; need > e.cfg.DeviceBlocks {
+		r.Rejected = true
+		e.stats.Rejected++
+		return fmt.Errorf("%w: request %d needs %d blocks, the pool has %d", ErrTooLarge, r.ID, need, e.cfg.DeviceBlocks)
+	}
+	r.st = &seqState{seqLen: r.InputTokens, target: target}
+	e.waiting = append(e.waiting, r)
+	e.stats.Added++
+	return nil
+}
+
+// Step runs one scheduler iteration starting at now: it schedules running
+// requests first (allocating blocks, preempting the newest running request
+// when the pool is exhausted), then admits waiting ones if nothing was
+// preempted, emits the resulting KV events, and returns the step's
+// duration. Requests' FirstToken and Finished are set to now + Duration.
+// With nothing to do it returns a zero StepResult.
+func (e *Engine) Step(now time.Duration) (StepResult, error) {
+	e.sched = e.sched[:0]
+	e.firstBuf = e.firstBuf[:0]
+	e.doneBuf = e.doneBuf[:0]
+	var res StepResult
+	if !e.HasWork() {
+		return res, nil
+	}
+	budget := e.cfg.MaxBatchedTokens
+	var work StepWork
+
+	// Running requests, oldest first.
+	for i := 0; i < len(e.running) && budget > 0; i++ {
+		r := e.running[i]
+		st := r.st
+		n := min(st.seqLen-st.computed, budget)
+		ok := true
+		for !e.grow(r, st.computed+n) {
+			victim := e.running[len(e.running)-1]
+			e.running = e.running[:len(e.running)-1]
+			e.preempt(victim)
+			res.Preempted++
+			if victim == r {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			break
+		}
+		e.schedule(r, n, &work)
+		budget -= n
+	}
+
+	// Waiting requests, FIFO, unless this step preempted.
+	if res.Preempted == 0 {
+		for e.Waiting() > 0 && len(e.running) < e.cfg.MaxBatch && budget > 0 {
+			r := e.waiting[e.whead]
+			n, ok := e.admit(r, now, budget, &work)
+			if !ok {
+				break
+			}
+			e.waiting[e.whead] = nil
+			e.whead++
+			e.running = append(e.running, r)
+			e.schedule(r, n, &work)
+			budget -= n
+		}
+		if e.whead > 64 && e.whead*2 > len(e.waiting) {
+			k := copy(e.waiting, e.waiting[e.whead:])
+			clear(e.waiting[k:])
+			e.waiting = e.waiting[:k]
+			e.whead = 0
+		}
+	}
+	if len(e.sched) == 0 {
+		e.em.flush()
+		return res, fmt.Errorf("%w: worker %v with %d waiting and %d running requests", ErrEngine, e.cfg.Worker, e.Waiting(), len(e.running))
+	}
+
+	res.Duration = e.cfg.Timing.Step(work)
+	end := now + res.Duration
+	res.Seqs, res.Tokens = int(work.Seqs), int(work.Tokens)
+	e.stats.Steps++
+	e.stats.Busy += res.Duration
+	e.stats.Tokens += work.Tokens
+	if used := e.UsedBlocks(); used > e.stats.PeakUsed {
+		e.stats.PeakUsed = used
+	}
+
+	// Progress: tokens computed, tokens sampled, requests finished.
+	finished := false
+	for _, s := range e.sched {
+		r, st := s.r, s.r.st
+		st.computed += s.n
+		if st.computed < st.seqLen {
+			continue
+		}
+		st.generated++
+		if st.generated == 1 {
+			r.FirstToken = end
+			e.firstBuf = append(e.firstBuf, r)
+		}
+		if st.generated < st.target {
+			st.seqLen++
+			continue
+		}
+		r.Finished = end
+		e.freeBlocks(st)
+		r.st = nil
+		e.doneBuf = append(e.doneBuf, r)
+		e.stats.Finished++
+		finished = true
+	}
+	if finished {
+		e.running = slices.DeleteFunc(e.running, func(r *Request) bool { return r.st == nil })
+	}
+	e.em.flush()
+	res.FirstTokens, res.Finished = e.firstBuf, e.doneBuf
+	if e.em.err != nil {
+		err := e.em.err
+		e.em.err = nil
+		return res, fmt.Errorf("sim: worker %v event sink: %w", e.cfg.Worker, err)
+	}
+	return res, nil
+}
+
+// schedule records that r computes n tokens this step, registers the blocks
+// those tokens complete, and adds the work to w.
+func (e *Engine) schedule(r *Request, n int, w *StepWork) {
+	st := r.st
+	p := st.computed
+	e.sched = append(e.sched, schedItem{r, n})
+	w.Seqs++
+	w.Tokens += int64(n)
+	w.AttnPairs += int64(n)*int64(p) + int64(n)*int64(n+1)/2
+	w.KVTokens += int64(p + n)
+	w.AttnNanos += e.cfg.Timing.AttnCost(int64(p), int64(n))
+	if n == 1 && st.generated > 0 && p == st.seqLen-1 {
+		e.stats.DecodeTokens++
+	}
+	r.ComputedTokens += n
+	if p < st.maxComputed {
+		re := min(p+n, st.maxComputed) - p
+		r.RecomputedTokens += re
+		e.stats.Recomputed += int64(re)
+	}
+	st.maxComputed = max(st.maxComputed, p+n)
+	full := (p + n) / e.bs
+	for j := st.registered; j < full; j++ {
+		b := st.blocks[j]
+		local, hash := e.hashAt(r, j)
+		if _, dup := e.cached.get(hash); dup {
+			continue // another request computed the same block; this copy stays private
+		}
+		blk := &e.blocks[b]
+		blk.hash, blk.local = hash, local
+		blk.flags |= flagCached
+		if j > 0 {
+			_, blk.parent = e.hashAt(r, j-1)
+			blk.flags |= flagParent
+		}
+		e.cached.put(hash, b)
+		e.stats.BlockOps++
+		e.em.stored(flashindex.Device, blk.parent, j > 0, hash, local)
+	}
+	if full > st.registered {
+		st.registered = full
+	}
+}
+
+// hashAt returns the local and sequence hash of r's block j.
+func (e *Engine) hashAt(r *Request, j int) (local, seq uint64) {
+	if j < len(r.SeqHashes) {
+		return r.LocalHashes[j], r.SeqHashes[j]
+	}
+	st := r.st
+	k := j - len(r.SeqHashes)
+	for len(st.extSeq) <= k {
+		i := len(r.SeqHashes) + len(st.extSeq)
+		l := privateLocal(r.ID, i)
+		var s uint64
+		switch {
+		case len(st.extSeq) > 0:
+			s = flashindex.NextSequenceHash(st.extSeq[len(st.extSeq)-1], l)
+		case len(r.SeqHashes) > 0:
+			s = flashindex.NextSequenceHash(r.SeqHashes[len(r.SeqHashes)-1], l)
+		default:
+			s = l
+		}
+		st.extLocal = append(st.extLocal, l)
+		st.extSeq = append(st.extSeq, s)
+	}
+	return st.extLocal[k], st.extSeq[k]
+}
+
+// admit looks up r's prefix in the cache and allocates the blocks for its
+// first chunk. It changes nothing and returns false when the pool cannot
+// hold that chunk.
+func (e *Engine) admit(r *Request, now time.Duration, budget int, w *StepWork) (int, bool) {
+	st := r.st
+	e.hits = e.hits[:0]
+	maxHit := (st.seqLen - 1) / e.bs
+	devInFree := 0
+	devHits := 0
+	for j := 0; j < maxHit; j++ {
+		local, hash := e.hashAt(r, j)
+		if b, ok := e.cached.get(hash); ok {
+			e.hits = append(e.hits, hitRef{blk: b})
+			devHits++
+			if e.blocks[b].ref == 0 {
+				devInFree++
+			}
+			continue
+		}
+		if e.host != nil {
+			if _, ok := e.host.index.get(hash); ok {
+				h := hitRef{blk: -1, hash: hash, local: local}
+				if j > 0 {
+					_, h.parent = e.hashAt(r, j-1)
+					h.hasParent = true
+				}
+				e.hits = append(e.hits, h)
+				continue
+			}
+		}
+		break
+	}
+	computed := len(e.hits) * e.bs
+	n := min(st.seqLen-computed, budget)
+	need := (computed+n+e.bs-1)/e.bs - devHits
+	if need > e.free-devInFree {
+		return 0, false
+	}
+	// Pin device hits first so allocating cannot evict them.
+	for _, h := range e.hits {
+		if h.blk >= 0 {
+			e.ref(h.blk)
+		}
+	}
+	st.blocks = st.blocks[:0]
+	hostHits := 0
+	for _, h := range e.hits {
+		if h.blk >= 0 {
+			st.blocks = append(st.blocks, h.blk)
+			continue
+		}
+		b := e.alloc()
+		blk := &e.blocks[b]
+		blk.hash, blk.local, blk.parent = h.hash, h.local, h.parent
+		blk.flags |= flagCached
+		if h.hasParent {
+			blk.flags |= flagParent
+		}
+		e.cached.put(h.hash, b)
+		e.host.touch(h.hash)
+		e.stats.BlockOps += 2
+		e.em.stored(flashindex.Device, h.parent, h.hasParent, h.hash, h.local)
+		st.blocks = append(st.blocks, b)
+		hostHits++
+	}
+	for len(st.blocks) < (computed+n+e.bs-1)/e.bs {
+		st.blocks = append(st.blocks, e.alloc())
+	}
+	st.computed = computed
+	st.registered = len(e.hits)
+	w.HostTokens += int64(hostHits * e.bs)
+	if !st.admitted {
+		st.admitted = true
+		r.Admitted = now
+		r.CachedTokens = devHits * e.bs
+		r.HostCachedTokens = hostHits * e.bs
+		e.stats.PromptTokens += int64(r.InputTokens)
+		e.stats.HitTokens += int64(devHits * e.bs)
+		e.stats.HostHits += int64(hostHits * e.bs)
+	}
+	return n, true
+}
+
+// grow allocates blocks so r can hold tokens tokens; false if the free
+// list is too short (nothing changes).
+func (e *Engine) grow(r *Request, tokens int) bool {
+	st := r.st
+	need := (tokens+e.bs-1)/e.bs - len(st.blocks)
+	if need > e.free {
+		return false
+	}
+	for ; need > 0; need-- {
+		st.blocks = append(st.blocks, e.alloc())
+	}
+	return true
+}
+
+// preempt frees r's blocks and puts it back at the front of the queue to
+// be recomputed (vLLM's recompute preemption).
+func (e *Engine) preempt(r *Request) {
+	st := r.st
+	e.freeBlocks(st)
+	st.computed = 0
+	st.registered = 0
+	r.Preemptions++
+	e.stats.Preemptions++
+	if e.whead > 0 {
+		e.whead--
+		e.waiting[e.whead] = r
+		return
+	}
+	e.waiting = slices.Insert(e.waiting, 0, r)
+}
+
+// freeBlocks drops st's references, tail block first, so that the tail of
+// a sequence is evicted before its head (vLLM's free order).
+func (e *Engine) freeBlocks(st *seqState) {
+	for i := len(st.blocks) - 1; i >= 0; i-- {
+		b := st.blocks[i]
+		blk := &e.blocks[b]
+		blk.ref--
+		e.stats.BlockOps++
+		if blk.ref == 0 {
+			e.pushBack(b)
+		}
+	}
+	st.blocks = st.blocks[:0]
+}
+
+func (e *Engine) ref(b int32) {
+	blk := &e.blocks[b]
+	if blk.ref == 0 {
+		e.unlink(b)
+	}
+	blk.ref++
+	e.stats.BlockOps++
+}
+
+// alloc takes the least recently used free block, evicting its cached
+// content (to the host tier, if any).
+func (e *Engine) alloc() int32 {
+	b := e.blocks[e.sent].next
+	e.unlink(b)
+	blk := &e.blocks[b]
+	e.stats.BlockOps++
+	if blk.flags&flagCached != 0 {
+		e.cached.del(blk.hash)
+		e.stats.Evictions++
+		e.stats.BlockOps++
+		e.em.removed(flashindex.Device, blk.hash)
+		if e.host != nil {
+			e.hostPut(blk.hash, blk.local, blk.parent, blk.flags&flagParent != 0)
+		}
+	}
+	*blk = block{ref: 1}
+	if used := e.cfg.DeviceBlocks - e.free; used > e.stats.PeakUsed {
+		e.stats.PeakUsed = used
+	}
+	return b
+}
+
+func (e *Engine) hostPut(hash, local, parent uint64, hasParent bool) {
+	h := e.host
+	e.stats.BlockOps++
+	if _, ok := h.index.get(hash); ok {
+		h.touch(hash)
+		return
+	}
+	if victim, ok := h.evictIfFull(); ok {
+		e.stats.HostEvicted++
+		e.em.removed(flashindex.Host, victim)
+	}
+	h.insert(hash, local, parent, hasParent)
+	e.em.stored(flashindex.Host, parent, hasParent, hash, local)
+}
+
+func (e *Engine) pushBack(b int32) {
+	s := e.sent
+	last := e.blocks[s].prev
+	e.blocks[b].prev, e.blocks[b].next = last, s
+	e.blocks[last].next = b
+	e.blocks[s].prev = b
+	e.blocks[b].flags |= flagFree
+	e.free++
+}
+
+func (e *Engine) unlink(b int32) {
+	blk := &e.blocks[b]
+	e.blocks[blk.prev].next = blk.next
+	e.blocks[blk.next].prev = blk.prev
+	blk.flags &^= flagFree
+	e.free--
+}
