@@ -652,8 +652,11 @@ func (d *Decoder) field(f Field) error {
 		}
 		e.group, e.hasGroup = int64(v), true
 	case FieldExtraKeys:
-		if !d.opts.ExtraKeys || r.nilValue() {
+		if !d.opts.ExtraKeys {
 			return r.skip()
+		}
+		if r.nilValue() {
+			return nil
 		}
 		return d.extraKeys()
 	case FieldMetadata:
