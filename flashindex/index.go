@@ -343,11 +343,16 @@ func (ix *Index) eventTier(t Tier) (int, error) {
 	return int(t), nil
 }
 
-// locate finds seq, trying the block after (hint, hintOff) first.
+// locate finds seq, trying the blocks next to (hint, hintOff) first: events
+// list chains in order (stores) or in reverse (evictions).
 func (ix *Index) locate(seq uint64, hint *node, hintOff int) (*node, int, bool) {
 	if hint != nil {
-		if d := hint.data.Load(); hintOff+1 < len(d.hashes) && d.hashes[hintOff+1] == seq {
+		d := hint.data.Load()
+		if hintOff+1 < len(d.hashes) && d.hashes[hintOff+1] == seq {
 			return hint, hintOff + 1, true
+		}
+		if hintOff > 0 && hintOff <= len(d.hashes) && d.hashes[hintOff-1] == seq {
+			return hint, hintOff - 1, true
 		}
 	}
 	v, ok := ix.blocks.peek(seq)
@@ -555,8 +560,8 @@ func (ix *Index) insertBlocks(pn *node, poff int, refs []blockRef, bits []uint64
 	}
 	for i := range refs {
 		refs[i].node, refs[i].off = n, base+i
-		ix.blocks.put(refs[i].seq, loc(n.id, base+i))
 	}
+	ix.blocks.putMany(refs)
 }
 
 // appendRun appends a run ending at end, merging it into the last run when
@@ -598,9 +603,7 @@ func (ix *Index) updateRange(n *node, a, b int, op setOp) {
 		if k > 1 {
 			keep = int(out[k-2].end)
 		}
-		for _, h := range hashes[keep:] {
-			ix.blocks.del(h)
-		}
+		ix.blocks.delMany(hashes[keep:])
 		if keep == 0 {
 			ix.nodes.release(n)
 			return

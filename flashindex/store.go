@@ -251,11 +251,11 @@ func newBlockMap() *blockMap {
 	return b
 }
 
-func (b *blockMap) shard(h uint64) *blockShard {
-	// Sequence hashes are XXH3 outputs, uniform in every bit; mix anyway so
-	// adversarial or test hashes with equal high bits still spread.
-	return &b.shards[(h*0x9E3779B97F4A7C15)>>(64-shardBits)]
-}
+func (b *blockMap) shard(h uint64) *blockShard { return &b.shards[b.shardIndex(h)] }
+
+// shardIndex picks a shard. Sequence hashes are XXH3 outputs, uniform in
+// every bit; mix anyway so test hashes with equal high bits still spread.
+func (b *blockMap) shardIndex(h uint64) int { return int((h * 0x9E3779B97F4A7C15) >> (64 - shardBits)) }
 
 func (b *blockMap) get(h uint64) (uint64, bool) {
 	s := b.shard(h)
@@ -278,6 +278,78 @@ func (b *blockMap) put(h, v uint64) {
 	}
 	s.m[h] = v
 	s.mu.Unlock()
+}
+
+// putMany indexes the blocks of refs at their (node, off), taking each
+// shard's lock once.
+func (b *blockMap) putMany(refs []blockRef) {
+	if len(refs) < 64 {
+		for i := range refs {
+			b.put(refs[i].seq, loc(refs[i].node.id, refs[i].off))
+		}
+		return
+	}
+	var count [1<<shardBits + 1]int32
+	for i := range refs {
+		count[b.shardIndex(refs[i].seq)+1]++
+	}
+	for i := 1; i < len(count); i++ {
+		count[i] += count[i-1]
+	}
+	order := make([]int32, len(refs))
+	next := count
+	for i := range refs {
+		si := b.shardIndex(refs[i].seq)
+		order[next[si]] = int32(i)
+		next[si]++
+	}
+	for si := range b.shards {
+		lo, hi := count[si], count[si+1]
+		if lo == hi {
+			continue
+		}
+		s := &b.shards[si]
+		s.mu.Lock()
+		for _, i := range order[lo:hi] {
+			r := &refs[i]
+			if _, ok := s.m[r.seq]; !ok {
+				b.n++
+			}
+			s.m[r.seq] = loc(r.node.id, r.off)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// delMany drops hashes, taking each shard's lock once.
+func (b *blockMap) delMany(hashes []uint64) {
+	if len(hashes) < 64 {
+		for _, h := range hashes {
+			b.del(h)
+		}
+		return
+	}
+	var mask [1 << shardBits / 64]uint64
+	for _, h := range hashes {
+		si := b.shardIndex(h)
+		mask[si>>6] |= 1 << (si & 63)
+	}
+	for si := range b.shards {
+		if mask[si>>6]>>(si&63)&1 == 0 {
+			continue
+		}
+		s := &b.shards[si]
+		s.mu.Lock()
+		for _, h := range hashes {
+			if b.shardIndex(h) == si {
+				if _, ok := s.m[h]; ok {
+					b.n--
+					delete(s.m, h)
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
 func (b *blockMap) del(h uint64) {

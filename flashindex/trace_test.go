@@ -1,0 +1,219 @@
+package flashindex
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// The Mooncake conversation trace (../shared/data relative to the project
+// root) drives the replay test and the benchmarks. Its hash ids name
+// 512-token blocks; the index is exercised at 16 tokens per block, so each
+// id expands to 32 derived block hashes (a 12K-token request is ~750
+// blocks), chained into sequence hashes as a router would compute them.
+
+const (
+	traceFile       = "mooncake_conversation_trace.jsonl"
+	traceIDTokens   = 512
+	traceBlockSize  = 16
+	traceSubBlocks  = traceIDTokens / traceBlockSize
+)
+
+// sharedData walks up from the package directory to the folder holding
+// shared/data and returns the path of name in it, or skips the test.
+func sharedData(tb testing.TB, name string) string {
+	tb.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		tb.Skipf("shared data: %v", err)
+	}
+	for {
+		p := filepath.Join(dir, "shared", "data", name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			tb.Skipf("shared data %s not found above the package directory (../shared/data from the project root); skipping", name)
+		}
+		dir = parent
+	}
+}
+
+type mooncakeRequest struct {
+	Timestamp   int64    `json:"timestamp"`
+	InputLength int      `json:"input_length"`
+	HashIDs     []uint64 `json:"hash_ids"`
+}
+
+var (
+	traceOnce sync.Once
+	traceSeqs [][]uint64 // per request: sequence hashes
+	traceLocs [][]uint64 // per request: local hashes
+	traceErr  error
+)
+
+// traceSequences returns every request of the trace as the local and
+// sequence hashes of its 16-token blocks (partial tail blocks dropped), in
+// trace order.
+func traceSequences(tb testing.TB) (local, seq [][]uint64) {
+	tb.Helper()
+	path := sharedData(tb, traceFile)
+	traceOnce.Do(func() {
+		f, err := os.Open(path)
+		if err != nil {
+			traceErr = err
+			return
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<24)
+		for sc.Scan() {
+			var r mooncakeRequest
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				traceErr = err
+				return
+			}
+			local, seq := expandRequest(r)
+			traceLocs = append(traceLocs, local)
+			traceSeqs = append(traceSeqs, seq)
+		}
+		traceErr = sc.Err()
+	})
+	if traceErr != nil {
+		tb.Fatalf("reading %s: %v", path, traceErr)
+	}
+	return traceLocs, traceSeqs
+}
+
+// expandRequest turns a request's 512-token ids into the sequence hashes of
+// its full 16-token blocks: block j of id h gets the local hash
+// mix(h, j), and the locals chain as Dynamo chains them.
+func expandRequest(r mooncakeRequest) (locals, seq []uint64) {
+	n := min(r.InputLength/traceBlockSize, len(r.HashIDs)*traceSubBlocks)
+	seq = make([]uint64, 0, n)
+	locals = make([]uint64, 0, n)
+	for i := 0; i < n; i++ {
+		local := mix64(r.HashIDs[i/traceSubBlocks]*traceSubBlocks + uint64(i%traceSubBlocks) + 1)
+		locals = append(locals, local)
+		if i == 0 {
+			seq = append(seq, local)
+		} else {
+			seq = append(seq, NextSequenceHash(seq[i-1], local))
+		}
+	}
+	return locals, seq
+}
+
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// lruEngine simulates one engine's prefix cache for building event streams:
+// a fixed capacity in blocks, least recently used evicted first. A request
+// touches its blocks from the tail to the head, so the head of a chain is
+// the most recent and tails are evicted first, as vLLM frees them.
+type lruEngine struct {
+	cap   int
+	items map[uint64]*lruItem
+	head  lruItem // sentinel: head.next is the most recent
+}
+
+type lruItem struct {
+	key        uint64
+	prev, next *lruItem
+}
+
+func newLRUEngine(capacity int) *lruEngine {
+	e := &lruEngine{cap: capacity, items: make(map[uint64]*lruItem)}
+	e.head.prev, e.head.next = &e.head, &e.head
+	return e
+}
+
+func (e *lruEngine) has(k uint64) bool { _, ok := e.items[k]; return ok }
+
+func (e *lruEngine) touch(k uint64) {
+	it := e.items[k]
+	if it == nil {
+		it = &lruItem{key: k}
+		e.items[k] = it
+	} else {
+		it.prev.next, it.next.prev = it.next, it.prev
+	}
+	it.next, it.prev = e.head.next, &e.head
+	e.head.next.prev = it
+	e.head.next = it
+}
+
+// evict removes least recently used blocks until room more fit, and
+// returns them.
+func (e *lruEngine) evict(dst []uint64, room int) []uint64 {
+	for len(e.items) > 0 && len(e.items)+room > e.cap {
+		it := e.head.prev
+		it.prev.next, it.next.prev = it.next, it.prev
+		delete(e.items, it.key)
+		dst = append(dst, it.key)
+	}
+	return dst
+}
+
+// traceEvents turns the trace into the event stream of workers engines:
+// request i runs on worker i mod workers, whose engine stores the blocks
+// past its cached prefix (one Stored event, engine hash = own hash, local
+// hashes given) and then publishes what it evicted (one Removed event).
+// It returns the events, the request each came from, and the number of
+// blocks they carry.
+func traceEvents(locals, seqs [][]uint64, workers, capacity int) (evs []*Event, req []int, blocks int) {
+	engines := make([]*lruEngine, workers)
+	ids := make([]uint64, workers)
+	for i := range engines {
+		engines[i] = newLRUEngine(capacity)
+	}
+	for i, seq := range seqs {
+		if len(seq) == 0 {
+			continue
+		}
+		wi := i % workers
+		e := engines[wi]
+		w := Worker{ID: uint64(wi)}
+		k := 0
+		for k < len(seq) && e.has(seq[k]) {
+			k++
+		}
+		// Make room first (an engine evicts before it allocates), keeping
+		// the cached prefix this request is about to reuse.
+		for j := k - 1; j >= 0; j-- {
+			e.touch(seq[j])
+		}
+		if gone := e.evict(nil, len(seq)-k); len(gone) > 0 {
+			evs = append(evs, &Event{Worker: w, EventID: ids[wi], Kind: Removed, Hashes: gone})
+			req = append(req, i)
+			ids[wi]++
+			blocks += len(gone)
+		}
+		if k < len(seq) {
+			ev := &Event{Worker: w, EventID: ids[wi], Kind: Stored, BlockSize: traceBlockSize}
+			ids[wi]++
+			if k > 0 {
+				ev.HasParent, ev.Parent = true, seq[k-1]
+			}
+			ev.Blocks = make([]StoredBlock, 0, len(seq)-k)
+			for j := k; j < len(seq); j++ {
+				ev.Blocks = append(ev.Blocks, StoredBlock{EngineHash: seq[j], LocalHash: locals[i][j], HasLocalHash: true})
+			}
+			evs, req = append(evs, ev), append(req, i)
+			blocks += len(ev.Blocks)
+		}
+		for j := len(seq) - 1; j >= 0; j-- {
+			e.touch(seq[j])
+		}
+	}
+	return evs, req, blocks
+}
