@@ -13,7 +13,9 @@ type WorkerID struct {
 	DPRank uint32
 }
 
-func (w WorkerID) String() string { return strconv.FormatUint(w.ID, 10) + "/" + strconv.FormatUint(uint64(w.DPRank), 10) }
+func (w WorkerID) String() string {
+	return strconv.FormatUint(w.ID, 10) + "/" + strconv.FormatUint(uint64(w.DPRank), 10)
+}
 
 // Less orders workers by ID, then DPRank. Policies break ties with it so
 // that their output does not depend on map or slice order.

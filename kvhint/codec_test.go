@@ -90,8 +90,8 @@ func TestAppendSeconds(t *testing.T) {
 // Dynamo's own serialisation tests (lib/kv-router/src/kv_hints.rs and the
 // earlier lib/llm kv_hints module) expect these exact documents.
 const (
-	dynamoFetch = `{"protocol_version":"0.1","message_id":"msg-123","actions":[{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{"source_control_endpoint":"tcp://127.0.0.1:23280","block_hashes":[11,22]}}]}`
-	dynamoDeref = `{"protocol_version":"0.1","message_id":"msg-123","actions":[{"action_id":"deref","action_type":"kv.deref","action_version":"1.0"}]}`
+	dynamoFetch  = `{"protocol_version":"0.1","message_id":"msg-123","actions":[{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{"source_control_endpoint":"tcp://127.0.0.1:23280","block_hashes":[11,22]}}]}`
+	dynamoDeref  = `{"protocol_version":"0.1","message_id":"msg-123","actions":[{"action_id":"deref","action_type":"kv.deref","action_version":"1.0"}]}`
 	dynamoLegacy = `{"protocol_version":"0.1","message_id":"msg-123","actions":[{"action_id":"a1","action_type":"kv.source_locations","action_version":"1.0","payload":{"source_control_endpoint":"tcp://127.0.0.1:23280","block_hashes":[11,22]}}]}`
 	dynamoFuture = `{"protocol_version":"0.1","message_id":"msg-future","actions":[{"action_id":"a-future","action_type":"kv.future_action","action_version":"7.3","payload":{"nested":{"enabled":true},"items":[1,2,3]}}]}`
 )
