@@ -1,0 +1,491 @@
+package agentkv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv/admission"
+	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/session"
+)
+
+const testBS = 4
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func worker(id uint64, capTokens int) Worker {
+	return WorkerFunc(func() WorkerInfo {
+		return WorkerInfo{ID: id, BlockSize: testBS, KVCapacityTokens: capTokens}
+	})
+}
+
+func newTestRouter(t *testing.T, cfg Config, workers ...uint64) (*Router, *fakeClock) {
+	t.Helper()
+	clk := newFakeClock()
+	cfg.BlockSize = testBS
+	cfg.Now = clk.Now
+	r, err := New(cfg)
+	require.NoError(t, err)
+	for _, id := range workers {
+		require.NoError(t, r.AddWorker(worker(id, 1<<20)))
+	}
+	return r, clk
+}
+
+func tokens(n int, salt uint32) []uint32 {
+	t := make([]uint32, n)
+	for i := range t {
+		t[i] = salt*1_000_003 + uint32(i)
+	}
+	return t
+}
+
+// store publishes a Stored event putting tokens' full blocks on w's tier.
+func store(t *testing.T, r *Router, w uint64, tier flashindex.Tier, toks []uint32, id uint64) {
+	t.Helper()
+	ev := &flashindex.Event{Worker: flashindex.Worker{ID: w}, EventID: id, Kind: flashindex.Stored, Tier: tier, BlockSize: testBS}
+	h, err := flashindex.NewHasher(testBS, "")
+	require.NoError(t, err)
+	_, seq := h.AppendHashes(nil, nil, toks, 0, false)
+	for i := range seq {
+		// An engine hash of its own: opaque, but content-determined.
+		ev.Blocks = append(ev.Blocks, flashindex.StoredBlock{EngineHash: ^seq[i], Tokens: toks[i*testBS : (i+1)*testBS]})
+	}
+	require.NoError(t, r.ApplyEvent(ev))
+}
+
+func TestRouteToLongestPrefix(t *testing.T) {
+	r, _ := newTestRouter(t, Config{}, 1, 2, 3)
+	prompt := tokens(64, 7)
+	store(t, r, 1, flashindex.Device, prompt[:16], 1)
+	store(t, r, 2, flashindex.Device, prompt[:40], 1)
+	d, err := r.TryRoute(&Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), d.Worker.ID)
+	require.Equal(t, 40, d.Cached.Device)
+	require.Equal(t, 3, d.Candidates)
+	require.InDelta(t, 64.0/testBS-10, d.Cost.Logit, 1e-9)
+	d.Done(Usage{PromptTokens: 64, CompletionTokens: 3})
+}
+
+func TestHostTierCreditedAtThreeQuarters(t *testing.T) {
+	r, _ := newTestRouter(t, Config{}, 1, 2)
+	prompt := tokens(64, 3)
+	// Worker 1: 8 blocks on host. Worker 2: 5 blocks on device.
+	// Credits 6 vs 5: worker 1 wins.
+	store(t, r, 1, flashindex.Host, prompt[:32], 1)
+	store(t, r, 2, flashindex.Device, prompt[:20], 1)
+	d, err := r.TryRoute(&Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), d.Worker.ID)
+	require.Equal(t, 32, d.Cached.Host)
+	require.Equal(t, 0, d.Cached.Device)
+}
+
+// TestKVAwareMatchesNaiveReference routes random prompts against random
+// cache contents and load, and checks the chosen worker's cost is the
+// minimum computed by a brute-force reference from the raw residency sets.
+func TestKVAwareMatchesNaiveReference(t *testing.T) {
+	for seed := uint64(0); seed < 30; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		r, _ := newTestRouter(t, Config{Seed: seed}, 1, 2, 3, 4)
+		// A few shared prefixes; each worker holds a random prefix of some.
+		prefixes := [][]uint32{tokens(80, 1), tokens(80, 2), tokens(80, 3)}
+		held := map[uint64]map[flashindex.Tier][]int{} // worker → tier → held prefix lengths per prefix
+		evID := map[uint64]uint64{}
+		for w := uint64(1); w <= 4; w++ {
+			held[w] = map[flashindex.Tier][]int{}
+			for tier := flashindex.Device; tier <= flashindex.Disk; tier++ {
+				held[w][tier] = make([]int, len(prefixes))
+				for p := range prefixes {
+					if rng.IntN(2) == 0 {
+						continue
+					}
+					n := rng.IntN(21) * testBS
+					held[w][tier][p] = n
+					if n > 0 {
+						evID[w]++
+						store(t, r, w, tier, prefixes[p][:n], evID[w])
+					}
+				}
+			}
+		}
+		// Load: some in-flight requests on random workers.
+		var live []*Decision
+		for i := 0; i < rng.IntN(6); i++ {
+			d, err := r.TryRoute(&Request{Tokens: tokens(4*(1+rng.IntN(20)), uint32(100+i)), Override: &Override{AllowedWorkers: []uint64{uint64(1 + rng.IntN(4))}}})
+			require.NoError(t, err)
+			live = append(live, d)
+		}
+		p := rng.IntN(len(prefixes))
+		prompt := prefixes[p][:4*(1+rng.IntN(20))]
+		loads := map[uint64]Load{}
+		for w := uint64(1); w <= 4; w++ {
+			loads[w] = r.WorkerLoad(flashindex.Worker{ID: w})
+		}
+		d, err := r.TryRoute(&Request{Tokens: prompt})
+		require.NoError(t, err)
+
+		best := -1.0
+		for w := uint64(1); w <= 4; w++ {
+			// Naive exclusive depths: walk block by block.
+			dev, host, disk := 0, 0, 0
+			tier := flashindex.Device
+			for b := 0; b < len(prompt)/testBS; b++ {
+				in := func(t flashindex.Tier) bool { return held[w][t][p] > b*testBS }
+				for tier <= flashindex.Disk && !in(tier) {
+					tier++
+				}
+				if tier > flashindex.Disk {
+					break
+				}
+				switch tier {
+				case flashindex.Device:
+					dev++
+				case flashindex.Host:
+					host++
+				default:
+					disk++
+				}
+			}
+			l := loads[w]
+			logit := max(0, float64(l.PrefillTokens+len(prompt))/testBS-(float64(dev)+0.75*float64(host)+0.25*float64(disk))) + float64(l.DecodeBlocks)
+			if w == d.Worker.ID {
+				require.InDelta(t, logit, d.Cost.Logit, 1e-9, "seed %d: chosen worker's cost", seed)
+			}
+			if best < 0 || logit < best {
+				best = logit
+			}
+		}
+		require.InDelta(t, best, d.Cost.Logit, 1e-9, "seed %d: router did not pick a cheapest worker", seed)
+		for _, x := range live {
+			x.Done(Usage{})
+		}
+		d.Done(Usage{})
+	}
+}
+
+func TestLoadTrackingAndSweep(t *testing.T) {
+	r, clk := newTestRouter(t, Config{RequestTTL: time.Minute}, 1)
+	w := flashindex.Worker{ID: 1}
+	d1, err := r.TryRoute(&Request{Tokens: tokens(40, 1), ExpectedOutputTokens: 8})
+	require.NoError(t, err)
+	d2, err := r.TryRoute(&Request{Tokens: tokens(16, 2)})
+	require.NoError(t, err)
+	require.Equal(t, Load{PrefillTokens: 56, DecodeBlocks: 12 + 4, Requests: 2}, r.WorkerLoad(w))
+	d1.FirstToken()
+	require.Equal(t, Load{PrefillTokens: 16, DecodeBlocks: 16, Requests: 2}, r.WorkerLoad(w))
+
+	// d1 keeps streaming; d2 goes silent. After the TTL only d2 is swept.
+	for i := 0; i < 3; i++ {
+		clk.Advance(40 * time.Second)
+		d1.Progress()
+		r.Tick()
+	}
+	require.Equal(t, Load{PrefillTokens: 0, DecodeBlocks: 12, Requests: 1}, r.WorkerLoad(w))
+	d1.Done(Usage{})
+	d1.Done(Usage{}) // idempotent
+	require.Equal(t, Load{}, r.WorkerLoad(w))
+	d2.Done(Usage{}) // already swept: harmless
+	require.Equal(t, Load{}, r.WorkerLoad(w))
+}
+
+func TestBlockSizeMismatchIsLoud(t *testing.T) {
+	r, _ := newTestRouter(t, Config{})
+	err := r.AddWorker(WorkerFunc(func() WorkerInfo { return WorkerInfo{ID: 9, BlockSize: 16, KVCapacityTokens: 100} }))
+	var bm *BlockSizeMismatchError
+	require.ErrorAs(t, err, &bm)
+	require.Equal(t, 16, bm.Engine)
+	require.Empty(t, r.Workers())
+}
+
+func TestDPRanksAreSeparateCandidates(t *testing.T) {
+	r, _ := newTestRouter(t, Config{Policy: RoundRobin})
+	require.NoError(t, r.AddWorker(WorkerFunc(func() WorkerInfo {
+		return WorkerInfo{ID: 5, DPRanks: 3, BlockSize: testBS, KVCapacityTokens: 1000}
+	})))
+	seen := map[flashindex.Worker]int{}
+	for i := 0; i < 6; i++ {
+		d, err := r.TryRoute(&Request{Tokens: tokens(8, 1)})
+		require.NoError(t, err)
+		seen[d.Worker]++
+	}
+	require.Len(t, seen, 3)
+	for _, n := range seen {
+		require.Equal(t, 2, n)
+	}
+	r.RemoveWorker(5)
+	_, err := r.TryRoute(&Request{Tokens: tokens(8, 1)})
+	require.ErrorIs(t, err, ErrNoWorkers)
+}
+
+func TestAffinity(t *testing.T) {
+	for _, mode := range []AffinityMode{AffinitySoft, AffinityHard} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			r, clk := newTestRouter(t, Config{Affinity: mode, AffinityTTL: time.Minute}, 1, 2)
+			ac := session.AgentContext{SessionID: "s1"}
+			d, err := r.TryRoute(&Request{Tokens: tokens(8, 1), Agent: ac})
+			require.NoError(t, err)
+			first := d.Worker.ID
+			d.Done(Usage{})
+			// The other worker now holds the session's whole prompt, but the
+			// binding wins.
+			other := 3 - first
+			store(t, r, other, flashindex.Device, tokens(64, 1), 1)
+			d, err = r.TryRoute(&Request{Tokens: tokens(64, 1), Agent: ac})
+			require.NoError(t, err)
+			require.Equal(t, first, d.Worker.ID)
+			require.True(t, d.Affinity)
+			d.Done(Usage{})
+			// After the TTL the cache decides again.
+			clk.Advance(2 * time.Minute)
+			d, err = r.TryRoute(&Request{Tokens: tokens(64, 1), Agent: ac})
+			require.NoError(t, err)
+			require.Equal(t, other, d.Worker.ID)
+			require.False(t, d.Affinity)
+		})
+	}
+}
+
+func TestAllowedWorkersOverride(t *testing.T) {
+	r, _ := newTestRouter(t, Config{}, 1, 2, 3)
+	store(t, r, 1, flashindex.Device, tokens(32, 1), 1)
+	d, err := r.TryRoute(&Request{Tokens: tokens(32, 1), Override: &Override{AllowedWorkers: []uint64{3}}})
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), d.Worker.ID)
+	_, err = r.TryRoute(&Request{Tokens: tokens(32, 1), Override: &Override{AllowedWorkers: []uint64{42}}})
+	require.ErrorIs(t, err, ErrNoWorkers)
+}
+
+func TestBusyThreshold(t *testing.T) {
+	r, _ := newTestRouter(t, Config{BusyThreshold: 0.5})
+	require.NoError(t, r.AddWorker(worker(1, 40)))
+	require.NoError(t, r.AddWorker(worker(2, 40)))
+	store(t, r, 1, flashindex.Device, tokens(32, 1), 1)
+	// Worker 1 holds the prefix, but once its decode load passes half its
+	// capacity (5 of 10 blocks) it is skipped.
+	d, err := r.TryRoute(&Request{Tokens: tokens(32, 1)})
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), d.Worker.ID) // 8 blocks now in flight there
+	d2, err := r.TryRoute(&Request{Tokens: tokens(32, 1)})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), d2.Worker.ID)
+}
+
+// TestAdmissionHoldAndRelease drives program-aware admission through
+// TryRoute: a program on a full worker is paused at its tool boundary, its
+// next turn is held, and it is released once room frees up.
+func TestAdmissionHoldAndRelease(t *testing.T) {
+	var released []string
+	var relMu sync.Mutex
+	clk := newFakeClock()
+	r, err := New(Config{BlockSize: testBS, Now: clk.Now, Admission: &admission.Config{},
+		OnRelease: func(id string) { relMu.Lock(); released = append(released, id); relMu.Unlock() }})
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(worker(1, 1000)))
+
+	// Two programs of 600 tokens each: the second does not fit under the
+	// 0.85 resume ceiling and is queued.
+	a := session.AgentContext{SessionID: "a"}
+	b := session.AgentContext{SessionID: "b"}
+	da, err := r.TryRoute(&Request{ID: "a1", Tokens: tokens(600, 1), Agent: a})
+	require.NoError(t, err)
+	require.True(t, da.Admission.Run)
+	_, err = r.TryRoute(&Request{ID: "b1", Tokens: tokens(600, 2), Agent: b})
+	require.ErrorIs(t, err, ErrHeld)
+	_, err = r.TryRoute(&Request{ID: "b1", Tokens: tokens(600, 2), Agent: b})
+	require.ErrorIs(t, err, ErrHeld, "retrying before release stays held")
+
+	// a finishes its turn (now acting, a tool call) and then its session.
+	clk.Advance(time.Second)
+	da.Done(Usage{PromptTokens: 600, CompletionTokens: 10})
+	r.EndSession("a")
+	clk.Advance(5 * time.Second)
+	res := r.Tick()
+	require.Equal(t, []string{"b1"}, res.Released)
+	relMu.Lock()
+	require.Equal(t, []string{"b1"}, released)
+	relMu.Unlock()
+	db, err := r.TryRoute(&Request{ID: "b1", Tokens: tokens(600, 2), Agent: b})
+	require.NoError(t, err)
+	require.True(t, db.Admission.Run)
+	require.Equal(t, 6*time.Second, db.Waited)
+	db.Done(Usage{PromptTokens: 600, CompletionTokens: 5})
+	st := r.AdmissionStats()
+	require.EqualValues(t, 1, st.Queued)
+	require.EqualValues(t, 1, st.Resumed)
+}
+
+func TestRouteBlocksAndHonoursContext(t *testing.T) {
+	clk := newFakeClock()
+	r, err := New(Config{BlockSize: testBS, Now: clk.Now, Admission: &admission.Config{}})
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(worker(1, 1000)))
+	da, err := r.Route(context.Background(), &Request{ID: "a1", Tokens: tokens(600, 1), Agent: session.AgentContext{SessionID: "a"}})
+	require.NoError(t, err)
+
+	// A blocked Route returns ctx.Err() and leaves no trace.
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.Route(ctx, &Request{ID: "b1", Tokens: tokens(600, 2), Agent: session.AgentContext{SessionID: "b"}})
+		errc <- err
+	}()
+	waitHeld(t, r, "b1")
+	cancel()
+	require.ErrorIs(t, <-errc, context.Canceled)
+	r.mu.Lock()
+	require.Empty(t, r.held)
+	require.Equal(t, 0, r.adm.Waiting())
+	r.mu.Unlock()
+
+	// A blocked Route returns once a tick releases it.
+	done := make(chan *Decision, 1)
+	go func() {
+		d, err := r.Route(context.Background(), &Request{ID: "b2", Tokens: tokens(600, 2), Agent: session.AgentContext{SessionID: "b"}})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- d
+	}()
+	waitHeld(t, r, "b2")
+	da.Done(Usage{PromptTokens: 600})
+	r.EndSession("a")
+	clk.Advance(5 * time.Second)
+	r.Tick()
+	d := <-done
+	require.NotNil(t, d)
+	require.Equal(t, uint64(1), d.Worker.ID)
+}
+
+func waitHeld(t *testing.T, r *Router, id string) {
+	t.Helper()
+	for i := 0; i < 10000; i++ {
+		r.mu.Lock()
+		_, ok := r.held[id]
+		r.mu.Unlock()
+		if ok {
+			return
+		}
+		time.Sleep(100 * time.Microsecond) // waiting for another goroutine, not for time to pass
+	}
+	t.Fatalf("request %s never held", id)
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	require.NoError(t, err)
+	r, _ := newTestRouter(t, Config{Metrics: m}, 1)
+	store(t, r, 1, flashindex.Device, tokens(16, 1), 1)
+	require.Error(t, r.ApplyEvent(&flashindex.Event{Worker: flashindex.Worker{ID: 1}, EventID: 2, Kind: flashindex.Stored,
+		HasParent: true, Parent: 999, Blocks: []flashindex.StoredBlock{{EngineHash: 5, Tokens: tokens(4, 9)}}}))
+	d, err := r.TryRoute(&Request{Tokens: tokens(32, 1)})
+	require.NoError(t, err)
+	d.Done(Usage{})
+	require.Equal(t, 1.0, testutil.ToFloat64(m.events.WithLabelValues("1/0", "applied")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.events.WithLabelValues("1/0", "unknown_parent")))
+	require.Equal(t, 16.0, testutil.ToFloat64(m.cachedTokens.WithLabelValues("device")))
+	require.Equal(t, 32.0, testutil.ToFloat64(m.promptTokens))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.finished.WithLabelValues("ok")))
+	n, err := testutil.GatherAndCount(reg, "agentkv_router_overhead_seconds")
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+}
+
+func TestNewValidates(t *testing.T) {
+	for _, cfg := range []Config{
+		{},
+		{BlockSize: -1},
+		{BlockSize: 16, Policy: 99},
+		{BlockSize: 16, Cost: CostConfig{Temperature: -1}},
+		{BlockSize: 16, BusyThreshold: -0.5},
+		{BlockSize: 16, Admission: &admission.Config{OnDecision: func(admission.Decision) {}}},
+		{BlockSize: 16, Admission: &admission.Config{PauseThreshold: -1}},
+	} {
+		_, err := New(cfg)
+		require.Error(t, err, "%+v", cfg)
+	}
+}
+
+// TestConcurrentRouting runs routing, completions, events and ticks from
+// many goroutines; run it with -race.
+func TestConcurrentRouting(t *testing.T) {
+	clk := newFakeClock()
+	r, err := New(Config{BlockSize: testBS, Now: clk.Now, Admission: &admission.Config{}, Affinity: AffinitySoft})
+	require.NoError(t, err)
+	for w := uint64(1); w <= 4; w++ {
+		require.NoError(t, r.AddWorker(worker(w, 1<<16)))
+	}
+	var wg sync.WaitGroup
+	var routed atomic.Int64
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			for i := 0; i < 200; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				d, err := r.Route(ctx, &Request{Tokens: tokens(4*(1+rng.IntN(40)), uint32(rng.IntN(5))),
+					Agent: session.AgentContext{SessionID: fmt.Sprintf("s%d-%d", g, i%7)}})
+				cancel()
+				if err != nil {
+					if !errors.Is(err, context.DeadlineExceeded) {
+						t.Error(err)
+					}
+					continue
+				}
+				routed.Add(1)
+				d.FirstToken()
+				d.Done(Usage{PromptTokens: 100, CompletionTokens: 10})
+			}
+		}(g)
+	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := uint64(1); i <= 300; i++ {
+			w := 1 + i%4
+			_ = r.ApplyEvent(&flashindex.Event{Worker: flashindex.Worker{ID: w}, EventID: i, Kind: flashindex.Stored, BlockSize: testBS,
+				Blocks: []flashindex.StoredBlock{{EngineHash: i, Tokens: tokens(4, uint32(i%5))}}})
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for i := 0; i < 100; i++ {
+			clk.Advance(time.Second)
+			r.Tick()
+		}
+	}()
+	wg.Wait()
+	require.Positive(t, routed.Load())
+	for w := uint64(1); w <= 4; w++ {
+		require.Equal(t, Load{}, r.WorkerLoad(flashindex.Worker{ID: w}), "all requests finished")
+	}
+}
