@@ -453,7 +453,7 @@ func (e *Engine) schedule(r *Request, n int, w *StepWork) {
 	for j := st.registered; j < full; j++ {
 		b := st.blocks[j]
 		local, hash := e.hashAt(r, j)
-		if _, dup := e.cached.get(hash); dup {
+		if _, fresh := e.cached.putIfAbsent(hash, b); !fresh {
 			continue // another request computed the same block; this copy stays private
 		}
 		blk := &e.blocks[b]
@@ -463,7 +463,6 @@ func (e *Engine) schedule(r *Request, n int, w *StepWork) {
 			_, blk.parent = e.hashAt(r, j-1)
 			blk.flags |= flagParent
 		}
-		e.cached.put(hash, b)
 		e.stats.BlockOps++
 		e.em.stored(flashindex.Device, blk.parent, j > 0, hash, local)
 	}

@@ -52,8 +52,9 @@ func (p *prefixRouter) sink(w int) EventSink {
 		switch ev.Kind {
 		case flashindex.Stored:
 			for _, b := range ev.Blocks {
-				m, _ := p.holders.get(b.EngineHash)
-				p.holders.put(b.EngineHash, m|bit)
+				if m, fresh := p.holders.putIfAbsent(b.EngineHash, bit); !fresh {
+					p.holders.put(b.EngineHash, m|bit)
+				}
 			}
 		case flashindex.Removed:
 			for _, h := range ev.Hashes {

@@ -3,15 +3,21 @@ package sim
 // table maps uint64 block hashes to int32 slots: open addressing with
 // linear probing and backward-shift deletion, so heavy insert/delete churn
 // (every eviction deletes, every registration inserts) never leaves
-// tombstones that lengthen probes. Keys are already uniform hashes; a
-// multiplicative mix guards against structured ones. It grows by doubling
-// at 50 % load. Not safe for concurrent use.
+// tombstones that lengthen probes, as they do in Go's built-in map under
+// this workload. Keys are already uniform hashes; a multiplicative mix
+// guards against structured ones. Key and value share a slot so a probe
+// touches one cache line. It grows by doubling at 50 % load. Not safe for
+// concurrent use.
 type table struct {
-	keys  []uint64
-	vals  []int32 // -1: empty
+	slots []tslot
 	mask  uint64
 	shift uint
 	n     int
+}
+
+type tslot struct {
+	key uint64
+	val int32 // -1: empty
 }
 
 func newTable(capacity int) *table {
@@ -25,10 +31,9 @@ func newTable(capacity int) *table {
 }
 
 func (t *table) alloc(size int) {
-	t.keys = make([]uint64, size)
-	t.vals = make([]int32, size)
-	for i := range t.vals {
-		t.vals[i] = -1
+	t.slots = make([]tslot, size)
+	for i := range t.slots {
+		t.slots[i].val = -1
 	}
 	t.mask = uint64(size - 1)
 	t.shift = 64
@@ -37,47 +42,61 @@ func (t *table) alloc(size int) {
 	}
 }
 
-func (t *table) slot(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> t.shift }
+func (t *table) home(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> t.shift }
 
 // get returns the value of k.
 func (t *table) get(k uint64) (int32, bool) {
-	for i := t.slot(k); ; i = (i + 1) & t.mask {
-		v := t.vals[i]
-		if v < 0 {
+	for i := t.home(k); ; i = (i + 1) & t.mask {
+		s := &t.slots[i]
+		if s.val < 0 {
 			return 0, false
 		}
-		if t.keys[i] == k {
-			return v, true
+		if s.key == k {
+			return s.val, true
 		}
 	}
 }
 
 // put sets k to v (v ≥ 0).
 func (t *table) put(k uint64, v int32) {
-	if 2*(t.n+1) > len(t.keys) {
+	t.insert(k, v, true)
+}
+
+// putIfAbsent sets k to v unless k is present; it returns the value k has
+// afterwards and whether it was inserted.
+func (t *table) putIfAbsent(k uint64, v int32) (int32, bool) {
+	return t.insert(k, v, false)
+}
+
+func (t *table) insert(k uint64, v int32, overwrite bool) (int32, bool) {
+	if 2*(t.n+1) > len(t.slots) {
 		t.grow()
 	}
-	for i := t.slot(k); ; i = (i + 1) & t.mask {
-		if t.vals[i] < 0 {
-			t.keys[i], t.vals[i] = k, v
+	for i := t.home(k); ; i = (i + 1) & t.mask {
+		s := &t.slots[i]
+		if s.val < 0 {
+			s.key, s.val = k, v
 			t.n++
-			return
+			return v, true
 		}
-		if t.keys[i] == k {
-			t.vals[i] = v
-			return
+		if s.key == k {
+			if overwrite {
+				s.val = v
+			}
+			return s.val, false
 		}
 	}
 }
 
 // del removes k, shifting later entries of its probe run back.
 func (t *table) del(k uint64) bool {
-	i := t.slot(k)
+	i := t.home(k)
 	for {
-		if t.vals[i] < 0 {
+		s := &t.slots[i]
+		if s.val < 0 {
 			return false
 		}
-		if t.keys[i] == k {
+		if s.key == k {
 			break
 		}
 		i = (i + 1) & t.mask
@@ -85,37 +104,38 @@ func (t *table) del(k uint64) bool {
 	j := i
 	for {
 		j = (j + 1) & t.mask
-		if t.vals[j] < 0 {
+		s := t.slots[j]
+		if s.val < 0 {
 			break
 		}
-		h := t.slot(t.keys[j])
+		h := t.home(s.key)
 		// Move j back to i unless its home lies cyclically in (i, j].
 		if (j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j)) {
-			t.keys[i], t.vals[i] = t.keys[j], t.vals[j]
+			t.slots[i] = s
 			i = j
 		}
 	}
-	t.vals[i] = -1
+	t.slots[i].val = -1
 	t.n--
 	return true
 }
 
 func (t *table) grow() {
-	keys, vals := t.keys, t.vals
-	t.alloc(2 * len(keys))
+	old := t.slots
+	t.alloc(2 * len(old))
 	t.n = 0
-	for i, v := range vals {
-		if v >= 0 {
-			t.put(keys[i], v)
+	for _, s := range old {
+		if s.val >= 0 {
+			t.insert(s.key, s.val, true)
 		}
 	}
 }
 
 // each calls f for every entry, in slot order.
 func (t *table) each(f func(k uint64, v int32)) {
-	for i, v := range t.vals {
-		if v >= 0 {
-			f(t.keys[i], v)
+	for _, s := range t.slots {
+		if s.val >= 0 {
+			f(s.key, s.val)
 		}
 	}
 }
