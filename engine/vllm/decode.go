@@ -374,14 +374,14 @@ func (d *Decoder) events(b *Batch, emit func(*flashindex.Event) error) error {
 			if !errors.As(err, &ee) {
 				ee = &EventError{Err: err}
 			}
-			ee.Index, ee.Type = i, typ
+			ee.Index, ee.Type = i, string(typ)
 			b.drop(ee)
 			continue
 		}
 		ev, keep, err := d.normalise()
 		if err != nil {
 			ee := err.(*EventError)
-			ee.Index, ee.Type = i, typ
+			ee.Index, ee.Type = i, string(typ)
 			b.drop(ee)
 			continue
 		}
@@ -415,23 +415,24 @@ func (b *Batch) drop(ee *EventError) {
 
 func fieldErr(f string, err error) error { return &EventError{Field: f, Err: err} }
 
-// event reads one event into d.raw and returns its tag.
-func (d *Decoder) event() (string, error) {
+// event reads one event into d.raw and returns its tag (a sub-slice of
+// the payload).
+func (d *Decoder) event() ([]byte, error) {
 	r := &d.r
 	e := &d.raw
 	e.reset()
 	if n, ok, err := r.arrayLen(); err != nil {
-		return "", err
+		return nil, err
 	} else if ok {
 		if n == 0 {
-			return "", fieldErr("", ErrUnknownEventType)
+			return nil, fieldErr("", ErrUnknownEventType)
 		}
 		tag, ok, err := r.bytesValue()
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		if !ok {
-			return "", fieldErr("tag", ErrBadField)
+			return nil, fieldErr("tag", ErrBadField)
 		}
 		var fields []Field
 		switch string(tag) {
@@ -442,7 +443,7 @@ func (d *Decoder) event() (string, error) {
 		case "AllBlocksCleared":
 			e.kind = flashindex.Cleared
 		default:
-			return string(tag), fieldErr("", ErrUnknownEventType)
+			return tag, fieldErr("", ErrUnknownEventType)
 		}
 		for i := 1; i < n; i++ {
 			f := FieldUnknown
@@ -450,23 +451,23 @@ func (d *Decoder) event() (string, error) {
 				f = fields[i-1]
 			}
 			if err := d.field(f); err != nil {
-				return string(tag), err
+				return tag, err
 			}
 		}
-		return string(tag), nil
+		return tag, nil
 	}
 	n, ok, err := r.mapLen()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if !ok {
-		return "", fieldErr("", ErrUnknownEventType)
+		return nil, fieldErr("", ErrUnknownEventType)
 	}
 	// msgspec writes the tag first; find it anywhere to be safe.
 	start := r.off
 	tag, err := d.mapTag(n)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	r.off = start
 	switch string(tag) {
@@ -477,24 +478,24 @@ func (d *Decoder) event() (string, error) {
 	case "AllBlocksCleared":
 		e.kind = flashindex.Cleared
 	default:
-		return string(tag), fieldErr("", ErrUnknownEventType)
+		return tag, fieldErr("", ErrUnknownEventType)
 	}
 	for i := 0; i < n; i++ {
 		k, ok, err := r.bytesValue()
 		if err != nil {
-			return string(tag), err
+			return tag, err
 		}
 		f := FieldUnknown
 		if ok {
 			f = fieldNames[string(k)]
 		} else if err := r.skip(); err != nil {
-			return string(tag), err
+			return tag, err
 		}
 		if err := d.field(f); err != nil {
-			return string(tag), err
+			return tag, err
 		}
 	}
-	return string(tag), nil
+	return tag, nil
 }
 
 // mapTag finds the "type" entry of an n-entry map and leaves the reader

@@ -1,0 +1,93 @@
+package vllm
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/agentkv/agentkv/flashindex"
+)
+
+// benchBatch builds a realistic batch: n events, 3 in 4 BlockStored of 1-4
+// blocks of 16 tokens chained under a parent, the rest BlockRemoved of 1-2
+// hashes, in the newer vLLM map layout with integer hashes.
+func benchBatch(n int, enc Encoding) []byte {
+	r := rand.New(rand.NewPCG(uint64(n), 5))
+	evs := make([]WireEvent, n)
+	for i := range evs {
+		if r.IntN(4) == 3 {
+			evs[i] = WireEvent{Kind: flashindex.Removed, Medium: "GPU", Hashes: []uint64{r.Uint64(), r.Uint64()}[:1+r.IntN(2)]}
+			continue
+		}
+		ev := WireEvent{Kind: flashindex.Stored, BlockSize: 16, Medium: "GPU", Parent: r.Uint64(), HasParent: true}
+		for b := r.IntN(4); b >= 0; b-- {
+			ev.Hashes = append(ev.Hashes, r.Uint64())
+			for j := 0; j < 16; j++ {
+				ev.Tokens = append(ev.Tokens, uint32(r.IntN(150000)))
+			}
+		}
+		evs[i] = ev
+	}
+	return mustEncode(enc, 1.7e9, evs)
+}
+
+// BenchmarkDecode measures decoding alone (emit does nothing) and decoding
+// plus applying into a trivial sink that keeps a naive index of engine
+// hashes, on one goroutine. The target is 200K events/s.
+func BenchmarkDecode(b *testing.B) {
+	layouts := []struct {
+		name string
+		enc  Encoding
+	}{
+		{"map", Encoding{MapEvents: true, HasDPRank: true}},
+		{"array", Encoding{HasDPRank: true}},
+		{"map-bytes", Encoding{MapEvents: true, BytesHashes: true, HasDPRank: true}},
+	}
+	for _, l := range layouts {
+		for _, n := range []int{1, 16, 128} {
+			payload := benchBatch(n, l.enc)
+			b.Run(fmt.Sprintf("layout=%s/n=%d/decode", l.name, n), func(b *testing.B) {
+				d := NewDecoder(DecodeOptions{})
+				noop := func(*flashindex.Event) error { return nil }
+				b.SetBytes(int64(len(payload)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := d.Decode(payload, noop); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "events/s")
+			})
+			b.Run(fmt.Sprintf("layout=%s/n=%d/apply", l.name, n), func(b *testing.B) {
+				idx := map[uint64]struct{}{}
+				sink := SinkFunc(func(ev *flashindex.Event) error {
+					switch ev.Kind {
+					case flashindex.Stored:
+						for _, blk := range ev.Blocks {
+							idx[blk.EngineHash] = struct{}{}
+						}
+					case flashindex.Removed:
+						for _, h := range ev.Hashes {
+							delete(idx, h)
+						}
+					}
+					return nil
+				})
+				s, _ := NewStream(StreamConfig{Sink: sink})
+				ctx := context.Background()
+				b.SetBytes(int64(len(payload)))
+				b.ReportAllocs()
+				seq := uint64(0)
+				for b.Loop() {
+					s.Handle(ctx, frame(seq, payload))
+					seq++
+				}
+				b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "events/s")
+				if st := s.Stats(); st.Malformed != 0 || st.Gaps != 0 {
+					b.Fatalf("stats %+v", st)
+				}
+			})
+		}
+	}
+}
