@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 )
 
@@ -333,4 +334,51 @@ func readRecordFile(path string, fn func(int, *Record) error) error {
 	}
 	defer closeFn()
 	return ReadRecords(br, name, fn)
+}
+
+// PlanRecords renders a workload's plan (see Schedule) as request_end
+// records: the Dynamo trace the workload would leave when served by the
+// nominal engine, with arrivals from baseUnixMs. Each turn carries its
+// session and parent, token counts, timings (ms, rounded), its hash ids as
+// replay.input_sequence_hashes (BlockTokens as trace_block_size) and its
+// finish reason and tool names. Request ids are "SESSION/TURN".
+// DynamoWorkload of the result gives back w's sessions, spawn and join
+// points and delays (to the millisecond).
+func PlanRecords(w *Workload, p *Plan, baseUnixMs uint64) []Record {
+	var out []Record
+	ms := func(d time.Duration) uint64 { return baseUnixMs + uint64((d+time.Millisecond/2)/time.Millisecond) }
+	for i := range w.Sessions {
+		s := &w.Sessions[i]
+		for j := range s.Turns {
+			t := &s.Turns[j]
+			tt := p.Turns[i][j]
+			recv, end := ms(tt.Arrival), ms(tt.End)
+			r := Record{
+				Schema: SchemaV1, EventType: EventRequestEnd, EventTimeUnixMs: end, EventSource: SourceDynamo,
+				Request: Request{
+					RequestID:         s.ID + "/" + strconv.Itoa(j),
+					InputTokens:       uint64(t.InputTokens),
+					OutputTokens:      uint64(t.OutputTokens),
+					CachedTokens:      uint64(tt.CachedTokens),
+					RequestReceivedMs: recv,
+					TTFTMs:            float64(ms(tt.FirstToken) - recv),
+					TotalTimeMs:       float64(end - recv),
+				},
+			}
+			if !w.OpenLoop {
+				r.AgentContext = AgentContext{SessionID: s.ID, ParentSessionID: s.Parent, SessionFinal: j == len(s.Turns)-1}
+			}
+			if w.BlockTokens > 0 {
+				r.Request.Replay = Replay{TraceBlockSize: w.BlockTokens, InputLength: t.InputTokens, InputSequenceHashes: t.HashIDs}
+			}
+			r.Request.FinishReasonMetadata.FinishReason = t.FinishReason
+			for k, name := range t.ToolCalls {
+				r.Request.FinishReasonMetadata.ToolCalls = append(r.Request.FinishReasonMetadata.ToolCalls,
+					ToolCallMeta{ToolCallIndex: uint32(k), Name: name})
+			}
+			out = append(out, r)
+		}
+	}
+	sort.SliceStable(out, func(a, b int) bool { return out[a].EventTimeUnixMs < out[b].EventTimeUnixMs })
+	return out
 }

@@ -309,7 +309,7 @@ func (q *Request) appendJSON(dst []byte) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = strconv.AppendUint(dst, h, 10)
+			dst = appendUint(dst, h)
 		}
 		dst = append(dst, "]}"...)
 	}
@@ -340,6 +340,7 @@ func (q *Request) appendJSON(dst []byte) []byte {
 		dst = append(dst, '}')
 	}
 	if a := &q.Admission; *a != (Admission{}) {
+		mark := len(dst)
 		dst = append(dst, `,"admission":{`...)
 		n := len(dst)
 		dst = appendFloatField(dst, "queued_ms", a.QueuedMs)
@@ -348,10 +349,12 @@ func (q *Request) appendJSON(dst []byte) []byte {
 		if a.Resumed {
 			dst = append(dst, `,"resumed":true`...)
 		}
-		if len(dst) > n {
+		if len(dst) == n { // only NaN, infinite or negative values: nothing to say
+			dst = dst[:mark]
+		} else {
 			dst = append(dst[:n], dst[n+1:]...)
+			dst = append(dst, '}')
 		}
-		dst = append(dst, '}')
 	}
 	return append(dst, '}')
 }
@@ -373,7 +376,7 @@ func appendUintField(dst []byte, name string, v uint64) []byte {
 	dst = append(dst, ',', '"')
 	dst = append(dst, name...)
 	dst = append(dst, '"', ':')
-	return strconv.AppendUint(dst, v, 10)
+	return appendUint(dst, v)
 }
 
 // appendFloatField writes v in the shortest form that parses back to the
@@ -385,6 +388,9 @@ func appendFloatField(dst []byte, name string, v float64) []byte {
 	dst = append(dst, ',', '"')
 	dst = append(dst, name...)
 	dst = append(dst, '"', ':')
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return strconv.AppendInt(dst, int64(v), 10) // integral: no float formatting
+	}
 	return strconv.AppendFloat(dst, v, 'g', -1, 64)
 }
 
@@ -437,7 +443,7 @@ func appendString(dst []byte, s string) []byte {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && size == 1 {
 			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
+			dst = append(dst, "\uFFFD"...)
 			i += size
 			start = i
 			continue
@@ -466,4 +472,38 @@ func truncate(b []byte, n int) string {
 // included, so encoding/json users get the same bytes as the Writer.
 func (r Record) MarshalJSON() ([]byte, error) {
 	return r.AppendJSON(nil, true), nil
+}
+
+const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
+	"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
+	"8081828384858687888990919293949596979899"
+
+// appendUint appends v in decimal, writing the digits in place (strconv
+// formats into a scratch array and copies).
+func appendUint(dst []byte, v uint64) []byte {
+	n := 1
+	for x := v; x >= 10; x /= 10 {
+		n++
+	}
+	l := len(dst)
+	if cap(dst)-l < n {
+		dst = append(dst, make([]byte, n)...)
+	} else {
+		dst = dst[:l+n]
+	}
+	i := l + n
+	for v >= 100 {
+		q := v / 100
+		r := (v - q*100) * 2
+		i -= 2
+		dst[i], dst[i+1] = digitPairs[r], digitPairs[r+1]
+		v = q
+	}
+	if v >= 10 {
+		r := v * 2
+		dst[i-2], dst[i-1] = digitPairs[r], digitPairs[r+1]
+	} else {
+		dst[i-1] = byte('0' + v)
+	}
+	return dst
 }
