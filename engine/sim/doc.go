@@ -1,0 +1,87 @@
+// Package sim simulates LLM serving engines and replays agentic workloads
+// against them on a virtual clock, so routing and admission policies,
+// worker counts and cache sizes can be compared on real traces with no
+// GPU, far faster than real time (the 59-minute Mooncake conversation trace
+// replays on 8 workers in about 6 CPU-seconds).
+//
+// # The engine
+//
+// An [Engine] is one simulated vLLM (V1) worker:
+//
+//   - a device KV pool of Config.DeviceBlocks blocks of Config.BlockSize
+//     tokens; blocks are reference-counted, a running request holds its
+//     blocks, and a freed block stays in the prefix cache until it is
+//     reused. Unreferenced blocks are evicted least recently freed first;
+//     a request's blocks are freed tail first, so a sequence loses its tail
+//     before its head (vLLM's free order).
+//   - an optional host tier of Config.HostBlocks blocks: blocks evicted from
+//     the device move there (least recently used out first); a prefix hit
+//     on the host is copied back to the device and costs
+//     Timing.HostLoadPer1kTokens in the step that needs it.
+//   - prefix caching as vLLM does it: a new request takes the longest
+//     cached prefix of its block chain (device or host), always leaving at
+//     least the last token to compute; blocks are registered in the cache
+//     in the step that schedules them.
+//   - continuous batching with Config.MaxBatch sequences and
+//     Config.MaxBatchedTokens tokens per step: running requests first, in
+//     admission order, then waiting ones in arrival order with chunked
+//     prefill filling the remaining budget.
+//   - preemption by recompute: when a running request cannot get a block,
+//     the newest running request is preempted, its blocks freed and it is
+//     queued at the front to be recomputed (prompt and generated tokens);
+//     no new request is admitted in a step that preempted.
+//   - a step-time roofline ([Timing]) whose constants come from public
+//     measurements of Llama-3-8B on an A100-80GB ([Llama3_8B_A100]: Vidur's
+//     operator profiles, FlashAttention-2's efficiency, hardware data).
+//
+// Each cache change is sent, in order, as a flashindex.Event to the
+// engine's [EventSink] — the path a real engine's KV events take to the
+// router: Stored events carry each block's engine hash (its sequence hash)
+// and its local hash (HasLocalHash), chained under the parent's engine
+// hash, so an index that chains local hashes reproduces the engine hashes;
+// Removed events carry engine hashes; both per tier (Device, Host).
+//
+// # Block identities
+//
+// Workloads name prompt blocks with ids of trace.Workload.BlockTokens
+// tokens; [AppendBlockHashes] turns them into engine blocks (splitting or
+// merging ids, see blockid.go) and chains them, so equal prefixes share
+// blocks and different prefixes never do. Tokens the ids do not cover and
+// generated tokens get blocks private to their request. The replay puts
+// these hashes on every [Request] (LocalHashes, SeqHashes) so a router can
+// look them up in an index fed by the engines' events.
+//
+// # The replay
+//
+// A [Replay] runs a trace.Workload against engines through a [Router]:
+//
+//   - closed loop (the default): a root session starts at its Start; turn
+//     k+1 arrives Delay after turn k finishes; a turn with WaitFor arrives
+//     Delay after the later of its previous turn and the last listed
+//     session; a subagent starts Start after its parent's ParentTurn
+//     finishes (or after the parent starts, for ParentTurn −1) and runs in
+//     parallel. ReplayConfig.MaxActiveSessions bounds the programs running
+//     at once.
+//   - open loop (Workload.OpenLoop): every turn arrives at its Arrival.
+//
+// The router answers each request with a worker or a hold. Held requests
+// (a paused program) wait in the replay until Router.Finished or
+// Router.Tick (called every ReplayConfig.TickInterval) releases them.
+// [Result] reports throughput, steps per minute, prefix hit rate,
+// re-prefill tokens, TTFT and end-to-end percentiles, pauses and resumes,
+// per-worker utilisation and the makespan.
+//
+// Runs are deterministic: the event queue orders ties by insertion, the
+// engines iterate slices, and step times are integer arithmetic, so the
+// same workload, configuration and router give bit-identical results and
+// event streams.
+//
+// # Ownership and concurrency
+//
+// Engine and Replay are synchronous and not safe for concurrent use; the
+// replay calls the router and the event sinks on its own goroutine, one
+// call at a time. A sink must copy what it keeps of an event: the engine
+// reuses the event and its slices. A request's hash slices are read-only
+// and valid until Router.Finished returns for it. StepResult slices are
+// valid until the next Step.
+package sim
