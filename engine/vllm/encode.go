@@ -15,6 +15,7 @@ import (
 // engines and replay tools.
 type WireEvent struct {
 	Kind      flashindex.EventKind
+	Tag       string   // overrides the kind's tag (to publish an unknown type)
 	Hashes    []uint64 // engine block hashes
 	Parent    uint64
 	HasParent bool
@@ -149,6 +150,9 @@ func (c Encoding) event(e *msgpack.Encoder, ev *WireEvent) error {
 	tag, ok := tags[ev.Kind]
 	if !ok {
 		return fmt.Errorf("unknown kind %v", ev.Kind)
+	}
+	if ev.Tag != "" {
+		tag = ev.Tag
 	}
 	schema := c.Schema
 	if schema == nil {
