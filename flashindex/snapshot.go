@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/bits"
 	"slices"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -36,6 +37,7 @@ import (
 const (
 	snapshotMagic   = "FLXI"
 	snapshotVersion = 1
+	snapshotWindow  = 1 << 22 // zstd window: bounds decoder memory on hostile input
 )
 
 // Snapshot writes the whole index (blocks, residencies, engine-hash maps,
@@ -51,10 +53,11 @@ func (ix *Index) Snapshot(w io.Writer) error {
 	if _, err := w.Write([]byte{snapshotVersion}); err != nil {
 		return err
 	}
-	zw, err := zstd.NewWriter(w, zstd.WithEncoderConcurrency(1))
+	zw, err := getEncoder(w)
 	if err != nil {
 		return err
 	}
+	defer encoders.Put(zw)
 	bw := bufio.NewWriterSize(zw, 1<<16)
 	e := encoder{w: bw}
 
@@ -161,6 +164,27 @@ func (ix *Index) Snapshot(w io.Writer) error {
 	return zw.Close()
 }
 
+// Encoders and decoders are costly to build; reuse them.
+var encoders, decoders sync.Pool
+
+func getEncoder(w io.Writer) (*zstd.Encoder, error) {
+	if e, ok := encoders.Get().(*zstd.Encoder); ok {
+		e.Reset(w)
+		return e, nil
+	}
+	return zstd.NewWriter(w, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(snapshotWindow), zstd.WithLowerEncoderMem(true))
+}
+
+func getDecoder(r io.Reader) (*zstd.Decoder, error) {
+	if d, ok := decoders.Get().(*zstd.Decoder); ok {
+		if err := d.Reset(r); err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+	return zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(snapshotWindow), zstd.WithDecoderLowmem(true))
+}
+
 func b2u(b bool) uint64 {
 	if b {
 		return 1
@@ -250,11 +274,11 @@ func Restore(r io.Reader, cfg Config) (*Index, error) {
 	if v := head[len(snapshotMagic)]; v != snapshotVersion {
 		return nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrSnapshotVersion, v, snapshotVersion)
 	}
-	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
+	zr, err := getDecoder(r)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSnapshotFormat, err)
 	}
-	defer zr.Close()
+	defer func() { _ = zr.Reset(nil); decoders.Put(zr) }()
 	d := &decoder{r: bufio.NewReaderSize(zr, 1<<16)}
 	ix, err := restoreBody(d, cfg)
 	if err != nil {
