@@ -129,6 +129,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Placement == nil {
 		c.Placement = WorstFit
 	}
+	if c.Buffer > MaxTokens {
+		return c, &ConfigError{"Buffer", "must be ≤ MaxTokens"}
+	}
 	if c.PauseTarget > c.PauseThreshold {
 		return c, &ConfigError{"PauseTarget", "must be ≤ PauseThreshold"}
 	}

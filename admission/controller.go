@@ -98,9 +98,13 @@ func (c *Controller) Config() Config { return c.cfg }
 
 // ---------------------------------------------------------------- workers
 
+// MaxTokens bounds every token count and capacity the controller accepts
+// (2^40), so sums over many programs cannot overflow.
+const MaxTokens = 1 << 40
+
 // AddWorker adds a worker with a KV capacity in tokens.
 func (c *Controller) AddWorker(id WorkerID, capacity int64) error {
-	if capacity <= 0 {
+	if capacity <= 0 || capacity > MaxTokens {
 		return ErrBadCapacity
 	}
 	if _, ok := c.byID[id]; ok {
@@ -117,7 +121,7 @@ func (c *Controller) AddWorker(id WorkerID, capacity int64) error {
 
 // SetCapacity changes a worker's capacity; the next Tick acts on it.
 func (c *Controller) SetCapacity(id WorkerID, capacity int64) error {
-	if capacity <= 0 {
+	if capacity <= 0 || capacity > MaxTokens {
 		return ErrBadCapacity
 	}
 	w, ok := c.byID[id]
@@ -279,7 +283,7 @@ func (c *Controller) StartRequest(now time.Time, id string, promptTokens int64) 
 	if id == "" {
 		return Admission{}, ErrEmptyID
 	}
-	if promptTokens < 0 {
+	if promptTokens < 0 || promptTokens > MaxTokens {
 		return Admission{}, ErrBadTokens
 	}
 	p, ok := c.progs[id]
@@ -385,7 +389,7 @@ func (c *Controller) leastUtilisedWithRoom(need int64) *worker {
 // completion. With no other turn in flight the program turns Acting (a tool
 // boundary): a program marked for pause is paused here.
 func (c *Controller) EndRequest(now time.Time, id string, promptTokens, completionTokens int64) error {
-	if promptTokens < 0 || completionTokens < 0 {
+	if promptTokens < 0 || completionTokens < 0 || promptTokens > MaxTokens || completionTokens > MaxTokens {
 		return ErrBadTokens
 	}
 	p, ok := c.progs[id]

@@ -172,7 +172,7 @@ func (s *script) run(line string) (string, error) {
 	case "tick":
 		s.ctl.Tick(s.now)
 		if err := checkAfterTick(s.ctl); err != nil {
-			return "", err
+			return "", fmt.Errorf("pause invariant broken: %v", err)
 		}
 	case "next":
 		if t, ok := s.ctl.NextForcedResume(); ok {

@@ -321,11 +321,11 @@ type Stats struct {
 var (
 	ErrUnknownWorker  = errors.New("admission: unknown worker")
 	ErrWorkerExists   = errors.New("admission: worker already exists")
-	ErrBadCapacity    = errors.New("admission: capacity must be positive")
+	ErrBadCapacity    = errors.New("admission: capacity must be in (0, MaxTokens]")
 	ErrUnknownProgram = errors.New("admission: unknown program")
 	ErrNoRequest      = errors.New("admission: no request in flight for program")
 	ErrNotHeld        = errors.New("admission: program has no held turn")
-	ErrBadTokens      = errors.New("admission: negative token count")
+	ErrBadTokens      = errors.New("admission: token count outside [0, MaxTokens]")
 	ErrEmptyID        = errors.New("admission: empty program id")
 	// ErrTerminated is returned by a blocking Admit whose session ended
 	// while its turn was held.
