@@ -1,0 +1,35 @@
+// Package sglang is the worker adapter for SGLang engines' KV events.
+//
+// SGLang publishes KV events exactly the way vLLM does, because its
+// publisher (python/sglang/srt/disaggregation/kv_events.py) is a copy of
+// vLLM's: a ZeroMQ PUB socket per DP rank at port + rank, messages
+// [topic, seq as 8 bytes big-endian, msgpack payload], and a ROUTER replay
+// socket that streams buffered batches from a start sequence and ends with
+// seq −1. The differences this package encodes:
+//
+//   - the batch is the array [ts, events, attn_dp_rank];
+//   - events are always tagged arrays, in the field order of [Schema]:
+//     BlockStored [tag, block_hashes, parent_block_hash, token_ids,
+//     block_size, lora_id, medium] (BlockStoredWithMetadata appends a
+//     {"cache_salt": ...} map, mixed into the blocks' extra keys only with
+//     vllm.DecodeOptions.ExtraKeys), BlockRemoved [tag, block_hashes,
+//     medium];
+//   - block hashes are signed int64: the first 16 hex digits of the
+//     block's SHA-256 digest (hash_str_to_int64). They are kept as the
+//     uint64 with the same bits, which is also what vllm.HashBytes makes of
+//     the raw digest, so [HashFromHex] and vllm agree;
+//   - medium is one of SGLang's StorageMedium values, GPU, CPU_PINNED,
+//     DISK and EXTERNAL, mapped by flashindex.TierFromMedium;
+//   - a snapshot-capable publisher appends "\x00sgl-kv-epoch=<epoch>" to
+//     its topic; [Epoch] extracts it, and the stream treats a new epoch as a
+//     publisher restart (a Cleared event), even when the sequence number
+//     happens to keep rising;
+//   - KV capacity is the sglang:max_total_num_tokens gauge ([ParseCapacity]).
+//
+// Everything else (decoding, gap replay, reconnection, statistics, the
+// Stream and Subscriber types, thread-safety and slice ownership) is
+// engine/vllm's, configured here; see that package's documentation.
+//
+// Not covered yet: HiCache + Mooncake store events, which feed the
+// sharedpool index rather than flashindex.
+package sglang
