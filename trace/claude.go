@@ -9,6 +9,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -138,7 +139,11 @@ func decodeClaudeFile(data []byte, name string) (*ccFile, error) {
 					return nil, fail(eoff, "requests["+strconv.Itoa(i)+"]", err)
 				}
 				f.Requests = append(f.Requests, e)
-				f.Lines = append(f.Lines, lineAt(data, eoff+1))
+				start := eoff
+				for start < int64(len(data)) && strings.IndexByte(", \t\r\n", data[start]) >= 0 {
+					start++
+				}
+				f.Lines = append(f.Lines, lineAt(data, start))
 			}
 			if _, err := dec.Token(); err != nil {
 				return nil, fail(dec.InputOffset(), key, err)

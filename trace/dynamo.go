@@ -297,6 +297,7 @@ func (b *dynBuilder) build(name string) (Workload, error) {
 					t.WaitFor = append(t.WaitFor, w.Sessions[ci].ID)
 					dep = max(dep, childEnd[ci])
 				}
+				sort.Strings(t.WaitFor)
 				t.Delay = msDur(r.received - min(r.received, dep))
 			}
 			s.Turns[k] = t

@@ -218,7 +218,9 @@ func appendMillis(dst []byte, d time.Duration) []byte {
 // workload gets a timestamp on each session's first turn and a delay (ms)
 // on the others. Mooncake has no parent/child sessions: a subagent becomes
 // its own session whose timestamp is its start in the uncontended nominal
-// schedule (see Schedule), and WaitFor is lost.
+// schedule (see Schedule), and WaitFor is lost. A closed-loop workload
+// whose sessions all have one turn has no delays to write and reads back
+// as open-loop.
 func WriteMooncake(out io.Writer, w *Workload) error {
 	sched, err := Schedule(w, TimingModel{})
 	if err != nil {
