@@ -112,7 +112,11 @@ func checkEngineOps(t *testing.T, data []byte) {
 
 func TestEngineRandomOps(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	for range 300 {
+	n := 300
+	if raceEnabled {
+		n = 60
+	}
+	for range n {
 		data := make([]byte, 5+rng.IntN(300))
 		for i := range data {
 			data[i] = byte(rng.IntN(256))

@@ -144,6 +144,9 @@ func (n *naiveIndex) Apply(ev *flashindex.Event) error {
 			if !ok {
 				return fmt.Errorf("stored event %d: unknown parent %x", ev.EventID, ev.Parent)
 			}
+			if !n.tiers[flashindex.Device][ev.Parent] && !n.tiers[flashindex.Host][ev.Parent] {
+				return fmt.Errorf("stored event %d on %v: parent %x is on no tier", ev.EventID, ev.Tier, ev.Parent)
+			}
 			parent = p
 		}
 		for _, b := range ev.Blocks {

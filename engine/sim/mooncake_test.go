@@ -39,7 +39,11 @@ func infiniteCeiling(t testing.TB, w *trace.Workload, bs int) float64 {
 }
 
 func TestMooncakeAmpleCacheReachesCeiling(t *testing.T) {
-	w := readMooncake(t, "mooncake_conversation_trace.jsonl", 1500)
+	n := 1500
+	if raceEnabled {
+		n = 300
+	}
+	w := readMooncake(t, "mooncake_conversation_trace.jsonl", n)
 	const bs = 64
 	ceiling := infiniteCeiling(t, w, bs)
 	res, _ := run(t, w, engines(t, 1, Config{BlockSize: bs, DeviceBlocks: 400_000}, nil), &rrRouter{n: 1}, ReplayConfig{})
@@ -55,7 +59,11 @@ func TestMooncakeAmpleCacheReachesCeiling(t *testing.T) {
 }
 
 func TestMooncakePrefixRoutingBeatsRoundRobin(t *testing.T) {
-	w := readMooncake(t, "mooncake_conversation_trace.jsonl", 2000)
+	n := 1200
+	if raceEnabled {
+		n = 400
+	}
+	w := readMooncake(t, "mooncake_conversation_trace.jsonl", n)
 	p := newPrefixRouter(8, 16)
 	kv, _ := run(t, w, engines(t, 8, Config{}, p.sink), p, ReplayConfig{})
 	rr, _ := run(t, w, engines(t, 8, Config{}, nil), &rrRouter{n: 8}, ReplayConfig{})
