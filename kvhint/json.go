@@ -22,6 +22,16 @@ import (
 // Zero-valued payload fields are omitted. Block hashes are bare JSON numbers
 // (Dynamo's kv.fetch convention); decoders also accept decimal strings.
 
+var rangeKeyJSON = [...]string{UnitBlocks: `"block_range":`, UnitTokens: `"token_range":`}
+
+// appendKey appends `,"key":` (without the comma for the first field).
+func appendKey(dst []byte, comma bool, key string) ([]byte, bool) {
+	if comma {
+		dst = append(dst, ',')
+	}
+	return append(dst, key...), true
+}
+
 func rangeKey(u Unit) string {
 	if u == UnitTokens {
 		return "token_range"
@@ -97,32 +107,23 @@ func appendActionJSON(dst []byte, a *Action, i int) ([]byte, error) {
 	dst = append(dst, a.Kind.ActionType()...)
 	dst = append(dst, `","action_version":"`+ActionVersion+`","payload":{`...)
 	comma := false
-	field := func(name string) {
-		if comma {
-			dst = append(dst, ',')
-		}
-		comma = true
-		dst = append(dst, '"')
-		dst = append(dst, name...)
-		dst = append(dst, '"', ':')
-	}
 	if a.SessionID != "" {
-		field("session_id")
+		dst, comma = appendKey(dst, comma, `"session_id":`)
 		dst = appendJSONString(dst, a.SessionID)
 	}
 	if len(a.Target.Blocks) > 0 {
-		field("block_hashes")
+		dst, comma = appendKey(dst, comma, `"block_hashes":`)
 		dst = append(dst, '[')
 		for j, h := range a.Target.Blocks {
 			if j > 0 {
 				dst = append(dst, ',')
 			}
-			dst = strconv.AppendUint(dst, h, 10)
+			dst = appendUint64(dst, h)
 		}
 		dst = append(dst, ']')
 	}
 	if r := a.Target.Range; r.Unit != UnitNone {
-		field(rangeKey(r.Unit))
+		dst, comma = appendKey(dst, comma, rangeKeyJSON[r.Unit])
 		dst = append(dst, `{"start":`...)
 		dst = strconv.AppendUint(dst, r.Start, 10)
 		if r.End != 0 {
@@ -132,29 +133,29 @@ func appendActionJSON(dst []byte, a *Action, i int) ([]byte, error) {
 		dst = append(dst, '}')
 	}
 	if a.Dest != TierNone {
-		field("dest_tier")
+		dst, comma = appendKey(dst, comma, `"dest_tier":`)
 		dst = append(dst, '"')
 		dst = append(dst, a.Dest.String()...)
 		dst = append(dst, '"')
 	}
 	if a.TTL != 0 {
-		field("ttl_seconds")
+		dst, comma = appendKey(dst, comma, `"ttl_seconds":`)
 		dst = appendSeconds(dst, a.TTL)
 	}
 	if a.Priority != 0 {
-		field("priority")
+		dst, comma = appendKey(dst, comma, `"priority":`)
 		dst = strconv.AppendInt(dst, int64(a.Priority), 10)
 	}
 	if a.Limit != 0 {
-		field("limit_blocks")
+		dst, comma = appendKey(dst, comma, `"limit_blocks":`)
 		dst = strconv.AppendUint(dst, uint64(a.Limit), 10)
 	}
 	if len(a.Sources) > 0 {
 		// Dynamo's kv.fetch payload names a single endpoint; older
 		// consumers read only this field.
-		field("source_control_endpoint")
+		dst, comma = appendKey(dst, comma, `"source_control_endpoint":`)
 		dst = appendJSONString(dst, a.Sources[0].Endpoint)
-		field("sources")
+		dst, comma = appendKey(dst, comma, `"sources":`)
 		dst = append(dst, '[')
 		for j := range a.Sources {
 			s := &a.Sources[j]
@@ -219,7 +220,7 @@ const hexDigits = "0123456789abcdef"
 func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
-	for i := 0; i < len(s); {
+	for i := safePrefix(s); i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {
