@@ -61,11 +61,27 @@ func (m *blockMap) get(k uint64) (loc, bool) {
 	}
 }
 
+// reserve grows the table so that n more keys fit under the load limit.
+func (m *blockMap) reserve(n int) {
+	size := len(m.slots)
+	for (m.n+n)*4 > size*3 {
+		size *= 2
+	}
+	if size != len(m.slots) {
+		m.resize(size)
+	}
+}
+
 // insert adds k; it returns false (and changes nothing) if k is present.
 func (m *blockMap) insert(k uint64, l loc) bool {
 	if (m.n+1)*4 > len(m.slots)*3 {
 		m.resize(len(m.slots) * 2)
 	}
+	return m.insertNoGrow(k, l)
+}
+
+// insertNoGrow is insert after reserve.
+func (m *blockMap) insertNoGrow(k uint64, l loc) bool {
 	for i := m.home(k); ; i = (i + 1) & m.mask {
 		s := &m.slots[i]
 		if s.loc.node == 0 {

@@ -304,65 +304,102 @@ func (t *RawTree) posOf(l loc) pos { return pos{l.node, l.depth} }
 
 // ---- structure edits ----
 
-// split cuts node n after depth d (base < d < end): n keeps the head and a
-// new child takes the rest, with n's children and the ends beyond d.
-// Costs O(blocks moved).
-func (t *RawTree) split(n uint32, d uint32) {
+// split cuts node n after depth d (base < d < end) into a head (depths up
+// to d) and a tail (the rest, with n's children), and returns the head.
+// The smaller part gets the new node id, so the cost is O(min(head, tail))
+// block relabels: a subagent forking a long context near its start, or
+// near its end, is cheap.
+func (t *RawTree) split(n uint32, d uint32) uint32 {
 	nn := &t.nodes[n]
-	cut := d - nn.base
-	tailBlocks := slices.Clone(nn.blocks[cut:])
-	if int(cut) < len(nn.blocks)/2 {
-		nn.blocks = slices.Clone(nn.blocks[:cut]) // let the big array go
-	} else {
-		nn.blocks = nn.blocks[:cut:cut]
+	cut := int(d - nn.base)
+	if cut <= len(nn.blocks)-cut {
+		// New head; n keeps the tail (and its id, children and deep ends).
+		h := t.newNode(nn.parent, nn.base, slices.Clone(t.nodes[n].blocks[:cut]))
+		nn, hn := &t.nodes[n], &t.nodes[h]
+		hn.slot = nn.slot
+		t.nodes[nn.parent].children[nn.slot] = h
+		nn.blocks = slices.Clip(nn.blocks[cut:])
+		nn.base = d
+		hn.refs = nn.refs
+		moved := t.moveEnds(n, h, func(depth uint32) bool { return depth <= d })
+		t.nodes[n].refs -= moved
+		t.addChild(h, n)
+		for i, b := range t.nodes[h].blocks {
+			t.blocks.set(b, loc{h, t.nodes[h].base + 1 + uint32(i)})
+		}
+		return h
 	}
-	m := t.newNode(n, d, tailBlocks)
-	nn = &t.nodes[n] // t.nodes may have grown
-	mn := &t.nodes[m]
+	// New tail; n keeps the head.
+	m := t.newNode(n, d, slices.Clone(t.nodes[n].blocks[cut:]))
+	nn, mn := &t.nodes[n], &t.nodes[m]
+	nn.blocks = nn.blocks[:cut:cut]
 	mn.children, nn.children = nn.children, nil
 	for i, c := range mn.children {
 		t.nodes[c].parent = m
 		t.nodes[c].slot = uint32(i)
 	}
-	for i, b := range tailBlocks {
+	t.moveEnds(n, m, func(depth uint32) bool { return depth > d })
+	t.nodes[m].refs = t.nodes[n].refs - int32(len(t.nodes[n].ends))
+	t.addChild(n, m)
+	for i, b := range t.nodes[m].blocks {
 		t.blocks.set(b, loc{m, d + 1 + uint32(i)})
 	}
-	var keep []uint32
-	stay := int32(0)
-	for _, f := range nn.ends {
-		if t.fronts[f].depth > d {
-			t.addEnd(m, f)
-		} else {
-			keep = append(keep, f)
-			stay++
-		}
-	}
-	nn = &t.nodes[n]
-	nn.ends = nn.ends[:0]
-	for _, f := range keep {
-		t.addEnd(n, f)
-	}
-	t.nodes[m].refs = t.nodes[n].refs - stay
-	t.addChild(n, m)
+	return n
 }
 
-// merge folds n's only child into n. O(child's blocks).
+// moveEnds moves the frontiers ending on node from whose depth satisfies
+// move to node to, and returns how many moved.
+func (t *RawTree) moveEnds(from, to uint32, move func(depth uint32) bool) int32 {
+	ends := t.nodes[from].ends
+	var moved int32
+	for i := 0; i < len(ends); {
+		f := ends[i]
+		if move(t.fronts[f].depth) {
+			t.removeEnd(from, f)
+			t.addEnd(to, f)
+			ends = t.nodes[from].ends
+			moved++
+			continue
+		}
+		i++
+	}
+	return moved
+}
+
+// merge folds node n and its only child into one node, relabelling the
+// smaller of the two. O(min(blocks of n, blocks of the child)) relabels.
 func (t *RawTree) merge(n uint32) {
 	c := t.nodes[n].children[0]
-	cn := t.nodes[c]
-	nn := &t.nodes[n]
-	for i, b := range cn.blocks {
-		t.blocks.set(b, loc{n, cn.base + 1 + uint32(i)})
+	if len(t.nodes[c].blocks) <= len(t.nodes[n].blocks) {
+		cn := t.nodes[c]
+		nn := &t.nodes[n]
+		for i, b := range cn.blocks {
+			t.blocks.set(b, loc{n, cn.base + 1 + uint32(i)})
+		}
+		nn.blocks = append(nn.blocks, cn.blocks...)
+		nn.children = cn.children
+		for _, g := range cn.children {
+			t.nodes[g].parent = n
+		}
+		for _, f := range cn.ends {
+			t.addEnd(n, f)
+		}
+		t.freeNode(c)
+		return
 	}
-	nn.blocks = append(nn.blocks, cn.blocks...)
-	nn.children = cn.children
-	for _, g := range cn.children {
-		t.nodes[g].parent = n
+	// The child is bigger: it absorbs n and takes n's place.
+	nn := t.nodes[n]
+	cn := &t.nodes[c]
+	for i, b := range nn.blocks {
+		t.blocks.set(b, loc{c, nn.base + 1 + uint32(i)})
 	}
-	for _, f := range cn.ends {
-		t.addEnd(n, f)
+	cn.blocks = append(slices.Clip(nn.blocks), cn.blocks...)
+	cn.base, cn.parent, cn.slot, cn.refs = nn.base, nn.parent, nn.slot, nn.refs
+	t.nodes[nn.parent].children[nn.slot] = c
+	for _, f := range nn.ends {
+		t.addEnd(c, f)
 	}
-	t.freeNode(c)
+	t.freeNode(n)
 }
 
 func (t *RawTree) freeNode(n uint32) {
@@ -379,21 +416,12 @@ func (t *RawTree) tidy(n uint32) {
 	}
 }
 
-// insertTail validates tail (every block absent from the tree and no
-// repeats) and hangs it after position p. It returns the end position.
-// On error nothing changes.
+// insertTail hangs tail after position p, checking that every block is
+// new to the tree and appears once. It returns the end position. On error
+// nothing changes.
 func (t *RawTree) insertTail(p pos, tail []uint64) (pos, error) {
 	if len(tail) == 0 {
 		return p, nil
-	}
-	for i, h := range tail {
-		if l, ok := t.blocks.get(h); ok {
-			at := t.posOf(l)
-			if t.onPath(at, p) {
-				return p, &CycleError{Block: h, Depth: int(p.depth) + 1 + i}
-			}
-			return p, &ParentConflictError{Block: h, Depth: int(p.depth) + 1 + i, HaveDepth: int(l.depth)}
-		}
 	}
 	pn := &t.nodes[p.node]
 	inPlace := p.node != rootID && p.depth == pn.end() && len(pn.children) == 0
@@ -401,26 +429,33 @@ func (t *RawTree) insertTail(p pos, tail []uint64) (pos, error) {
 	if !inPlace {
 		target = t.newNode(nilID, p.depth, nil) // linked below once valid
 	}
+	t.blocks.reserve(len(tail))
 	for i, h := range tail {
-		if !t.blocks.insert(h, loc{target, p.depth + 1 + uint32(i)}) {
-			for _, g := range tail[:i] {
-				t.blocks.delete(g)
-			}
-			if !inPlace {
-				t.freeNode(target)
-			}
-			return p, &CycleError{Block: h, Depth: int(p.depth) + 1 + i}
+		if t.blocks.insertNoGrow(h, loc{target, p.depth + 1 + uint32(i)}) {
+			continue
 		}
+		for _, g := range tail[:i] {
+			t.blocks.delete(g)
+		}
+		if !inPlace {
+			t.freeNode(target)
+		}
+		depth := int(p.depth) + 1 + i
+		if l, ok := t.blocks.get(h); ok && !t.onPath(t.posOf(l), p) {
+			return p, &ParentConflictError{Block: h, Depth: depth, HaveDepth: int(l.depth)}
+		}
+		return p, &CycleError{Block: h, Depth: depth} // on p's path, or repeated in tail
 	}
 	if inPlace {
-		pn.blocks = append(pn.blocks, tail...)
-	} else {
-		if p.node != rootID && p.depth < t.nodes[p.node].end() {
-			t.split(p.node, p.depth)
-		}
-		t.nodes[target].blocks = append(make([]uint64, 0, len(tail)), tail...)
-		t.addChild(p.node, target)
+		t.nodes[p.node].blocks = append(t.nodes[p.node].blocks, tail...)
+		return pos{target, p.depth + uint32(len(tail))}, nil
 	}
+	at := p.node
+	if at != rootID && p.depth < t.nodes[at].end() {
+		at = t.split(at, p.depth)
+	}
+	t.nodes[target].blocks = append(make([]uint64, 0, len(tail)), tail...)
+	t.addChild(at, target)
 	return pos{target, p.depth + uint32(len(tail))}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -42,13 +43,17 @@ func BenchmarkFromRequest(b *testing.B) {
 			body = []byte(bc.body)
 		}
 		b.Run(bc.name, func(b *testing.B) {
-			b.ReportAllocs()
 			if _, err := FromRequest(r, body); err != nil {
 				b.Fatal(err)
 			}
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			b.ReportAllocs()
+			c0 := threadCPU()
 			for b.Loop() {
 				FromRequest(r, body)
 			}
+			b.ReportMetric(float64((threadCPU()-c0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
