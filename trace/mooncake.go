@@ -117,7 +117,7 @@ func ReadMooncake(r io.Reader, name string, blockTokens int) (Workload, error) {
 		}
 		p.off, p.n = len(arena), len(row.HashIDs)
 		arena = append(arena, row.HashIDs...)
-		if row.SessionID != nil {
+		if row.SessionID != nil && *row.SessionID != "" { // AIPerf: an empty id is no id
 			idx, seen := byID[*row.SessionID]
 			if !seen {
 				idx = len(sessions)
