@@ -1,8 +1,11 @@
 package admission
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -567,11 +570,11 @@ func (c *Controller) forceResume(now time.Time, r *TickResult) {
 			due = append(due, p)
 		}
 	}
-	sort.Slice(due, func(i, j int) bool {
-		if !due[i].waitSince.Equal(due[j].waitSince) {
-			return due[i].waitSince.Before(due[j].waitSince)
+	slices.SortFunc(due, func(a, b *program) int {
+		if c := a.waitSince.Compare(b.waitSince); c != 0 {
+			return c
 		}
-		return due[i].pauseSeq < due[j].pauseSeq
+		return cmp.Compare(a.pauseSeq, b.pauseSeq)
 	})
 	for _, p := range due {
 		var best *worker
@@ -622,26 +625,34 @@ func resumeGroup(p *program) int {
 	}
 }
 
-// resumeLess is the resume priority order (the fair order of the package
+// resumeOrder is the resume priority order (the fair order of the package
 // documentation): group, then fewer tokens, then paused earlier.
-func resumeLess(a, b *program) bool {
-	ga, gb := resumeGroup(a), resumeGroup(b)
-	if ga != gb {
-		return ga < gb
+func resumeOrder(a, b *program) int {
+	if c := cmp.Compare(resumeGroup(a), resumeGroup(b)); c != 0 {
+		return c
 	}
-	if a.tokens != b.tokens {
-		return a.tokens < b.tokens
+	if c := cmp.Compare(a.tokens, b.tokens); c != 0 {
+		return c
 	}
-	return a.pauseSeq < b.pauseSeq
+	return cmp.Compare(a.pauseSeq, b.pauseSeq)
 }
 
 func (c *Controller) resume(now time.Time, r *TickResult) {
 	if len(c.paused) == 0 {
 		return
 	}
+	minSize := int64(math.MaxInt64)
+	for _, p := range c.paused {
+		minSize = min(minSize, p.tokens+c.cfg.Buffer)
+	}
 	bins, binW := c.sBins[:0], c.sBinW[:0]
 	for _, w := range c.workers {
 		if c.util(w) > c.ceiling {
+			continue
+		}
+		// Reasoning weight is a lower bound on the (decayed) load: skip the
+		// decay pass where even that leaves no room for the smallest item.
+		if c.ceiling*float64(w.cap)-float64(w.reasoning) < float64(minSize) {
 			continue
 		}
 		free := int64(math.Floor(c.ceiling*float64(w.cap) - c.resumeUsed(now, w)))
@@ -655,7 +666,7 @@ func (c *Controller) resume(now time.Time, r *TickResult) {
 		return
 	}
 	cand := append(c.sProgs[:0], c.paused...)
-	sort.Slice(cand, func(i, j int) bool { return resumeLess(cand[i], cand[j]) })
+	slices.SortFunc(cand, resumeOrder)
 	items := c.sItems[:0]
 	for _, p := range cand {
 		items = append(items, Item{Size: p.tokens + c.cfg.Buffer})
@@ -738,7 +749,7 @@ func (c *Controller) pauseOver(now time.Time, r *TickResult) {
 				cand = append(cand, p)
 			}
 		}
-		sort.Slice(cand, func(i, j int) bool { return smallerFirst(cand[i], cand[j]) })
+		slices.SortFunc(cand, smallerFirst)
 		for _, p := range cand {
 			if eff <= target {
 				break
@@ -754,7 +765,7 @@ func (c *Controller) pauseOver(now time.Time, r *TickResult) {
 					cand = append(cand, p)
 				}
 			}
-			sort.Slice(cand, func(i, j int) bool { return smallerFirst(cand[i], cand[j]) })
+			slices.SortFunc(cand, smallerFirst)
 			for _, p := range cand {
 				if eff <= target {
 					break
@@ -771,11 +782,11 @@ func (c *Controller) pauseOver(now time.Time, r *TickResult) {
 	}
 }
 
-func smallerFirst(a, b *program) bool {
-	if a.tokens != b.tokens {
-		return a.tokens < b.tokens
+func smallerFirst(a, b *program) int {
+	if c := cmp.Compare(a.tokens, b.tokens); c != 0 {
+		return c
 	}
-	return a.id < b.id
+	return strings.Compare(a.id, b.id)
 }
 
 func (c *Controller) unmarkAll(now time.Time, w *worker, r *TickResult) {
@@ -785,7 +796,7 @@ func (c *Controller) unmarkAll(now time.Time, w *worker, r *TickResult) {
 			cand = append(cand, p)
 		}
 	}
-	sort.Slice(cand, func(i, j int) bool { return smallerFirst(cand[i], cand[j]) })
+	slices.SortFunc(cand, smallerFirst)
 	for _, p := range cand {
 		c.setMarked(p, false)
 		c.stats.Unmarked++
