@@ -39,8 +39,9 @@ func rangeKey(u Unit) string {
 	return "block_range"
 }
 
-// MarshalJSON encodes e; see AppendJSON.
-func (e *Envelope) MarshalJSON() ([]byte, error) { return e.AppendJSON(nil) }
+// MarshalJSON encodes e; see AppendJSON. It has a value receiver so that
+// encoding/json uses it for Envelope fields as well as *Envelope ones.
+func (e Envelope) MarshalJSON() ([]byte, error) { return e.AppendJSON(nil) }
 
 // UnmarshalJSON decodes into e; see DecodeJSON.
 func (e *Envelope) UnmarshalJSON(b []byte) error { return DecodeJSON(b, e) }

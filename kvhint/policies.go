@@ -49,6 +49,8 @@ type TailOffloadConfig struct {
 // session's chain, only the part of the unique tail still on that worker's
 // device is named (so a tick after a demotion emits nothing); otherwise the
 // whole unique tail is.
+//
+// A TailOffload is immutable and safe for concurrent use.
 type TailOffload struct{ cfg TailOffloadConfig }
 
 // NewTailOffload validates cfg and returns the policy.
@@ -157,6 +159,8 @@ type PrefixPinConfig struct {
 // prompt or a common agent scaffold. It fires on EventAdmit and EventResume,
 // so the lease is renewed while sessions keep using the prefix and lapses
 // after TTL when they stop.
+//
+// A PrefixPin is immutable and safe for concurrent use.
 type PrefixPin struct{ cfg PrefixPinConfig }
 
 // NewPrefixPin validates cfg and returns the policy.
@@ -223,6 +227,8 @@ type PeerShareConfig struct {
 // Share for the selected worker targeting the root-aligned prefix the best
 // source holds. Sources are ordered by depth, longest first, ties to the
 // smaller WorkerID (as Dynamo's best_source does).
+//
+// A PeerShare is immutable and safe for concurrent use.
 type PeerShare struct{ cfg PeerShareConfig }
 
 // NewPeerShare validates cfg and returns the policy.
@@ -320,6 +326,8 @@ type FinishReleaseConfig struct {
 // parent are never released. The hints go to Session.Worker and, when
 // Input.Prefix is the session's chain, to every worker in Input.Cached that
 // holds any released block.
+//
+// A FinishRelease is immutable and safe for concurrent use.
 type FinishRelease struct{ cfg FinishReleaseConfig }
 
 // NewFinishRelease validates cfg and returns the policy.

@@ -55,7 +55,8 @@ func (e Event) String() string {
 }
 
 // Session is a session's lineage as the router's session-prefix index sees
-// it. Its chain of blocks is Shared followed by Unique, root first.
+// it. Its chain of blocks is Shared followed by Unique, root first. Like
+// Input it is plain data: policies only read it.
 type Session struct {
 	ID     string
 	Parent string // parent session id; "" for a root session
@@ -103,7 +104,8 @@ type Residency struct {
 }
 
 // Input is everything a Policy may look at. The router fills it; policies
-// must treat it (and every slice in it) as read-only.
+// must treat it (and every slice in it) as read-only, so one Input may be
+// evaluated by several goroutines at once.
 type Input struct {
 	Event   Event
 	Session Session
@@ -132,7 +134,8 @@ func (in *Input) residency(w WorkerID) *Residency {
 
 // Policy turns what the router knows into hints. Evaluate appends its hints
 // to dst and returns the extended slice; it must not modify in, and it must
-// not block. The returned actions leave ID empty (Batcher names them) and
+// not block. A router may call Evaluate from several goroutines at once, so
+// implementations must be safe for concurrent use (the built-in ones are). The returned actions leave ID empty (Batcher names them) and
 // their Target.Blocks may alias slices of in: copy them before mutating the
 // Input's slices.
 type Policy interface {

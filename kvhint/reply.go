@@ -168,8 +168,9 @@ func (r *Reply) AppendJSON(dst []byte) ([]byte, error) {
 	return append(dst, "}}"...), nil
 }
 
-// MarshalJSON encodes r; see AppendJSON.
-func (r *Reply) MarshalJSON() ([]byte, error) { return r.AppendJSON(nil) }
+// MarshalJSON encodes r; see AppendJSON. It has a value receiver so that
+// encoding/json uses it for Reply fields as well as *Reply ones.
+func (r Reply) MarshalJSON() ([]byte, error) { return r.AppendJSON(nil) }
 
 // UnmarshalJSON decodes into r; see DecodeReplyJSON.
 func (r *Reply) UnmarshalJSON(b []byte) error { return DecodeReplyJSON(b, r) }
