@@ -62,6 +62,11 @@ type StreamConfig struct {
 	// Epoch, if set, extracts a publisher-lifetime token from the topic
 	// frame (SGLang appends one); a change of token is a restart.
 	Epoch func(topic []byte) []byte
+	// FirstEventID is the EventID of the first event; 0 means 1. An index
+	// ignores event ids at or below the last one it applied for a worker,
+	// so a new Stream feeding an index that already holds events for the
+	// worker (one restored from a snapshot, say) must start above them.
+	FirstEventID uint64
 	// Logger receives warnings (gaps, drops, sink errors); nil discards.
 	Logger *slog.Logger
 }
@@ -93,7 +98,8 @@ type StreamStats struct {
 // Stream is the synchronous core of a subscription to one publisher (one DP
 // rank): it checks sequence numbers, fills gaps through the Replayer,
 // decodes payloads and hands events to the Sink. Every emitted event gets
-// the next EventID of the stream, so IDs are consecutive from 1.
+// the next EventID of the stream, so IDs are consecutive from
+// StreamConfig.FirstEventID (default 1).
 //
 // When a gap cannot be filled (no Replayer, the replay failed, or the
 // publisher's buffer no longer holds the batches) and when the publisher
@@ -133,7 +139,7 @@ func NewStream(cfg StreamConfig) (*Stream, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Stream{cfg: cfg, dec: NewDecoder(cfg.Decode), nextID: 1}
+	s := &Stream{cfg: cfg, dec: NewDecoder(cfg.Decode), nextID: max(cfg.FirstEventID, 1)}
 	s.emitFn = s.emit
 	return s, nil
 }

@@ -418,3 +418,13 @@ func TestStreamAgainstModel(t *testing.T) {
 		}
 	}
 }
+
+func TestStreamFirstEventID(t *testing.T) {
+	rec := &recorder{}
+	s, _ := NewStream(StreamConfig{Sink: rec, FirstEventID: 1000})
+	s.Handle(context.Background(), frame(0, stored(1, 2)))
+	s.Handle(context.Background(), frame(1, removed(1)))
+	if len(rec.events) != 2 || rec.events[0].EventID != 1000 || rec.events[1].EventID != 1001 {
+		t.Fatalf("events %v", rec.events)
+	}
+}

@@ -68,6 +68,8 @@ type Config struct {
 	ReplayTimeout time.Duration
 	// DialTimeout bounds one TCP connect; 0 means 2 s.
 	DialTimeout time.Duration
+	// FirstEventID is every rank's first EventID; see StreamConfig.
+	FirstEventID uint64
 	// Logger receives connection and stream warnings; nil discards.
 	Logger *slog.Logger
 }
@@ -153,6 +155,8 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 			CatchUp:  cfg.CatchUp,
 			Epoch:    cfg.Epoch,
 			Logger:   cfg.Logger,
+
+			FirstEventID: cfg.FirstEventID,
 		})
 		if err != nil {
 			return nil, err
