@@ -82,47 +82,71 @@ func ReadMooncake(r io.Reader, name string, blockTokens int) (Workload, error) {
 		if len(trimSpace(line)) == 0 {
 			continue
 		}
-		row = mooncakeRow{HashIDs: row.HashIDs[:0]}
-		if err := json.Unmarshal(line, &row); err != nil {
-			return Workload{}, perr(jsonErr(err))
-		}
-		if row.InputLength == nil {
-			if row.TextInput != nil {
+		off := len(arena)
+		fr, grown, ok := parseMooncakeFast(line, arena)
+		if ok {
+			arena = grown
+		} else {
+			// The general path: encoding/json decides and words the error.
+			row = mooncakeRow{HashIDs: row.HashIDs[:0]}
+			if err := json.Unmarshal(line, &row); err != nil {
+				return Workload{}, perr(jsonErr(err))
+			}
+			if row.InputLength == nil && row.TextInput != nil {
 				return Workload{}, perr(errors.New("text_input rows carry no token counts; only input_length rows are supported"))
 			}
+			fr = fastRow{}
+			if row.InputLength != nil {
+				fr.in, fr.hasIn = *row.InputLength, true
+			}
+			if row.OutputLength != nil {
+				fr.out, fr.hasOut = *row.OutputLength, true
+			}
+			if row.Timestamp != nil {
+				fr.ts, fr.hasTS = *row.Timestamp, true
+			}
+			if row.Delay != nil {
+				fr.delay, fr.hasDelay = *row.Delay, true
+			}
+			if row.SessionID != nil {
+				fr.session, fr.hasSession = []byte(*row.SessionID), true
+			}
+			arena = append(arena, row.HashIDs...)
+		}
+		if !fr.hasIn {
 			return Workload{}, perr(errors.New("missing input_length"))
 		}
 		var p pending
-		if p.turn.InputTokens, err = tokens("input_length", *row.InputLength); err != nil {
+		if p.turn.InputTokens, err = tokens("input_length", fr.in); err != nil {
 			return Workload{}, perr(err)
 		}
-		if row.OutputLength != nil {
-			if p.turn.OutputTokens, err = tokens("output_length", *row.OutputLength); err != nil {
+		if fr.hasOut {
+			if p.turn.OutputTokens, err = tokens("output_length", fr.out); err != nil {
 				return Workload{}, perr(err)
 			}
 		}
-		if row.Timestamp != nil {
-			if p.turn.Arrival, err = millis("timestamp", *row.Timestamp); err != nil {
+		if fr.hasTS {
+			if p.turn.Arrival, err = millis("timestamp", fr.ts); err != nil {
 				return Workload{}, perr(err)
 			}
 			p.hasTS = true
 		} else {
 			allTS = false
 		}
-		if row.Delay != nil {
-			if p.turn.Delay, err = millis("delay", *row.Delay); err != nil {
+		if fr.hasDelay {
+			if p.turn.Delay, err = millis("delay", fr.delay); err != nil {
 				return Workload{}, perr(err)
 			}
 			hasDelay = true
 		}
-		p.off, p.n = len(arena), len(row.HashIDs)
-		arena = append(arena, row.HashIDs...)
-		if row.SessionID != nil && *row.SessionID != "" { // AIPerf: an empty id is no id
-			idx, seen := byID[*row.SessionID]
+		p.off, p.n = off, len(arena)-off
+		if fr.hasSession && len(fr.session) > 0 { // AIPerf: an empty id is no id
+			idx, seen := byID[string(fr.session)]
 			if !seen {
+				id := string(fr.session)
 				idx = len(sessions)
-				byID[*row.SessionID] = idx
-				sessions = append(sessions, Session{ID: *row.SessionID, ParentTurn: -1})
+				byID[id] = idx
+				sessions = append(sessions, Session{ID: id, ParentTurn: -1})
 			}
 			p.sessionIdx = idx
 		} else {

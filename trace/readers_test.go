@@ -2,6 +2,7 @@ package trace
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -376,4 +377,63 @@ func FuzzReadDynamo(f *testing.F) {
 
 func FuzzReadAuto(f *testing.F) {
 	fuzzRead(f, FormatAuto, claudeSample, `{"input_length":5}`, "\x1f\x8b\x08\x00", "\x28\xb5\x2f\xfd\x00")
+}
+
+// FuzzMooncakeFastParser checks the fast line parser against the
+// encoding/json reference: whatever the fast path accepts, encoding/json
+// accepts with the same values.
+func FuzzMooncakeFastParser(f *testing.F) {
+	for _, s := range []string{
+		`{"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47, 48]}`,
+		`{"session_id":"a","delay":2.5,"input_length":0,"hash_ids":[]}`, `{}`, `{"input_length":01}`,
+		`{"hash_ids":[18446744073709551615],"input_length":1}`, `{"timestamp":1e3,"input_length":1} x`,
+		`{"input_length":1,"input_length":2}`, `{"delay":-0,"input_length":3}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		fr, ids, ok := parseMooncakeFast([]byte(line), nil)
+		if !ok {
+			return
+		}
+		var row mooncakeRow
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatalf("fast path accepted what encoding/json rejects: %v", err)
+		}
+		eq := func(name string, has bool, v float64, p *float64) {
+			if has != (p != nil) || (p != nil && *p != v) {
+				t.Fatalf("%s differs: fast %v %v, json %v", name, has, v, p)
+			}
+		}
+		eq("timestamp", fr.hasTS, fr.ts, row.Timestamp)
+		eq("delay", fr.hasDelay, fr.delay, row.Delay)
+		if fr.hasIn != (row.InputLength != nil) || (fr.hasIn && fr.in != *row.InputLength) {
+			t.Fatalf("input_length differs")
+		}
+		if fr.hasOut != (row.OutputLength != nil) || (fr.hasOut && fr.out != *row.OutputLength) {
+			t.Fatalf("output_length differs")
+		}
+		if fr.hasSession != (row.SessionID != nil) || (fr.hasSession && string(fr.session) != *row.SessionID) {
+			t.Fatalf("session_id differs")
+		}
+		if len(ids) != len(row.HashIDs) {
+			t.Fatalf("hash_ids differ: %v vs %v", ids, row.HashIDs)
+		}
+		for i := range ids {
+			if ids[i] != row.HashIDs[i] {
+				t.Fatalf("hash_ids differ: %v vs %v", ids, row.HashIDs)
+			}
+		}
+	})
+}
+
+func TestMooncakeFastParserRejectsNonJSONNumbers(t *testing.T) {
+	for _, n := range []string{"1.", "01.5", "1.e5", "1e", "00", ".5", "1e+", "-1"} {
+		_, _, ok := parseMooncakeFast([]byte(`{"timestamp":`+n+`,"input_length":1}`), nil)
+		require.False(t, ok, n)
+	}
+	for _, n := range []string{"0", "0.5", "10e-3", "1E+2", "27482"} {
+		_, _, ok := parseMooncakeFast([]byte(`{"timestamp":`+n+`,"input_length":1}`), nil)
+		require.True(t, ok, n)
+	}
 }

@@ -405,11 +405,15 @@ func TestPlanAndRecordSpans(t *testing.T) {
 func BenchmarkReadMooncakeConversation(b *testing.B) {
 	path := filepath.Join(dataDir(b), "mooncake_conversation_trace.jsonl")
 	b.ReportAllocs()
+	cpu0 := processCPU()
 	for i := 0; i < b.N; i++ {
 		w, err := ReadFile(path, ReadOptions{})
 		if err != nil || len(w.Sessions) != 12031 {
 			b.Fatal(err)
 		}
+	}
+	if cpu := processCPU() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/1e6, "cpu-ms/op")
 	}
 }
 
