@@ -360,8 +360,8 @@ func newSim(t testing.TB, seed uint64, cfg Config, churn bool) *sim {
 
 func TestPropertyRandomWorkloads(t *testing.T) {
 	seeds := 150
-	if testing.Short() {
-		seeds = 30
+	if testing.Short() || raceEnabled { // the race detector slows this ~10x
+		seeds = 25
 	}
 	for _, pol := range []struct {
 		name string

@@ -1,0 +1,136 @@
+// Package admission is program-aware admission control for agentic LLM
+// inference, after ThunderAgent (and NVIDIA Dynamo's port of it): instead of
+// admitting isolated requests, it admits, pauses and resumes whole programs
+// (agent sessions) at tool boundaries, so that every live program's KV cache
+// stays resident instead of thrashing.
+//
+// # Model
+//
+// A program is keyed by its session id. Its Phase is Reasoning while a
+// request (a model turn) is in flight and Acting between requests, while the
+// agent runs a tool. Its Lifecycle is Active (placed on a worker, its tokens
+// count there), Paused (off every worker), or Terminated (forgotten). A new
+// program that found no room is Paused and never placed: Status reports it
+// as StatusQueued. The program's token total is the engine-reported
+// prompt + completion of its last turn (EndRequest), or the exact prompt
+// length given at a request start; it is never estimated from bytes.
+//
+// Transitions come from three events and one clock:
+//
+//	StartRequest(now, id, promptTokens)  → Reasoning; runs, or is held
+//	EndRequest(now, id, prompt, compl)   → Acting (a tool boundary)
+//	EndSession(now, id)                  → Terminated
+//	Tick(now)                            → the control loop, every Interval
+//
+// A worker is a KV pool identified by a WorkerID (a uint64; the root router
+// maps its own worker identity, e.g. flashindex.Worker{ID, DPRank}, to one)
+// with a capacity in tokens. Workers may be added, removed and resized at
+// any time. Its utilisation is U = Σ weights of its Active programs /
+// capacity, a program's weight being its token total (times ActingWeight
+// while Acting).
+//
+// # Control loop
+//
+// Tick(now), with the defaults of Config{}:
+//
+//   - forced resume: a held turn that has waited 30 minutes is resumed on the
+//     least-utilised worker regardless of room, so nothing starves;
+//   - resume: on workers with U ≤ 0.95 − 0.10 (the hysteresis), paused
+//     programs are bin-packed under that 0.85 ceiling, each needing its
+//     tokens plus a 100-token buffer, by the Placement policy: WorstFit (what
+//     upstream actually runs), BestFitDecreasing or LeastLoaded, or your own;
+//   - pause: on a worker with U ≥ 0.95, the smallest Acting programs are
+//     paused until U ≤ 0.80. An in-flight turn is never preempted: with no
+//     Acting program left, the smallest Reasoning program is marked to pause
+//     at its next tool boundary (EndRequest), and marked programs count as
+//     future frees, so only as many are marked as the excess needs. (The
+//     upstream port does not count them and ends up marking every Reasoning
+//     program on the worker.) Marks are withdrawn once U falls to 0.80;
+//   - soft demote: a worker with 0.80 ≤ U < 0.95 is in the band; new turns of
+//     its programs get priority −2.0 until 1.5 intervals after the last tick
+//     that saw it there.
+//
+// Resumed turns get a +1.0 priority boost (the held turn, or the program's
+// next turn if none was held). Priorities are returned to the caller, who
+// passes them to the engine's scheduler; the controller itself orders
+// nothing by them.
+//
+// Optional decay (DecayHalfLife > 0, off by default) weighs an Acting
+// program by 2^(−t/τ), t its time acting, on the resume side only (resume
+// room and forced-resume target), as upstream does; pausing uses undecayed
+// weights.
+//
+// # Admission and fairness
+//
+// A new program is placed on the least-utilised worker whose load plus the
+// program's tokens plus the buffer stays under the resume ceiling (ties: the
+// lowest WorkerID), unless some turn is already held, in which case it
+// queues behind it: new programs never overtake waiting ones at the door.
+// (Upstream admits up to full capacity; using the resume ceiling here keeps
+// admission from immediately triggering pauses.) Queued and paused programs
+// are then offered to the placement policy in this fair order:
+//
+//  1. held turns of programs that had been placed before (a paused program
+//     whose next turn arrived),
+//  2. queued new programs,
+//  3. paused programs with no turn held (still Acting),
+//
+// and within each group fewer tokens first, ties in pause order. Smallest
+// first maximises the number of programs resumed per tick; the forced
+// resume bounds how long a large program can be passed over.
+//
+// # Decisions
+//
+// Every decision (admit, queue, hold, pause, mark, unmark, resume, demote,
+// undemote, terminate, cancel) is a Decision record with a Reason, a Seq
+// number and the worker's utilisation, for traces and metrics. The
+// Controller passes them to Config.OnDecision synchronously, or buffers
+// them for Drain when that is nil.
+//
+// # Driving it from a simulator or a router
+//
+// The core is the Controller: a deterministic, synchronous state machine
+// with no locks and no goroutines, taking the time as an argument. A
+// discrete-event simulator calls it directly:
+//
+//	adm, _ := ctl.StartRequest(now, id, prompt)
+//	if adm.Run { schedule the turn on adm.Worker with adm.Priority }
+//	else       { hold it until a Decision{Kind: KindResume, Released: true}
+//	             for id arrives (from OnDecision or Drain) }
+//	ctl.EndRequest(now, id, prompt, completion)  // at the turn's end
+//	ctl.Tick(now)                                // every Interval; NextForcedResume
+//	                                             // tells when a cap expires
+//
+// Status(id) answers "may this program's next turn run now?" without
+// changing anything: StatusRunnable, StatusPaused, StatusHeld, StatusQueued
+// or StatusUnknown (a new program).
+//
+// A server uses the Admitter, the thin thread-safe wrapper: Admit(ctx, ...)
+// blocks until the turn may run and returns ctx.Err() with the held turn
+// withdrawn and the program's state as it was if ctx ends first (Cancel on
+// the Controller does the same for simulators); TryAdmit never waits and
+// changes nothing when the turn could not run now. Run(ctx, ticks) drives
+// Tick from a ticker channel. The Admitter calls Config.OnDecision outside
+// its lock, one decision at a time, in Seq order; a callback may call back
+// into the Admitter.
+//
+// # Thread safety and ownership
+//
+// Controller: not safe for concurrent use. Admitter: safe for concurrent
+// use by any number of goroutines. Decision, Admission, Program, WorkerInfo
+// and Stats are plain values. Slices returned by Drain, Programs and
+// Workers are appended to the caller's dst and belong to the caller. A
+// Placement receives scratch slices it may modify during the call and must
+// not keep.
+//
+// # Checked facts
+//
+// The defaults, the tick order (resume before pause, so a program paused in
+// a tick resumes at the earliest in the next), the priority groups of the
+// resume order, the selection-then-largest-first placement that upstream
+// calls best-fit decreasing but which places on the worker with the most
+// room (worst fit), the 1.5-interval demotion window, resume-side-only decay
+// and the marking loop that never counts its marks were read from
+// ThunderAgent's scheduler/router.py and Dynamo's thunderagent_router
+// scheduler.py and program_state.py.
+package admission
