@@ -162,12 +162,16 @@ func BenchmarkSplit(b *testing.B) {
 			if segs, _ := tr.Path("main", nil); len(segs) != c.nodes {
 				b.Fatalf("path has %d nodes, want %d", len(segs), c.nodes)
 			}
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			b.ReportAllocs()
+			c0 := threadCPU()
 			for b.Loop() {
 				if _, err := tr.Split("main"); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric(float64((threadCPU()-c0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
@@ -182,17 +186,25 @@ func BenchmarkPath(b *testing.B) {
 		tr := lineageTree(b, c.nodes, c.blocks)
 		b.Run(fmt.Sprintf("n=%d/blocks=%d", c.nodes, c.blocks), func(b *testing.B) {
 			dst := make([]Segment, 0, c.nodes)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			b.ReportAllocs()
+			c0 := threadCPU()
 			for b.Loop() {
 				dst, _ = tr.Path("main", dst[:0])
 			}
+			b.ReportMetric(float64((threadCPU()-c0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
 		b.Run(fmt.Sprintf("lineage/n=%d/blocks=%d", c.nodes, c.blocks), func(b *testing.B) {
 			dst := make([]uint64, 0, c.blocks)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			b.ReportAllocs()
+			c0 := threadCPU()
 			for b.Loop() {
 				dst, _ = tr.Lineage("main", dst[:0])
 			}
+			b.ReportMetric(float64((threadCPU()-c0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
