@@ -1,7 +1,19 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agentkv/agentkv/internal/simrun"
+	"github.com/agentkv/agentkv/trace"
 )
 
 func init() {
@@ -10,34 +22,278 @@ func init() {
 		summary: "replay an agentic workload against simulated engines and compare policies",
 		usage:   "[flags]",
 		help: `
-Replay an agentic workload against simulated engines through the real router
-and compare routing and admission policies across a concurrency sweep.
+Replay an agentic workload on a cluster of simulated engines (engine/sim:
+a vLLM-style prefix cache with LRU eviction, continuous batching, chunked
+prefill, preemption, and a step-time model of Llama-3-8B on an A100) routed by
+the real agentkv Router, and compare routing and admission policies across a
+concurrency sweep. The engines feed the router's KV index through the same
+event path a vLLM adapter uses.
 
-The simulator (engine/sim) has not landed yet: this command prints the plan of
-the default run and exits without simulating anything.`,
-		run: runSimulatePlan,
+With no flags it runs the built-in synthetic agentic workload (seeded, fitted
+to public Claude Code sessions: a shared system prompt, growing contexts,
+heavy-tailed tool gaps, subagent fan-out) on 4 workers (440K-token KV pools each, an 8B model on an A100) that the
+working set outgrows at high concurrency, for round-robin, KV-aware and
+KV-aware + program-aware admission at 16 to 128 concurrent agent programs.
+It prints a table, writes the results as JSON and a plot of throughput and
+prefix hit rate against concurrency (SVG).
+
+--workload reads any trace format the trace package reads (agentkv/Dynamo
+request traces, Mooncake JSONL, Claude Code session files).`,
+		run: runSimulate,
 	})
 }
 
-func runSimulatePlan(env *cmdEnv, args []string) error {
+type simulateFlags struct {
+	workload     string
+	format       string
+	tile         int
+	sessions     int
+	workers      int
+	blockSize    int
+	deviceBlocks int
+	hostBlocks   int
+	policies     string
+	levels       string
+	seed         uint64
+	jsonOut      string
+	plotOut      string
+	parallel     int
+}
+
+func runSimulate(env *cmdEnv, args []string) error {
 	c := commands["simulate"]
 	fs := newFlags(env, c)
+	var f simulateFlags
+	fs.StringVar(&f.workload, "workload", "", "trace file to replay (default: the built-in synthetic agentic workload)")
+	fs.StringVar(&f.format, "format", "auto", "trace format of --workload: auto, agentkv, dynamo, mooncake, claude-code")
+	fs.IntVar(&f.tile, "tile", 1, "replay this many copies of the workload's sessions, each with its own hash namespace")
+	fs.IntVar(&f.sessions, "sessions", 128, "root sessions of the synthetic workload")
+	fs.IntVar(&f.workers, "workers", 4, "simulated workers")
+	fs.IntVar(&f.blockSize, "block-size", 16, "KV block size in tokens")
+	fs.IntVar(&f.deviceBlocks, "device-blocks", 27500, "device KV pool per worker, in blocks")
+	fs.IntVar(&f.hostBlocks, "host-blocks", 0, "host (CPU) KV tier per worker, in blocks; 0 = none")
+	fs.StringVar(&f.policies, "policies", "round-robin,kv,kv+admission", "policies to compare: round-robin, random, kv, kv+affinity, kv+admission")
+	fs.StringVar(&f.levels, "concurrency", "16,32,64,128", "concurrent agent programs, a comma list (0 = no bound)")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic workload and the router's tie-breaking")
+	fs.StringVar(&f.jsonOut, "json", filepath.Join("out", "simulate.json"), "write results as JSON here (empty: don't)")
+	fs.StringVar(&f.plotOut, "plot", filepath.Join("out", "simulate.svg"), "write an SVG plot here (empty: don't)")
+	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "runs at once")
 	if err := parseFlags(env, c, fs, args); err != nil {
 		return err
 	}
-	fmt.Fprint(env.stdout, `agentkv simulate: NOT IMPLEMENTED YET - nothing was simulated.
+	if fs.NArg() > 0 {
+		return usagef("simulate: unexpected argument %q", fs.Arg(0))
+	}
+	var policies []simrun.Policy
+	for _, name := range splitList(f.policies) {
+		p, err := simrun.PolicyByName(name)
+		if err != nil {
+			return usagef("simulate: %v", err)
+		}
+		policies = append(policies, p)
+	}
+	if len(policies) == 0 {
+		return usagef("simulate: --policies is empty")
+	}
+	var levels []int
+	for _, s := range splitList(f.levels) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return usagef("simulate: bad concurrency %q: want a non-negative integer", s)
+		}
+		levels = append(levels, n)
+	}
+	if len(levels) == 0 {
+		return usagef("simulate: --concurrency is empty")
+	}
+	for name, v := range map[string]int{"workers": f.workers, "block-size": f.blockSize, "device-blocks": f.deviceBlocks,
+		"sessions": f.sessions, "tile": f.tile, "parallel": f.parallel} {
+		if v < 1 {
+			return usagef("simulate: --%s must be ≥ 1, got %d", name, v)
+		}
+	}
+	if f.hostBlocks < 0 {
+		return usagef("simulate: --host-blocks must be ≥ 0, got %d", f.hostBlocks)
+	}
 
-Plan of the default run, once engine/sim lands:
-  workload     synthetic agentic sessions (seeded), shaped after real Claude Code
-               traces: shared system prompt, growing per-turn context, tool gaps
-               with a heavy tail, subagent fan-out
-  cluster      a few simulated workers whose KV pools the working set outgrows at
-               high concurrency
-  sweep        32 ... 512 concurrent agent programs
-  policies     round-robin, KV-aware, KV-aware + program-aware admission
-  metrics      throughput, prefix hit rate, re-prefill tokens, TTFT / E2E p50/p99,
-               pauses and resumes, makespan
-  outputs      a table on stdout, results JSON, a throughput / hit-rate plot
-`)
+	w, err := loadSimWorkload(&f)
+	if err != nil {
+		return err
+	}
+	sum, err := trace.Summarize(&w)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "workload %s: %d sessions (with subagents), %d requests, %.0f input / %.0f output tokens per request\n",
+		w.Name, sum.Sessions+sum.Subagents, sum.Requests,
+		float64(sum.InputTokens)/float64(max(sum.Requests, 1)), float64(sum.OutputTokens)/float64(max(sum.Requests, 1)))
+	fmt.Fprintf(env.stdout, "cluster: %d workers × %d blocks of %d tokens (%d tokens each), host tier %d blocks; %d runs\n\n",
+		f.workers, f.deviceBlocks, f.blockSize, f.deviceBlocks*f.blockSize, f.hostBlocks, len(policies)*len(levels))
+
+	tty := isTerminal(env.stderr)
+	start := time.Now()
+	progress := func(done, total int, r *simrun.Result) {
+		line := fmt.Sprintf("[%d/%d] %-13s concurrency %-4d done in %5.1fs (%.0fs elapsed)",
+			done, total, r.Policy, r.Concurrency, r.Wall.Seconds(), time.Since(start).Seconds())
+		if tty {
+			fmt.Fprintf(env.stderr, "\r\033[K%s", line)
+			if done == total {
+				fmt.Fprintln(env.stderr)
+			}
+		} else {
+			fmt.Fprintln(env.stderr, line)
+		}
+	}
+	base := simrun.Options{
+		Cluster: simrun.Cluster{Workers: f.workers, BlockSize: f.blockSize, DeviceBlocks: f.deviceBlocks, HostBlocks: f.hostBlocks},
+		Seed:    f.seed,
+	}
+	results, err := simrun.Sweep(&w, base, policies, levels, f.parallel, progress)
+	if err != nil {
+		return err
+	}
+	printSimTable(env.stdout, results)
+	printSimComparison(env.stdout, results, policies, levels)
+	if f.jsonOut != "" {
+		if err := writeSimJSON(f.jsonOut, &f, w.Name, results); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.stdout, "\nresults: %s\n", f.jsonOut)
+	}
+	if f.plotOut != "" {
+		if err := writeSimPlot(f.plotOut, w.Name, results, policies); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.stdout, "plot:    %s\n", f.plotOut)
+	}
 	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func loadSimWorkload(f *simulateFlags) (trace.Workload, error) {
+	var w trace.Workload
+	if f.workload == "" {
+		cfg := trace.DefaultSyntheticConfig()
+		cfg.Sessions = f.sessions
+		cfg.Seed = f.seed
+		w = trace.Synthetic(cfg)
+	} else {
+		format, err := trace.ParseFormat(f.format)
+		if err != nil {
+			return w, usagef("simulate: %v", err)
+		}
+		if w, err = trace.ReadFile(f.workload, trace.ReadOptions{Format: format}); err != nil {
+			return w, err
+		}
+	}
+	if f.tile > 1 {
+		tiled, err := trace.Tile(&w, trace.TileConfig{Copies: f.tile, Stagger: time.Second, Seed: f.seed})
+		if err != nil {
+			return w, err
+		}
+		w = tiled
+	}
+	return w, nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func printSimTable(w io.Writer, results []*simrun.Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tconc\ttok/s\tsteps/min\thit%\tre-prefill Mtok\tTTFT p50\tTTFT p99\tE2E p50\tE2E p99\tpauses\tresumes\tutil%\tmakespan\t")
+	for _, r := range results {
+		util := 0.0
+		for _, wr := range r.Workers {
+			util += wr.Utilisation
+		}
+		if len(r.Workers) > 0 {
+			util /= float64(len(r.Workers))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t%d\t%d\t%.0f\t%s\t\n",
+			r.Policy, concLabel(r.Concurrency), r.Throughput, r.StepsPerMinute, 100*r.HitRate,
+			float64(r.RePrefillTokens)/1e6, dur(r.TTFT.P50), dur(r.TTFT.P99), dur(r.E2E.P50), dur(r.E2E.P99),
+			r.Pauses, r.Resumes, 100*util, dur(r.Makespan))
+	}
+	tw.Flush()
+}
+
+func concLabel(c int) string {
+	if c == 0 {
+		return "all"
+	}
+	return strconv.Itoa(c)
+}
+
+func dur(d time.Duration) string {
+	switch {
+	case d >= time.Minute:
+		return fmt.Sprintf("%.1fm", d.Minutes())
+	case d >= time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	default:
+		return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond))
+	}
+}
+
+// printSimComparison prints each policy's throughput relative to the first
+// policy and to "kv" where both ran.
+func printSimComparison(w io.Writer, results []*simrun.Result, policies []simrun.Policy, levels []int) {
+	if len(policies) < 2 {
+		return
+	}
+	at := func(p string, c int) *simrun.Result {
+		for _, r := range results {
+			if r.Policy == p && r.Concurrency == c {
+				return r
+			}
+		}
+		return nil
+	}
+	fmt.Fprintln(w, "\nthroughput relative to", policies[0].Name+":")
+	for _, p := range policies[1:] {
+		fmt.Fprintf(w, "  %-13s", p.Name)
+		for _, c := range levels {
+			a, b := at(policies[0].Name, c), at(p.Name, c)
+			fmt.Fprintf(w, "  c=%s %+.1f%%", concLabel(c), 100*(b.Throughput/a.Throughput-1))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+type simJSON struct {
+	Workload string           `json:"workload"`
+	Seed     uint64           `json:"seed"`
+	Workers  int              `json:"workers"`
+	Block    int              `json:"block_size"`
+	Device   int              `json:"device_blocks"`
+	Host     int              `json:"host_blocks"`
+	Results  []*simrun.Result `json:"results"`
+}
+
+func writeSimJSON(path string, f *simulateFlags, name string, results []*simrun.Result) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(simJSON{Workload: name, Seed: f.seed, Workers: f.workers, Block: f.blockSize,
+		Device: f.deviceBlocks, Host: f.hostBlocks, Results: results}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
