@@ -76,7 +76,6 @@ type program struct {
 
 	// undo for Cancel of the first held turn
 	undo struct {
-		phase       Phase
 		actingTotal time.Duration
 	}
 }
@@ -321,7 +320,6 @@ func (c *Controller) StartRequest(now time.Time, id string, promptTokens int64) 
 	}
 	// Paused: hold the turn.
 	if p.held == 0 {
-		p.undo.phase = p.phase
 		p.undo.actingTotal = p.actingTotal
 		if p.phase == Acting && now.After(p.actingSince) {
 			p.actingTotal += now.Sub(p.actingSince)
@@ -466,7 +464,9 @@ func (c *Controller) Cancel(now time.Time, id string) error {
 			c.emit(Decision{At: now, Kind: KindCancel, Reason: ReasonCancelled, Program: id, Tokens: p.tokens, Released: true, Waited: waited})
 			return nil
 		}
-		p.phase = p.undo.phase
+		// Nothing in flight any more: back to Acting, with the acting time
+		// the hold had added taken off again.
+		p.phase = Acting
 		p.actingTotal = p.undo.actingTotal
 	}
 	c.updateWaiting(p)
