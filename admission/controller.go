@@ -641,18 +641,14 @@ func (c *Controller) resume(now time.Time, r *TickResult) {
 	if len(c.paused) == 0 {
 		return
 	}
-	minSize := int64(math.MaxInt64)
-	for _, p := range c.paused {
-		minSize = min(minSize, p.tokens+c.cfg.Buffer)
-	}
 	bins, binW := c.sBins[:0], c.sBinW[:0]
 	for _, w := range c.workers {
 		if c.util(w) > c.ceiling {
 			continue
 		}
 		// Reasoning weight is a lower bound on the (decayed) load: skip the
-		// decay pass where even that leaves no room for the smallest item.
-		if c.ceiling*float64(w.cap)-float64(w.reasoning) < float64(minSize) {
+		// decay pass where even that leaves no more than the buffer.
+		if c.ceiling*float64(w.cap)-float64(w.reasoning) <= float64(c.cfg.Buffer) {
 			continue
 		}
 		free := int64(math.Floor(c.ceiling*float64(w.cap) - c.resumeUsed(now, w)))
