@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -71,7 +72,6 @@ type traceInput struct {
 
 // readInputs reads files; several Dynamo files are one capture.
 func readInputs(env *cmdEnv, files []string, format trace.Format, blockTokens int) ([]traceInput, error) {
-	opt := trace.ReadOptions{Format: format, MooncakeBlockTokens: blockTokens}
 	var out []traceInput
 	var dynFiles []string
 	for _, f := range files {
@@ -89,7 +89,23 @@ func readInputs(env *cmdEnv, files []string, format trace.Format, blockTokens in
 		var w trace.Workload
 		var err error
 		if f == "-" {
-			w, err = trace.Read(env.stdin, "stdin", opt)
+			data, rerr := io.ReadAll(env.stdin)
+			if rerr != nil {
+				return nil, rerr
+			}
+			if fm == trace.FormatAuto {
+				br, closeFn, derr := trace.Decompress(bytes.NewReader(data))
+				if derr != nil {
+					return nil, fmt.Errorf("stdin: %v", derr)
+				}
+				head, _ := br.Peek(4096)
+				fm, err = trace.DetectFormat(head)
+				closeFn()
+				if err != nil {
+					return nil, fmt.Errorf("stdin: %v (use --format)", err)
+				}
+			}
+			w, err = trace.Read(bytes.NewReader(data), "stdin", trace.ReadOptions{Format: fm, MooncakeBlockTokens: blockTokens})
 		} else {
 			w, err = trace.ReadFile(f, trace.ReadOptions{Format: fm, MooncakeBlockTokens: blockTokens})
 		}
