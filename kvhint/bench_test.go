@@ -166,11 +166,11 @@ func BenchmarkDecodeJSON(b *testing.B) {
 		b.SetBytes(int64(len(doc)))
 		b.ReportAllocs()
 		var out Envelope
-		for b.Loop() {
+		cpuLoop(b, func() {
 			if err := DecodeJSON(doc, &out); err != nil {
 				b.Fatal(err)
 			}
-		}
+		})
 	})
 }
 
@@ -181,11 +181,11 @@ func BenchmarkDecodeBinary(b *testing.B) {
 		b.SetBytes(int64(len(doc)))
 		b.ReportAllocs()
 		var out Envelope
-		for b.Loop() {
+		cpuLoop(b, func() {
 			if err := DecodeBinary(doc, &out); err != nil {
 				b.Fatal(err)
 			}
-		}
+		})
 	})
 }
 
@@ -207,9 +207,7 @@ func BenchmarkPolicies(b *testing.B) {
 	b.Run("n=8", func(b *testing.B) {
 		b.ReportAllocs()
 		var dst []Hint
-		for b.Loop() {
-			dst = ps.Evaluate(dst[:0], &in)
-		}
+		cpuLoop(b, func() { dst = ps.Evaluate(dst[:0], &in) })
 	})
 }
 
@@ -218,7 +216,5 @@ func BenchmarkQueueSend(b *testing.B) {
 	defer func() { _ = q.Close(context.Background()) }()
 	e := &Envelope{MessageID: "m"}
 	b.ReportAllocs()
-	for b.Loop() {
-		_ = q.Send(context.Background(), e)
-	}
+	cpuLoop(b, func() { _ = q.Send(context.Background(), e) })
 }

@@ -262,10 +262,10 @@ func appendJSONString(dst []byte, s string) []byte {
 // Wire shapes for decoding. Pointers distinguish absent from zero where the
 // schema requires a field.
 type jsonEnvelope struct {
-	ProtocolVersion *string           `json:"protocol_version"`
-	MessageID       *string           `json:"message_id"`
-	SessionID       string            `json:"session_id"`
-	Actions         []json.RawMessage `json:"actions"`
+	ProtocolVersion *string      `json:"protocol_version"`
+	MessageID       *string      `json:"message_id"`
+	SessionID       string       `json:"session_id"`
+	Actions         []jsonAction `json:"actions"`
 }
 
 type jsonAction struct {
@@ -289,35 +289,75 @@ type jsonSource struct {
 }
 
 type jsonPayload struct {
-	SessionID             string       `json:"session_id"`
-	BlockHashes           []jsonHash   `json:"block_hashes"`
-	BlockRange            *jsonRange   `json:"block_range"`
-	TokenRange            *jsonRange   `json:"token_range"`
-	DestTier              *string      `json:"dest_tier"`
-	TTLSeconds            *float64     `json:"ttl_seconds"`
-	Priority              int32        `json:"priority"`
-	LimitBlocks           uint32       `json:"limit_blocks"`
-	SourceControlEndpoint *string      `json:"source_control_endpoint"`
-	Sources               []jsonSource `json:"sources"`
+	SessionID             string          `json:"session_id"`
+	BlockHashes           json.RawMessage `json:"block_hashes"`
+	BlockRange            *jsonRange      `json:"block_range"`
+	TokenRange            *jsonRange      `json:"token_range"`
+	DestTier              *string         `json:"dest_tier"`
+	TTLSeconds            *float64        `json:"ttl_seconds"`
+	Priority              int32           `json:"priority"`
+	LimitBlocks           uint32          `json:"limit_blocks"`
+	SourceControlEndpoint *string         `json:"source_control_endpoint"`
+	Sources               []jsonSource    `json:"sources"`
 }
 
-// jsonHash reads a block hash written as a JSON number or a decimal string.
-type jsonHash uint64
-
-func (h *jsonHash) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
+// parseHashes reads a JSON array of block hashes, each a JSON number or a
+// decimal string (as some routers write u64 hashes to spare JavaScript
+// readers). raw is already known to be valid JSON.
+func parseHashes(raw []byte) ([]uint64, error) {
+	i := skipSpace(raw, 0)
+	if i == len(raw) || raw[i] == 'n' { // absent or null
+		return nil, nil
+	}
+	if i >= len(raw) || raw[i] != '[' {
+		return nil, payloadError("block_hashes is not an array")
+	}
+	var out []uint64
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == ']' {
+		return nil, nil
+	}
+	for {
+		quoted := i < len(raw) && raw[i] == '"'
+		if quoted {
+			i++
 		}
-		b = []byte(s)
+		start := i
+		var v uint64
+		for ; i < len(raw) && raw[i] >= '0' && raw[i] <= '9'; i++ {
+			d := uint64(raw[i] - '0')
+			if v > (1<<64-1-d)/10 {
+				return nil, payloadError("block hash overflows uint64")
+			}
+			v = v*10 + d
+		}
+		if i == start || quoted && (i >= len(raw) || raw[i] != '"') {
+			return nil, payloadError("block hash is not a non-negative integer")
+		}
+		if quoted {
+			i++
+		}
+		out = append(out, v)
+		i = skipSpace(raw, i)
+		if i >= len(raw) {
+			return nil, payloadError("unterminated block_hashes")
+		}
+		switch raw[i] {
+		case ',':
+			i = skipSpace(raw, i+1)
+		case ']':
+			return out, nil
+		default:
+			return nil, payloadError("block hash is not a non-negative integer")
+		}
 	}
-	v, err := strconv.ParseUint(string(b), 10, 64)
-	if err != nil {
-		return err
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
-	*h = jsonHash(v)
-	return nil
+	return i
 }
 
 func jsonErr(msg string) error { return &DecodeError{Format: "json", Offset: -1, Msg: msg} }
@@ -361,14 +401,8 @@ func DecodeJSON(b []byte, e *Envelope) error {
 	if len(w.Actions) > 0 {
 		out.Actions = make([]Action, 0, len(w.Actions))
 	}
-	for i, raw := range w.Actions {
-		if firstByte(raw) != '{' {
-			return jsonErr("action " + strconv.Itoa(i) + " is not an object")
-		}
-		var wa jsonAction
-		if err := json.Unmarshal(raw, &wa); err != nil {
-			return jsonErr("action " + strconv.Itoa(i) + ": " + err.Error())
-		}
+	for i := range w.Actions {
+		wa := &w.Actions[i]
 		if wa.ActionID == nil || wa.ActionType == nil || wa.ActionVersion == nil {
 			return jsonErr("action " + strconv.Itoa(i) + ": missing action_id, action_type or action_version")
 		}
@@ -441,12 +475,11 @@ func decodePayloadJSON(raw json.RawMessage, a *Action) error {
 		return payloadError(err.Error())
 	}
 	a.SessionID = p.SessionID
-	if len(p.BlockHashes) > 0 {
-		a.Target.Blocks = make([]uint64, len(p.BlockHashes))
-		for i, h := range p.BlockHashes {
-			a.Target.Blocks[i] = uint64(h)
-		}
+	blocks, err := parseHashes(p.BlockHashes)
+	if err != nil {
+		return err
 	}
+	a.Target.Blocks = blocks
 	if p.BlockRange != nil && p.TokenRange != nil {
 		return payloadError("both block_range and token_range")
 	}
