@@ -97,7 +97,11 @@ func TestAdmitContextCancelRestoresState(t *testing.T) {
 		t.Fatalf("pre-cancelled Admit: %v %v", err, a.Status("y"))
 	}
 	// A paused program: the held turn is withdrawn, the program stays paused
-	// with its step count unchanged.
+	// with its step count unchanged. (A companion program keeps hog from
+	// being its worker's only program, which is never paused.)
+	if adm, err := a.TryAdmit("mate", 10); err != nil || !adm.Run {
+		t.Fatalf("mate: %+v %v", adm, err)
+	}
 	_ = a.EndRequest("hog", 990, 0)
 	a.Tick(clk.Advance(5 * time.Second))
 	if a.Status("hog") != StatusPaused {

@@ -280,8 +280,20 @@ func (c *Controller) Stats() Stats { return c.stats }
 // turn is held, and a new program is placed on the least-utilised worker
 // with room under the resume ceiling, or queued when none has room or when
 // other turns are already held (so new programs cannot overtake them). A
-// held turn is released by a KindResume decision with Released set.
+// program too large for any worker's room under the ceiling is placed on a
+// worker with no programs, if there is one (ReasonEmptyWorker). A held turn
+// is released by a KindResume decision with Released set.
 func (c *Controller) StartRequest(now time.Time, id string, promptTokens int64) (Admission, error) {
+	return c.StartRequestOn(now, id, promptTokens, nil)
+}
+
+// StartRequestOn is StartRequest with a placement preference for a new
+// program: the first worker of prefer with room under the resume ceiling
+// takes it (ReasonPreferred), else placement proceeds as in StartRequest.
+// A router passes its workers ranked by KV-cache cost, so a new program
+// lands where its prefix is cached. prefer is only read; it is ignored for
+// programs the controller already knows.
+func (c *Controller) StartRequestOn(now time.Time, id string, promptTokens int64, prefer []WorkerID) (Admission, error) {
 	if id == "" {
 		return Admission{}, ErrEmptyID
 	}
@@ -290,7 +302,7 @@ func (c *Controller) StartRequest(now time.Time, id string, promptTokens int64) 
 	}
 	p, ok := c.progs[id]
 	if !ok {
-		return c.startNew(now, id, promptTokens), nil
+		return c.startNew(now, id, promptTokens, prefer), nil
 	}
 	p.steps++
 	if p.life == Active {
@@ -338,12 +350,19 @@ func (c *Controller) StartRequest(now time.Time, id string, promptTokens int64) 
 	return Admission{Status: status(p), Reason: ReasonPaused}, nil
 }
 
-func (c *Controller) startNew(now time.Time, id string, tokens int64) Admission {
+func (c *Controller) startNew(now time.Time, id string, tokens int64, prefer []WorkerID) Admission {
 	p := &program{id: id, phase: Reasoning, steps: 1, inflight: 1, held: 1, tokens: tokens, slot: -1, pslot: -1}
 	c.progs[id] = p
 	reason := ReasonFairness
 	if c.nWaiting == 0 {
-		if w := c.leastUtilisedWithRoom(tokens + c.cfg.Buffer); w != nil {
+		w, why := c.preferredWithRoom(tokens+c.cfg.Buffer, prefer), ReasonPreferred
+		if w == nil {
+			w, why = c.leastUtilisedWithRoom(tokens+c.cfg.Buffer), ReasonRoom
+		}
+		if w == nil {
+			w, why = c.emptyWorker(), ReasonEmptyWorker
+		}
+		if w != nil {
 			p.life = Active
 			p.placed = true
 			p.held = 0
@@ -353,9 +372,9 @@ func (c *Controller) startNew(now time.Time, id string, tokens int64) Admission 
 			if w.demoted && now.Before(w.demUntil) {
 				prio = c.cfg.SoftDemotePriority
 			}
-			c.emit(Decision{At: now, Kind: KindAdmit, Reason: ReasonRoom, Program: id, Worker: w.id, HasWorker: true,
+			c.emit(Decision{At: now, Kind: KindAdmit, Reason: why, Program: id, Worker: w.id, HasWorker: true,
 				Tokens: tokens, Util: c.util(w), Priority: prio})
-			return Admission{Run: true, Worker: w.id, Priority: prio, Status: StatusRunnable, Reason: ReasonRoom}
+			return Admission{Run: true, Worker: w.id, Priority: prio, Status: StatusRunnable, Reason: why}
 		}
 		reason = ReasonNoRoom
 	}
@@ -366,6 +385,32 @@ func (c *Controller) startNew(now time.Time, id string, tokens int64) Admission 
 	c.stats.Queued++
 	c.emit(Decision{At: now, Kind: KindQueue, Reason: reason, Program: id, Tokens: tokens})
 	return Admission{Status: StatusQueued, Reason: reason}
+}
+
+func (c *Controller) workerByID(id WorkerID) *worker { return c.byID[id] }
+
+// preferredWithRoom returns the first worker of prefer that has room for
+// need under the resume ceiling, or nil.
+func (c *Controller) preferredWithRoom(need int64, prefer []WorkerID) *worker {
+	for _, id := range prefer {
+		w := c.workerByID(id)
+		if w != nil && c.used(w)+float64(need) <= c.ceiling*float64(w.cap) {
+			return w
+		}
+	}
+	return nil
+}
+
+// emptyWorker returns the worker with the largest capacity among those with
+// no programs at all (ties: lowest id), or nil.
+func (c *Controller) emptyWorker() *worker {
+	var best *worker
+	for _, w := range c.workers {
+		if len(w.progs) == 0 && (best == nil || w.cap > best.cap) {
+			best = w
+		}
+	}
+	return best
 }
 
 // leastUtilisedWithRoom returns the worker with the lowest U among those
@@ -689,8 +734,33 @@ func (c *Controller) resume(now time.Time, r *TickResult) {
 		}
 		free[j] -= items[i].Size
 		c.resumeOn(now, cand[i], binW[j], ReasonBinPacked, r)
+		dst[i] = -2 // placed
+	}
+	// A program larger than every worker's room under the ceiling would
+	// otherwise wait for the forced-resume cap: give it an empty worker.
+	for i, p := range cand {
+		if dst[i] == -2 || p.life != Paused || p.held == 0 && p.placed {
+			continue
+		}
+		if items[i].Size <= int64(c.ceiling*float64(c.maxCap())) {
+			continue // it fits somewhere once room frees up
+		}
+		w := c.emptyWorker()
+		if w == nil {
+			break
+		}
+		c.resumeOn(now, p, w, ReasonEmptyWorker, r)
 	}
 	c.sProgs = cand[:0]
+}
+
+// maxCap returns the largest worker capacity.
+func (c *Controller) maxCap() int64 {
+	var m int64
+	for _, w := range c.workers {
+		m = max(m, w.cap)
+	}
+	return m
 }
 
 func (c *Controller) resumeOn(now time.Time, p *program, w *worker, reason Reason, r *TickResult) {
@@ -731,6 +801,12 @@ func (c *Controller) pauseOver(now time.Time, r *TickResult) {
 			c.unmarkAll(now, w, r)
 		}
 		if u < c.cfg.PauseThreshold*capf {
+			continue
+		}
+		// A worker's only program is never paused or marked: no other
+		// program could use the room, and it would only be resumed on an
+		// empty worker again.
+		if len(w.progs) == 1 {
 			continue
 		}
 		target := c.cfg.PauseTarget * capf

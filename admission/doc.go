@@ -79,6 +79,18 @@
 // first maximises the number of programs resumed per tick; the forced
 // resume bounds how long a large program can be passed over.
 //
+// A router that knows where a new program's prefix is cached passes its
+// workers ranked by cache cost to StartRequestOn: the first with room takes
+// the program (ReasonPreferred), otherwise placement proceeds as above.
+//
+// Two rules keep programs larger than the room under the resume ceiling
+// from starving (upstream would make them wait for the 30-minute forced
+// resume, and in simulation that cost a third of the throughput when one
+// agent's context was a large fraction of a worker's KV cache): such a
+// program takes a worker with no programs at all, at admission or at a
+// tick (ReasonEmptyWorker), and a worker's only program is never paused or
+// marked, since no other program could use the room.
+//
 // # Decisions
 //
 // Every decision (admit, queue, hold, pause, mark, unmark, resume, demote,

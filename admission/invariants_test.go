@@ -121,6 +121,9 @@ func checkAfterTick(c *Controller) error {
 		if u-float64(w.marked) <= c.cfg.PauseTarget*capf+1e-9 {
 			continue
 		}
+		if len(w.progs) == 1 {
+			continue // a worker's only program is never paused
+		}
 		for _, p := range w.progs {
 			if p.resumedAt == c.tickNo {
 				continue

@@ -160,9 +160,17 @@ func (s *script) run(line string) (string, error) {
 			return "", fmt.Errorf("worker %s?", pos[0])
 		}
 	case "start":
-		var adm Admission
-		adm, opErr = s.ctl.StartRequest(s.now, args["s"], opt("tokens"))
-		_ = adm
+		var prefer []WorkerID
+		if list := args["prefer"]; list != "" {
+			for _, f := range strings.Split(list, ",") {
+				n, err := strconv.ParseUint(f, 10, 64)
+				if err != nil {
+					return "", fmt.Errorf("bad prefer %q", list)
+				}
+				prefer = append(prefer, WorkerID(n))
+			}
+		}
+		_, opErr = s.ctl.StartRequestOn(s.now, args["s"], opt("tokens"), prefer)
 	case "end":
 		opErr = s.ctl.EndRequest(s.now, args["s"], opt("prompt"), opt("completion"))
 	case "close":

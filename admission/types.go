@@ -180,9 +180,17 @@ const (
 	ReasonWorkerRemoved
 	// ReasonCancelled: the caller withdrew a held turn.
 	ReasonCancelled
+	// ReasonPreferred: a new program was placed on the caller's preferred
+	// worker (StartRequestOn), which had room.
+	ReasonPreferred
+	// ReasonEmptyWorker: a program too large to fit under the resume
+	// ceiling of any worker was placed on a worker with no programs, the
+	// best place it will ever get (otherwise it could only run by forced
+	// resume after the full cap).
+	ReasonEmptyWorker
 )
 
-var reasonNames = [...]string{"", "active", "room", "no-room", "fairness", "paused", "over-threshold", "tool-boundary", "below-target", "bin-packed", "forced", "band", "session-end", "worker-removed", "cancelled"}
+var reasonNames = [...]string{"", "active", "room", "no-room", "fairness", "paused", "over-threshold", "tool-boundary", "below-target", "bin-packed", "forced", "band", "session-end", "worker-removed", "cancelled", "preferred", "empty-worker"}
 
 func (r Reason) String() string {
 	if int(r) > 0 && int(r) < len(reasonNames) {
