@@ -70,7 +70,7 @@
 // The binary encoding (AppendBinary, DecodeBinary) is MessagePack, for an
 // engine side channel: positional arrays, each record self-delimiting, so a
 // reader skips what it does not know and a newer writer may append fields.
-// It is 3-4× smaller than the JSON and 4-6× faster to write (see the
+// It is 2.5-3.5× smaller than the JSON and 4-6× faster to write (see the
 // package benchmarks). Both codecs are written by hand (no reflection) and
 // allocate nothing when encoding into a reused buffer; the MessagePack codec
 // is tested byte for byte against github.com/vmihailenco/msgpack/v5.
