@@ -134,7 +134,7 @@ type workerState struct {
 	// engine maps the worker's engine hashes to own sequence hashes, one
 	// map per tier: a (block, tier) is resident exactly when some engine
 	// hash of that tier maps to it.
-	engine [eventPlanes]map[uint64]uint64
+	engine [eventPlanes]u64map
 	// alias counts extra engine hashes that map to an already resident
 	// (block, tier) (an engine that keys blocks by something the index
 	// does not hash, such as a cache salt). Allocated on first use.
@@ -238,9 +238,6 @@ func (ix *Index) worker(w Worker) *workerState {
 	}
 	t.mask[slot>>6] |= 1 << (uint(slot) & 63)
 	ws := &workerState{w: w, slot: slot, counts: t.counts[slot]}
-	for p := range ws.engine {
-		ws.engine[p] = make(map[uint64]uint64)
-	}
 	ix.workers[w] = ws
 	ix.slots.Store(t)
 	return ws
@@ -364,11 +361,11 @@ func (ix *Index) locate(seq uint64, hint *node, hintOff int) (*node, int, bool) 
 
 // engineLookup finds an engine hash on the worker, preferring tier plane.
 func engineLookup(ws *workerState, e uint64, plane int) (uint64, bool) {
-	if s, ok := ws.engine[plane][e]; ok {
+	if s, ok := ws.engine[plane].get(e); ok {
 		return s, true
 	}
 	for p := 0; p < eventPlanes; p++ {
-		if s, ok := ws.engine[p][e]; ok {
+		if s, ok := ws.engine[p].get(e); ok {
 			return s, true
 		}
 	}
@@ -403,7 +400,7 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 	}
 	parentNode, parentOff := pn, poff
 	h := ix.hasher(ev.LoRA)
-	m := ws.engine[plane]
+	m := &ws.engine[plane]
 	refs := ix.refs[:0]
 	ix.dupE.reset(len(ev.Blocks))
 	ix.dupS.reset(len(ev.Blocks))
@@ -432,7 +429,7 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 		}
 		prev, hasPrev = seq, true
 		r := blockRef{engine: b.EngineHash, seq: seq}
-		have, mapped := m[b.EngineHash]
+		have, mapped := m.get(b.EngineHash)
 		if mapped && have != seq {
 			ix.st.rejected.Conflict++
 			return &HashConflictError{Worker: ws.w, Tier: ev.Tier, EngineHash: b.EngineHash, Have: have, Got: seq}
@@ -475,19 +472,18 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 		op.clear = 1 << planeApprox
 	}
 	ix.materialize(refs, parentNode, parentOff, op)
+	ws.counts.n[plane].Add(int64(added))
 	for i := range refs {
 		r := &refs[i]
 		if r.mapped {
 			continue
 		}
-		m[r.engine] = r.seq
+		m.put(r.engine, r.seq)
 		if r.had&(1<<plane) != 0 {
 			if ws.alias[plane] == nil {
 				ws.alias[plane] = make(map[uint64]uint32)
 			}
 			ws.alias[plane][r.seq]++
-		} else {
-			ws.counts.n[plane].Add(1)
 		}
 		if plane == planeDevice && r.had&(1<<planeApprox) != 0 {
 			if e := ws.approx[r.seq]; e != nil {
@@ -621,17 +617,17 @@ func (ix *Index) applyRemoved(ws *workerState, ev *Event) error {
 	if err != nil {
 		return err
 	}
-	m := ws.engine[plane]
+	m := &ws.engine[plane]
 	refs := ix.refs[:0]
 	var pn *node
 	poff := 0
 	for _, e := range ev.Hashes {
-		s, ok := m[e]
+		s, ok := m.get(e)
 		if !ok {
 			ix.st.unknownRemoved++
 			continue
 		}
-		delete(m, e)
+		m.del(e)
 		if a := ws.alias[plane][s]; a > 0 {
 			if a == 1 {
 				delete(ws.alias[plane], s)
@@ -644,11 +640,11 @@ func (ix *Index) applyRemoved(ws *workerState, ev *Event) error {
 		if !found { // unreachable while the engine map and runs agree
 			continue
 		}
-		ws.counts.n[plane].Add(-1)
 		refs = append(refs, blockRef{seq: s, node: n, off: off})
 		pn, poff = n, off
 	}
 	ix.refs = refs
+	ws.counts.n[plane].Add(-int64(len(refs)))
 	op := setOp{slot: ws.slot, clear: 1 << plane}
 	for i := 0; i < len(refs); {
 		lo, hi := refs[i].off, refs[i].off
@@ -677,10 +673,8 @@ func (ix *Index) clearWorker(ws *workerState) {
 		}
 	}
 	for p := range ws.engine {
-		for _, s := range ws.engine[p] {
-			add(s)
-		}
-		clear(ws.engine[p])
+		ws.engine[p].each(func(_, s uint64) { add(s) })
+		ws.engine[p] = u64map{}
 		ws.alias[p] = nil
 		ws.counts.n[p].Store(0)
 	}

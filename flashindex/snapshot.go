@@ -84,9 +84,7 @@ func (ix *Index) Snapshot(w io.Writer) error {
 		e.u(ws.gaps)
 		for p := range ws.engine {
 			tmp = tmp[:0]
-			for k, v := range ws.engine[p] {
-				tmp = append(tmp, kv{k, v})
-			}
+			ws.engine[p].each(func(k, v uint64) { tmp = append(tmp, kv{k, v}) })
 			slices.SortFunc(tmp, func(a, b kv) int { return cmp.Compare(a.k, b.k) })
 			e.u(uint64(len(tmp)))
 			for _, x := range tmp {
@@ -344,7 +342,7 @@ func restoreBody(d *decoder, cfg Config) (*Index, error) {
 					d.fail("engine hashes out of order")
 				}
 				last = k
-				ws.engine[p][k] = v
+				ws.engine[p].put(k, v)
 			}
 		}
 		for p := range ws.alias {
@@ -445,10 +443,8 @@ func restoreBody(d *decoder, cfg Config) (*Index, error) {
 	// Engine maps must agree with the residency bits.
 	for wn, ws := range wss {
 		for p := 0; p < eventPlanes; p++ {
-			refs := make(map[uint64]uint32, len(ws.engine[p]))
-			for _, s := range ws.engine[p] {
-				refs[s]++
-			}
+			refs := make(map[uint64]uint32, ws.engine[p].Len())
+			ws.engine[p].each(func(_, s uint64) { refs[s]++ })
 			if len(refs) != bitCount[wn][p] {
 				return nil, fmt.Errorf("%w: worker %v %v: %d blocks mapped, %d resident", ErrSnapshotFormat, ws.w, Tier(p), len(refs), bitCount[wn][p])
 			}

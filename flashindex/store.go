@@ -229,9 +229,9 @@ func (a *arena) each(f func(*node)) {
 const shardBits = 6
 
 type blockShard struct {
-	mu sync.RWMutex      // guards m against the writer; readers take RLock
-	m  map[uint64]uint64 // sequence hash -> node id<<32 | offset
-	_  [32]byte          // pad the shard to a 64-byte cache line
+	mu sync.RWMutex // guards m against the writer; readers take RLock
+	m  u64map       // sequence hash -> node id<<32 | offset
+	_  [48]byte     // pad the shard to two 64-byte cache lines
 }
 
 // blockMap maps every indexed sequence hash to its place. Readers use get;
@@ -243,13 +243,7 @@ type blockMap struct {
 	n      int // writer-only: entries
 }
 
-func newBlockMap() *blockMap {
-	b := &blockMap{}
-	for i := range b.shards {
-		b.shards[i].m = make(map[uint64]uint64)
-	}
-	return b
-}
+func newBlockMap() *blockMap { return &blockMap{} }
 
 func (b *blockMap) shard(h uint64) *blockShard { return &b.shards[b.shardIndex(h)] }
 
@@ -260,23 +254,21 @@ func (b *blockMap) shardIndex(h uint64) int { return int((h * 0x9E3779B97F4A7C15
 func (b *blockMap) get(h uint64) (uint64, bool) {
 	s := b.shard(h)
 	s.mu.RLock()
-	v, ok := s.m[h]
+	v, ok := s.m.get(h)
 	s.mu.RUnlock()
 	return v, ok
 }
 
 func (b *blockMap) peek(h uint64) (uint64, bool) {
-	v, ok := b.shard(h).m[h]
-	return v, ok
+	return b.shard(h).m.get(h)
 }
 
 func (b *blockMap) put(h, v uint64) {
 	s := b.shard(h)
 	s.mu.Lock()
-	if _, ok := s.m[h]; !ok {
-		b.n++
-	}
-	s.m[h] = v
+	n := s.m.Len()
+	s.m.put(h, v)
+	b.n += s.m.Len() - n
 	s.mu.Unlock()
 }
 
@@ -312,10 +304,9 @@ func (b *blockMap) putMany(refs []blockRef) {
 		s.mu.Lock()
 		for _, i := range order[lo:hi] {
 			r := &refs[i]
-			if _, ok := s.m[r.seq]; !ok {
-				b.n++
-			}
-			s.m[r.seq] = loc(r.node.id, r.off)
+			n := s.m.Len()
+			s.m.put(r.seq, loc(r.node.id, r.off))
+			b.n += s.m.Len() - n
 		}
 		s.mu.Unlock()
 	}
@@ -341,11 +332,8 @@ func (b *blockMap) delMany(hashes []uint64) {
 		s := &b.shards[si]
 		s.mu.Lock()
 		for _, h := range hashes {
-			if b.shardIndex(h) == si {
-				if _, ok := s.m[h]; ok {
-					b.n--
-					delete(s.m, h)
-				}
+			if b.shardIndex(h) == si && s.m.del(h) {
+				b.n--
 			}
 		}
 		s.mu.Unlock()
@@ -355,9 +343,8 @@ func (b *blockMap) delMany(hashes []uint64) {
 func (b *blockMap) del(h uint64) {
 	s := b.shard(h)
 	s.mu.Lock()
-	if _, ok := s.m[h]; ok {
+	if s.m.del(h) {
 		b.n--
-		delete(s.m, h)
 	}
 	s.mu.Unlock()
 }

@@ -16,10 +16,10 @@ import (
 // blocks), chained into sequence hashes as a router would compute them.
 
 const (
-	traceFile       = "mooncake_conversation_trace.jsonl"
-	traceIDTokens   = 512
-	traceBlockSize  = 16
-	traceSubBlocks  = traceIDTokens / traceBlockSize
+	traceFile      = "mooncake_conversation_trace.jsonl"
+	traceIDTokens  = 512
+	traceBlockSize = 16
+	traceSubBlocks = traceIDTokens / traceBlockSize
 )
 
 // sharedData walks up from the package directory to the folder holding
@@ -122,44 +122,55 @@ func mix64(x uint64) uint64 {
 // the most recent and tails are evicted first, as vLLM frees them.
 type lruEngine struct {
 	cap   int
-	items map[uint64]*lruItem
-	head  lruItem // sentinel: head.next is the most recent
+	index u64map    // block -> position in items
+	items []lruItem // items[0] is the sentinel: items[0].next is the most recent
+	free  []int32
 }
 
 type lruItem struct {
 	key        uint64
-	prev, next *lruItem
+	prev, next int32
 }
 
 func newLRUEngine(capacity int) *lruEngine {
-	e := &lruEngine{cap: capacity, items: make(map[uint64]*lruItem)}
-	e.head.prev, e.head.next = &e.head, &e.head
-	return e
+	return &lruEngine{cap: capacity, items: []lruItem{{}}}
 }
 
-func (e *lruEngine) has(k uint64) bool { _, ok := e.items[k]; return ok }
+func (e *lruEngine) has(k uint64) bool { _, ok := e.index.get(k); return ok }
 
 func (e *lruEngine) touch(k uint64) {
-	it := e.items[k]
-	if it == nil {
-		it = &lruItem{key: k}
-		e.items[k] = it
+	it := e.items
+	v, ok := e.index.get(k)
+	i := int32(v)
+	if !ok {
+		if n := len(e.free); n > 0 {
+			i = e.free[n-1]
+			e.free = e.free[:n-1]
+		} else {
+			e.items = append(e.items, lruItem{})
+			it = e.items
+			i = int32(len(it) - 1)
+		}
+		it[i].key = k
+		e.index.put(k, uint64(i))
 	} else {
-		it.prev.next, it.next.prev = it.next, it.prev
+		it[it[i].prev].next, it[it[i].next].prev = it[i].next, it[i].prev
 	}
-	it.next, it.prev = e.head.next, &e.head
-	e.head.next.prev = it
-	e.head.next = it
+	it[i].next, it[i].prev = it[0].next, 0
+	it[it[0].next].prev = i
+	it[0].next = i
 }
 
 // evict removes least recently used blocks until room more fit, and
 // returns them.
 func (e *lruEngine) evict(dst []uint64, room int) []uint64 {
-	for len(e.items) > 0 && len(e.items)+room > e.cap {
-		it := e.head.prev
-		it.prev.next, it.next.prev = it.next, it.prev
-		delete(e.items, it.key)
-		dst = append(dst, it.key)
+	it := e.items
+	for e.index.Len() > 0 && e.index.Len()+room > e.cap {
+		i := it[0].prev
+		it[it[i].prev].next, it[it[i].next].prev = it[i].next, it[i].prev
+		e.index.del(it[i].key)
+		dst = append(dst, it[i].key)
+		e.free = append(e.free, i)
 	}
 	return dst
 }

@@ -1,0 +1,381 @@
+package flashindex
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Benchmarks run on the Mooncake conversation trace expanded to 16-token
+// blocks (see trace_test.go), with request i on worker i mod W and each
+// worker's engine holding 65,536 blocks (1M tokens), least recently used
+// tails evicted.
+//
+//	go test -run XXX -bench . -benchtime 1x -cpu 1 ./flashindex   (apply)
+//	go test -run XXX -bench FindMatches -benchtime 20000x -cpu 1 ./flashindex
+
+const benchCapacity = 1 << 16
+
+type benchStream struct {
+	evs    []*Event
+	blocks int
+}
+
+var (
+	streamMu sync.Mutex
+	streams  = map[int]*benchStream{}
+)
+
+func traceStream(b *testing.B, workers int) *benchStream {
+	b.Helper()
+	locals, seqs := traceSequences(b)
+	streamMu.Lock()
+	defer streamMu.Unlock()
+	if s := streams[workers]; s != nil {
+		return s
+	}
+	evs, _, n := traceEvents(locals, seqs, workers, benchCapacity)
+	s := &benchStream{evs: evs, blocks: n}
+	streams[workers] = s
+	return s
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkApply applies the whole trace's event stream (stores and
+// evictions) to a fresh index per iteration and reports blocks applied per
+// second on one goroutine, and the index's heap bytes per resident
+// (block, worker, tier) pair after the replay.
+func BenchmarkApply(b *testing.B) {
+	for _, workers := range []int{16, 256} {
+		b.Run(fmt.Sprintf("w=%d", workers), func(b *testing.B) {
+			s := traceStream(b, workers)
+			var elapsed time.Duration
+			var perPair, perBlock float64
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				before := heapInUse()
+				ix, _ := New(Config{BlockSize: traceBlockSize, MaxBlocksPerWorker: benchCapacity})
+				b.StartTimer()
+				t0 := time.Now()
+				for _, ev := range s.evs {
+					if err := ix.Apply(ev); err != nil {
+						b.Fatal(err)
+					}
+				}
+				elapsed += time.Since(t0)
+				b.StopTimer()
+				if i == 0 {
+					st := ix.Stats()
+					used := float64(heapInUse() - before)
+					perPair = used / float64(st.Residencies)
+					perBlock = used / float64(st.Blocks)
+					b.Logf("w=%d: %d events, %d blocks; index holds %d blocks in %d nodes, %d residencies, %.0f MiB",
+						workers, len(s.evs), s.blocks, st.Blocks, st.Nodes, st.Residencies, used/(1<<20))
+				}
+				runtime.KeepAlive(ix)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(s.blocks)*float64(b.N)/elapsed.Seconds(), "blocks/s")
+			b.ReportMetric(perPair, "B/pair")
+			b.ReportMetric(perBlock, "B/block")
+		})
+	}
+}
+
+// deepIndex is the trace state plus one 8,192-block agent context (the
+// trace's longest request, extended with fresh blocks) resident on every
+// worker at a different depth: worker k holds a device prefix of
+// 4096(k+1)/W blocks, a host run of 512(k mod 4) blocks after it and a disk
+// run of 1024(k mod 3) blocks after that. Every worker overlaps and every
+// one ends its tiers at its own positions: the worst case for a walk.
+type deepIndex struct {
+	ix    *Index
+	naive *naiveIndex
+	query []uint64
+}
+
+var (
+	deepMu sync.Mutex
+	deeps  = map[int]*deepIndex{}
+)
+
+func benchDeep(b *testing.B, workers int) *deepIndex {
+	b.Helper()
+	s := traceStream(b, workers)
+	locals, seqs := traceSequences(b)
+	deepMu.Lock()
+	defer deepMu.Unlock()
+	if d := deeps[workers]; d != nil {
+		return d
+	}
+	ix, _ := New(Config{BlockSize: traceBlockSize})
+	nv := newNaive()
+	for _, ev := range s.evs {
+		if err := ix.Apply(ev); err != nil {
+			b.Fatal(err)
+		}
+		nv.apply(ev)
+	}
+	longest := 0
+	for i := range seqs {
+		if len(seqs[i]) > len(seqs[longest]) {
+			longest = i
+		}
+	}
+	const n = 8192
+	local := slices.Clone(locals[longest])
+	for len(local) < n {
+		local = append(local, mix64(uint64(len(local))^0xdeadbeef))
+	}
+	query := AppendSequenceHashes(nil, local)
+	ids := map[Worker]uint64{}
+	for _, ev := range s.evs {
+		ids[ev.Worker] = ev.EventID + 1
+	}
+	for k := 0; k < workers; k++ {
+		w := Worker{ID: uint64(k)}
+		d := 4096 * (k + 1) / workers
+		h := min(n, d+512*(k%4))
+		dk := min(n, h+1024*(k%3))
+		for _, tier := range []struct {
+			t        Tier
+			from, to int
+		}{{Device, 0, d}, {Host, d, h}, {Disk, h, dk}} {
+			if tier.from == tier.to {
+				continue
+			}
+			// Store the chain up to "to" on the tier with tier-salted
+			// engine hashes, then evict the part before "from".
+			ev := &Event{Worker: w, EventID: ids[w], Kind: Stored, Tier: tier.t}
+			ids[w]++
+			for j := 0; j < tier.to; j++ {
+				ev.Blocks = append(ev.Blocks, StoredBlock{EngineHash: query[j] ^ uint64(tier.t+1)<<60, LocalHash: local[j], HasLocalHash: true})
+			}
+			rm := &Event{Worker: w, EventID: ids[w], Kind: Removed, Tier: tier.t}
+			ids[w]++
+			for j := 0; j < tier.from; j++ {
+				rm.Hashes = append(rm.Hashes, query[j]^uint64(tier.t+1)<<60)
+			}
+			for _, e := range []*Event{ev, rm} {
+				if err := ix.Apply(e); err != nil {
+					b.Fatal(err)
+				}
+				nv.apply(e)
+			}
+		}
+	}
+	// The baseline must agree with the index before timing either.
+	got, want := ix.FindMatches(query, nil), nv.find(query)
+	for i := range got {
+		got[i].Resident = 0
+	}
+	sortMatches(got)
+	sortMatches(want)
+	if !matchesEqual(got, want) || len(got) != workers {
+		b.Fatalf("deep query: index %v, naive %v", got, want)
+	}
+	d := &deepIndex{ix: ix, naive: nv, query: query}
+	deeps[workers] = d
+	return d
+}
+
+// latency records per-call durations and reports percentiles from their
+// distribution (every sample kept and sorted: an exact histogram).
+type latency struct{ ns []int64 }
+
+func (l *latency) report(b *testing.B, prefix string) (p50, p99 float64) {
+	slices.Sort(l.ns)
+	q := func(f float64) float64 { return float64(l.ns[int(f*float64(len(l.ns)-1))]) }
+	p50, p99 = q(0.50), q(0.99)
+	b.ReportMetric(p50, prefix+"p50-ns")
+	b.ReportMetric(p99, prefix+"p99-ns")
+	return p50, p99
+}
+
+func benchQueries(b *testing.B, ix *Index, queries [][]uint64, naive *naiveIndex) {
+	var dst []Match
+	var lat latency
+	lat.ns = make([]int64, 0, b.N)
+	hits := 0
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		q := queries[i%len(queries)]
+		t0 := time.Now()
+		dst = ix.FindMatches(q, dst)
+		lat.ns = append(lat.ns, int64(time.Since(t0)))
+		hits += len(dst)
+	}
+	b.StopTimer()
+	p50, _ := lat.report(b, "")
+	b.ReportMetric(float64(hits)/float64(b.N), "workers/op")
+	if naive != nil {
+		var nl latency
+		runs := min(b.N, 200)
+		for i := 0; i < runs; i++ {
+			q := queries[i%len(queries)]
+			t0 := time.Now()
+			naive.find(q)
+			nl.ns = append(nl.ns, int64(time.Since(t0)))
+		}
+		np50, _ := nl.report(b, "naive-")
+		b.ReportMetric(np50/p50, "speedup-p50")
+	}
+}
+
+// BenchmarkFindMatches reports p50/p99 latency of FindMatches.
+//
+// trace: the state after replaying the trace; queries are the trace's
+// requests of at least n blocks, cut to n. deep: the 8,192-block context of
+// deepIndex (every worker overlapping at its own depths); n=1024 queries
+// its first 1,024 blocks. The naive baseline (a map from block to its
+// (worker, tier) list, walked block by block) runs on the same state.
+func BenchmarkFindMatches(b *testing.B) {
+	for _, workers := range []int{16, 256} {
+		for _, n := range []int{1024, 8192} {
+			b.Run(fmt.Sprintf("deep/w=%d/n=%d", workers, n), func(b *testing.B) {
+				d := benchDeep(b, workers)
+				benchQueries(b, d.ix, [][]uint64{d.query[:n]}, d.naive)
+			})
+		}
+		b.Run(fmt.Sprintf("trace/w=%d/n=1024", workers), func(b *testing.B) {
+			d := benchDeep(b, workers)
+			_, seqs := traceSequences(b)
+			var qs [][]uint64
+			for _, s := range seqs {
+				if len(s) >= 1024 {
+					qs = append(qs, s[:1024])
+				}
+			}
+			benchQueries(b, d.ix, qs, d.naive)
+		})
+	}
+}
+
+// BenchmarkFindMatchesParallel measures read throughput with concurrent
+// readers; compare ns/op between -cpu 1 and -cpu 2.
+func BenchmarkFindMatchesParallel(b *testing.B) {
+	for _, n := range []int{1024, 8192} {
+		b.Run(fmt.Sprintf("deep/w=256/n=%d", n), func(b *testing.B) {
+			d := benchDeep(b, 256)
+			q := d.query[:n]
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				var dst []Match
+				for pb.Next() {
+					dst = d.ix.FindMatches(q, dst)
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "queries/s")
+		})
+	}
+}
+
+// naiveIndex is the baseline: block -> list of (worker slot, tier), walked
+// one block at a time with a hash lookup per block.
+type naiveIndex struct {
+	blocks  map[uint64][]uint32 // value: slot<<2 | tier
+	engine  map[uint64]uint64   // (engine hash ^ slot) -> own hash
+	slots   map[Worker]uint32
+	workers []Worker
+}
+
+func newNaive() *naiveIndex {
+	return &naiveIndex{blocks: map[uint64][]uint32{}, engine: map[uint64]uint64{}, slots: map[Worker]uint32{}}
+}
+
+func (n *naiveIndex) slot(w Worker) uint32 {
+	s, ok := n.slots[w]
+	if !ok {
+		s = uint32(len(n.workers))
+		n.slots[w] = s
+		n.workers = append(n.workers, w)
+	}
+	return s
+}
+
+func (n *naiveIndex) apply(ev *Event) {
+	s := n.slot(ev.Worker)
+	code := s<<2 | uint32(ev.Tier)
+	key := func(e uint64) uint64 { return e ^ uint64(code)*0x9E3779B97F4A7C15 }
+	switch ev.Kind {
+	case Stored:
+		var prev uint64
+		has := false
+		if ev.HasParent {
+			for t := uint32(0); t < 3 && !has; t++ {
+				prev, has = n.engine[ev.Parent^uint64(s<<2|t)*0x9E3779B97F4A7C15]
+			}
+		}
+		for _, blk := range ev.Blocks {
+			if has {
+				prev = NextSequenceHash(prev, blk.LocalHash)
+			} else {
+				prev, has = blk.LocalHash, true
+			}
+			if _, dup := n.engine[key(blk.EngineHash)]; !dup {
+				n.engine[key(blk.EngineHash)] = prev
+				n.blocks[prev] = append(n.blocks[prev], code)
+			}
+		}
+	case Removed:
+		for _, e := range ev.Hashes {
+			seq, ok := n.engine[key(e)]
+			if !ok {
+				continue
+			}
+			delete(n.engine, key(e))
+			l := n.blocks[seq]
+			if i := slices.Index(l, code); i >= 0 {
+				l = slices.Delete(l, i, i+1)
+			}
+			if len(l) == 0 {
+				delete(n.blocks, seq)
+			} else {
+				n.blocks[seq] = l
+			}
+		}
+	}
+}
+
+func (n *naiveIndex) find(seq []uint64) []Match {
+	state := make([]int8, len(n.workers)) // 0 device, 1 host, 2 disk, 3 done
+	depth := make([][3]int, len(n.workers))
+	has := make([][3]bool, len(n.workers))
+	live := len(n.workers)
+	for pos := 0; pos < len(seq) && live > 0; pos++ {
+		for i := range has {
+			has[i] = [3]bool{}
+		}
+		for _, c := range n.blocks[seq[pos]] {
+			has[c>>2][c&3] = true
+		}
+		for i := range state {
+			for state[i] < 3 && !has[i][state[i]] {
+				state[i]++
+				if state[i] == 3 {
+					live--
+				}
+			}
+			if state[i] < 3 {
+				depth[i][state[i]]++
+			}
+		}
+	}
+	var out []Match
+	for i, d := range depth {
+		if d[0]+d[1]+d[2] > 0 {
+			out = append(out, Match{Worker: n.workers[i], Device: d[0], Host: d[1], Disk: d[2]})
+		}
+	}
+	return out
+}
