@@ -589,10 +589,46 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 		req.ID = "r" + strconv.FormatUint(r.nextID, 10)
 	}
 
-	// 4. Admission: may this turn run now, and where?
+	// 4. Candidates and their costs.
+	cost := r.cfg.Cost
+	if req.Override != nil && req.Override.Cost != nil {
+		cost = req.Override.Cost.withDefaults()
+	}
+	sc.cands = sc.cands[:0]
+	for _, ws := range r.workers {
+		if req.Override != nil && len(req.Override.AllowedWorkers) > 0 && !slices.Contains(req.Override.AllowedWorkers, ws.key.ID) {
+			continue
+		}
+		sc.cands = append(sc.cands, candidate{ws: ws})
+	}
+	if len(sc.cands) == 0 {
+		r.mu.Unlock()
+		return nil, nil, ErrNoWorkers
+	}
+	for _, m := range sc.matches {
+		for i := range sc.cands {
+			if sc.cands[i].ws.key == m.Worker {
+				sc.cands[i].match = m
+				break
+			}
+		}
+	}
+	for i := range sc.cands {
+		c := &sc.cands[i]
+		l := r.loads.load(c.ws.key)
+		c.cost = cost.cost(costInput{
+			blockSize: r.cfg.BlockSize, requestTokens: promptTokens,
+			device: c.match.Device, host: c.match.Host, disk: c.match.Disk,
+			activePrefillTokens: l.PrefillTokens, decodeBlocks: l.DecodeBlocks, requests: l.Requests,
+		})
+	}
+
+	// 5. Admission: may this turn run now, and where? A new program is
+	// offered the workers in cost order, so it lands where its prefix is.
 	var adm admission.Admission
 	var waited time.Duration
 	program := programID(ac)
+	hasAdm := false
 	if r.adm != nil && program != "" {
 		if h := r.held[req.ID]; h != nil {
 			if !h.released {
@@ -602,7 +638,11 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 			adm, waited = h.adm, start.Sub(h.since)
 			delete(r.held, req.ID)
 		} else {
-			a, err := r.adm.StartRequest(start, program, int64(promptTokens))
+			var prefer []admission.WorkerID
+			if r.adm.Status(program) == admission.StatusUnknown && r.cfg.Policy == KVAware {
+				prefer = r.preferenceLocked(sc.cands)
+			}
+			a, err := r.adm.StartRequestOn(start, program, int64(promptTokens), prefer)
 			if err != nil {
 				r.mu.Unlock()
 				return nil, nil, err
@@ -621,53 +661,25 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 			}
 			adm = a
 		}
-	}
-
-	// 5. Candidates and their costs.
-	cost := r.cfg.Cost
-	if req.Override != nil && req.Override.Cost != nil {
-		cost = req.Override.Cost.withDefaults()
-	}
-	sc.cands = sc.cands[:0]
-	admWorker, hasAdm := flashindex.Worker{}, false
-	if r.adm != nil && program != "" {
-		admWorker, hasAdm = r.byAdm[adm.Worker]
-	}
-	for _, ws := range r.workers {
-		if hasAdm && ws.key != admWorker {
-			continue
-		}
-		if req.Override != nil && len(req.Override.AllowedWorkers) > 0 && !slices.Contains(req.Override.AllowedWorkers, ws.key.ID) {
-			continue
-		}
-		sc.cands = append(sc.cands, candidate{ws: ws})
-	}
-	if len(sc.cands) == 0 {
-		rel := r.drainAdmissionLocked()
-		if r.adm != nil && program != "" {
-			_ = r.adm.EndRequest(start, program, 0, 0)
-		}
-		r.mu.Unlock()
-		r.notify(rel)
-		return nil, nil, ErrNoWorkers
-	}
-	for _, m := range sc.matches {
-		for i := range sc.cands {
-			if sc.cands[i].ws.key == m.Worker {
-				sc.cands[i].match = m
-				break
+		// The program runs on its admission worker.
+		admWorker, ok := r.byAdm[adm.Worker]
+		keep := sc.cands[:0]
+		for _, c := range sc.cands {
+			if ok && c.ws.key == admWorker {
+				keep = append(keep, c)
 			}
 		}
-	}
-	r.filterBusy(sc)
-	for i := range sc.cands {
-		c := &sc.cands[i]
-		l := r.loads.load(c.ws.key)
-		c.cost = cost.cost(costInput{
-			blockSize: r.cfg.BlockSize, requestTokens: promptTokens,
-			device: c.match.Device, host: c.match.Host, disk: c.match.Disk,
-			activePrefillTokens: l.PrefillTokens, decodeBlocks: l.DecodeBlocks, requests: l.Requests,
-		})
+		sc.cands = keep
+		if len(sc.cands) == 0 {
+			_ = r.adm.EndRequest(start, program, 0, 0)
+			rel := r.drainAdmissionLocked()
+			r.mu.Unlock()
+			r.notify(rel)
+			return nil, nil, ErrNoWorkers
+		}
+		hasAdm = true
+	} else {
+		r.filterBusy(sc)
 	}
 
 	// 6. Select.
@@ -741,6 +753,29 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 		r.metrics.observeRoute(d, len(seq), tHash, tMatch, tSched, time.Since(t0))
 	}
 	return d, nil, nil
+}
+
+// preferenceLocked returns the candidates' admission ids, cheapest first.
+func (r *Router) preferenceLocked(cands []candidate) []admission.WorkerID {
+	order := make([]int, len(cands))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		la, lb := cands[a].cost.Logit, cands[b].cost.Logit
+		switch {
+		case la < lb:
+			return -1
+		case la > lb:
+			return 1
+		}
+		return 0
+	})
+	out := make([]admission.WorkerID, 0, len(cands))
+	for _, i := range order {
+		out = append(out, r.admID(cands[i].ws.key))
+	}
+	return out
 }
 
 // filterBusy drops candidates over the busy threshold unless all are.
