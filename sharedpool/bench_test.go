@@ -46,6 +46,19 @@ func fill(tb testing.TB, ix *Index, l Layout, pages []PageHash, seq *uint64) {
 	}
 }
 
+// cpuMeter reports CPU time per unit alongside a benchmark's wall time: on
+// a shared machine wall time includes waiting for a core.
+type cpuMeter struct{ start int64 }
+
+func startCPU() cpuMeter { return cpuMeter{cpuNanos()} }
+
+func (m cpuMeter) report(b *testing.B, units float64, unit string) {
+	if m.start == 0 || units == 0 {
+		return
+	}
+	b.ReportMetric(float64(cpuNanos()-m.start)/units, "cpu-ns/"+unit)
+}
+
 const benchPages = 1 << 20
 
 var big struct {
@@ -121,11 +134,13 @@ func BenchmarkQuery(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("n=1024/index=1M/hits=%d%%", hitPct), func(b *testing.B) {
 			var h Hits
+			cpu := startCPU()
 			for b.Loop() {
 				if err := big.ix.QueryInto(&h, query); err != nil {
 					b.Fatal(err)
 				}
 			}
+			cpu.report(b, float64(b.N), "op")
 			if h.Total != wantHits {
 				b.Fatalf("%d hits, want %d", h.Total, wantHits)
 			}
@@ -192,6 +207,7 @@ func BenchmarkApply(b *testing.B) {
 				}
 			}
 			base := ix.Len()
+			cpu := startCPU()
 			for b.Loop() {
 				seq++
 				ix.Apply(&Batch{Seq: seq, Events: stores})
@@ -202,6 +218,7 @@ func BenchmarkApply(b *testing.B) {
 				b.Fatalf("len %d, want %d", ix.Len(), base)
 			}
 			objs := float64(len(stores)+len(removes)) * float64(b.N)
+			cpu.report(b, objs, "object")
 			b.ReportMetric(objs/b.Elapsed().Seconds(), "objects/s")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/objs, "ns/object")
 		})
@@ -229,12 +246,14 @@ func BenchmarkDecode(b *testing.B) {
 		fr := frames("", 1, batchPayload(b, bc.events...))
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(fr[2])))
+			cpu := startCPU()
 			for b.Loop() {
 				bt, err := DecodeFrames(fr)
 				if err != nil || len(bt.Events) != len(bc.events) {
 					b.Fatal(err)
 				}
 			}
+			cpu.report(b, float64(len(bc.events))*float64(b.N), "object")
 			b.ReportMetric(float64(len(bc.events))*float64(b.N)/b.Elapsed().Seconds(), "objects/s")
 		})
 	}

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"math/bits"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -19,7 +21,9 @@ const maxDepth = 32
 // event publisher: [topic, seq (8 bytes, big-endian), msgpack payload].
 //
 // It is a pure function: no state, no I/O, safe for concurrent use. The
-// returned Batch shares no memory with frames, so the caller may reuse them.
+// returned Batch shares no memory with frames, so the caller may reuse them;
+// its event strings share one copy of the payload (one allocation per
+// batch), which stays alive while any of them is referenced.
 //
 // A message that cannot be read at all (wrong frame count, bad sequence
 // frame, unreadable or truncated payload, trailing bytes) returns an error
@@ -65,7 +69,7 @@ func DecodeFrames(frames [][]byte) (Batch, error) {
 // left zero). See [DecodeFrames].
 func DecodePayload(payload []byte) (Batch, error) {
 	r := bytes.NewReader(payload)
-	p := parser{r: r, d: msgpack.NewDecoder(r)}
+	p := parser{buf: payload, r: r, d: msgpack.NewDecoder(r)}
 	b, err := p.batch()
 	if err != nil {
 		return Batch{}, fmt.Errorf("%w: %w", ErrMalformedFrame, err)
@@ -133,8 +137,52 @@ func typeOf(c byte) mtype {
 // lengths beyond the payload) are returned as errors and abort the payload;
 // type errors in event fields are recorded as rejections.
 type parser struct {
-	r *bytes.Reader
-	d *msgpack.Decoder
+	buf []byte // the whole payload; r reads it, d decodes from r unbuffered
+	r   *bytes.Reader
+	d   *msgpack.Decoder
+	// s is one copy of buf, made on first need: event strings are slices of
+	// it, so a batch costs one allocation for all its keys.
+	s    string
+	hasS bool
+}
+
+// substr returns buf[off:off+n] as a string sharing the payload copy.
+func (p *parser) substr(off, n int) string {
+	if !p.hasS {
+		p.s, p.hasS = string(p.buf), true
+	}
+	return p.s[off : off+n]
+}
+
+// rawStr reads a string value (the caller has peeked tStr) and returns a
+// view into the payload, without allocating.
+func (p *parser) rawStr() ([]byte, error) {
+	n, err := p.d.DecodeBytesLen()
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 || n > p.r.Len() {
+		return nil, fmt.Errorf("string of %d bytes exceeds the %d bytes left", n, p.r.Len())
+	}
+	off := len(p.buf) - p.r.Len()
+	if _, err := p.r.Seek(int64(n), io.SeekCurrent); err != nil {
+		return nil, err
+	}
+	return p.buf[off : off+n : off+n], nil
+}
+
+// interned are the values every event repeats.
+var interned = [...]string{"", "stored", "removed", "cleared", "BlockStored",
+	"BlockRemoved", "AllBlocksCleared", DefaultTenant, "cpu", "disk"}
+
+// intern returns the constant string equal to b, if there is one.
+func intern(b []byte) (string, bool) {
+	for _, s := range interned {
+		if string(b) == s {
+			return s, true
+		}
+	}
+	return "", false
 }
 
 func (p *parser) peek() (mtype, error) {
@@ -343,12 +391,20 @@ const (
 	fBlockHashes
 )
 
-var fieldBits = map[string]int{
-	"event_type": fEventType, "type": fType, "object_key": fObjectKey,
-	"tenant_id": fTenant, "group_id": fGroup, "backend_id": fBackend,
-	"medium": fMedium, "event_id": fEventID, "seq_hashes": fSeqHashes,
-	"block_hashes": fBlockHashes,
+var fieldNames = [...]string{"event_type", "type", "object_key", "tenant_id", "group_id",
+	"backend_id", "medium", "event_id", "seq_hashes", "block_hashes"}
+
+// fieldBit returns the bit of a known field name, 0 for others.
+func fieldBit(name []byte) int {
+	for i, n := range fieldNames {
+		if string(name) == n {
+			return 1 << i
+		}
+	}
+	return 0
 }
+
+func fieldName(bit int) string { return fieldNames[bits.TrailingZeros(uint(bit))] }
 
 // event reads one event. A non-empty reason rejects it; key is the object
 // key if it was read. err is structural and aborts the payload.
@@ -395,25 +451,26 @@ func (p *parser) event() (ev Event, reason, key string, err error) {
 			fail(fmt.Sprintf("map key is a %s, want a string", kt))
 			continue
 		}
-		name, err := p.d.DecodeString()
+		nameb, err := p.rawStr()
 		if err != nil {
 			return ev, "", "", err
 		}
-		bit, known := fieldBits[name]
-		if !known {
+		bit := fieldBit(nameb)
+		if bit == 0 {
 			if err := p.skip(0); err != nil {
 				return ev, "", "", err
 			}
 			continue
 		}
 		if seen&bit != 0 {
-			fail("duplicate field " + name)
+			fail("duplicate field " + fieldName(bit))
 			if err := p.skip(0); err != nil {
 				return ev, "", "", err
 			}
 			continue
 		}
 		seen |= bit
+		name := fieldName(bit)
 		var bad string
 		switch name {
 		case "event_type":
@@ -524,8 +581,14 @@ func (p *parser) str(nullable bool) (s, bad string, err error) {
 	}
 	switch {
 	case t == tStr:
-		s, err = p.d.DecodeString()
-		return s, "", err
+		b, err := p.rawStr()
+		if err != nil {
+			return "", "", err
+		}
+		if s, ok := intern(b); ok {
+			return s, "", nil
+		}
+		return p.substr(len(p.buf)-p.r.Len()-len(b), len(b)), "", nil
 	case t == tNil && nullable:
 		return "", "", p.d.Skip()
 	}
