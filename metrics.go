@@ -26,6 +26,7 @@ type Metrics struct {
 	events       *prometheus.CounterVec // worker, result: applied, rejected reason
 	gaps         *prometheus.CounterVec // worker
 	finished     *prometheus.CounterVec // outcome: ok, failed
+	hints        prometheus.Counter
 }
 
 // NewMetrics creates the router metrics and registers them on reg (nil: a
@@ -80,8 +81,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "agentkv", Subsystem: "router", Name: "requests_finished_total",
 			Help: "Requests reported done, by outcome.",
 		}, []string{"outcome"}),
+		hints: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "agentkv", Subsystem: "hints", Name: "actions_sent_total",
+			Help: "KV hint actions delivered to worker sinks.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.overhead, m.routed, m.promptTokens, m.cachedTokens, m.sharedBlocks,
+	for _, c := range []prometheus.Collector{m.hints, m.overhead, m.routed, m.promptTokens, m.cachedTokens, m.sharedBlocks,
 		m.held, m.decisions, m.waiting, m.events, m.gaps, m.finished} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

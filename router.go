@@ -13,7 +13,10 @@ import (
 
 	"github.com/agentkv/agentkv/admission"
 	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/kvhint"
+	"github.com/agentkv/agentkv/radix"
 	"github.com/agentkv/agentkv/session"
+	"github.com/agentkv/agentkv/sharedpool"
 )
 
 // Policy chooses how the router picks a worker.
@@ -109,6 +112,19 @@ type Config struct {
 	// OnRelease, if set, is called (outside the router's locks) with the
 	// ID of each request TryRoute held when admission releases it.
 	OnRelease func(requestID string)
+	// Lineage configures the session-prefix tree (radix) that records each
+	// session's context chain; it feeds hint policies.
+	Lineage radix.Config
+	// Hints are evaluated when a turn is routed or resumed, at every tick
+	// for sessions between turns, and when a session ends; the hints go to
+	// workers that implement HintReceiver.
+	Hints []kvhint.Policy
+	// SharedPool, if set, credits each worker with the shared-pool pages
+	// beyond everything it holds itself (Cost.SharedWeight per block).
+	// Requests must carry Tokens for the pool's page hashes.
+	SharedPool *sharedpool.Pool
+	// Trace, if set, receives a request_end record per finished request.
+	Trace TraceSink
 	// Logger receives warnings (rejected events, gaps); nil discards.
 	Logger *slog.Logger
 	// Metrics, if set, receives the router's metrics.
@@ -171,6 +187,12 @@ type Decision struct {
 	Waited    time.Duration
 	// Affinity is set when a session binding chose the worker.
 	Affinity bool
+	// Hints counts the hint actions delivered for this request.
+	Hints int
+
+	received     time.Time
+	firstToken   time.Time
+	replayHashes []uint64
 
 	r       *Router
 	id      uint64
@@ -209,6 +231,8 @@ type Router struct {
 	cfg     Config
 	index   *flashindex.Index
 	table   *session.Table
+	tree    *radix.Tree
+	batcher *kvhint.Batcher
 	log     *slog.Logger
 	metrics *Metrics
 
@@ -227,10 +251,12 @@ type Router struct {
 	// and the request IDs held per program in arrival order.
 	held     map[string]*heldRequest
 	heldByPg map[string][]string
-	rr       int
-	rng      *rand.Rand
-	nextID   uint64
-	closed   bool
+	// acting holds sessions between turns (for tick-time hint policies).
+	acting map[string]actingSession
+	rr     int
+	rng    *rand.Rand
+	nextID uint64
+	closed bool
 }
 
 type heldRequest struct {
@@ -278,6 +304,8 @@ func New(cfg Config) (*Router, error) {
 		loads:    newLoadTracker(),
 		held:     map[string]*heldRequest{},
 		heldByPg: map[string][]string{},
+		acting:   map[string]actingSession{},
+		batcher:  kvhint.NewBatcher("agentkv"),
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 	}
 	if r.log == nil {
@@ -291,6 +319,9 @@ func New(cfg Config) (*Router, error) {
 		OnGap:              r.onGap,
 	})
 	if err != nil {
+		return nil, err
+	}
+	if r.tree, err = radix.New(cfg.Lineage); err != nil {
 		return nil, err
 	}
 	tc := cfg.Sessions
@@ -522,9 +553,10 @@ type scratch struct {
 }
 
 type candidate struct {
-	ws    *workerState
-	match flashindex.Match
-	cost  Cost
+	ws     *workerState
+	match  flashindex.Match
+	shared int // shared-pool blocks credited
+	cost   Cost
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -564,6 +596,9 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 		sc.matches = sc.matches[:0]
 	}
 	tMatch := time.Since(t1)
+
+	// Shared-pool hits (page hashes need the tokens).
+	hits := r.sharedHits(req.Tokens)
 
 	// 3. Session bookkeeping.
 	ac := req.Agent
@@ -616,9 +651,10 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 	for i := range sc.cands {
 		c := &sc.cands[i]
 		l := r.loads.load(c.ws.key)
+		c.shared = r.sharedBlocks(hits, c.match)
 		c.cost = cost.cost(costInput{
 			blockSize: r.cfg.BlockSize, requestTokens: promptTokens,
-			device: c.match.Device, host: c.match.Host, disk: c.match.Disk,
+			device: c.match.Device, host: c.match.Host, disk: c.match.Disk, shared: c.shared,
 			activePrefillTokens: l.PrefillTokens, decodeBlocks: l.DecodeBlocks, requests: l.Requests,
 		})
 	}
@@ -715,6 +751,9 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 	uncached := max(0, promptTokens-c.match.Device*r.cfg.BlockSize)
 	blocks := (promptTokens + req.ExpectedOutputTokens + r.cfg.BlockSize - 1) / r.cfg.BlockSize
 	r.loads.start(internal, c.ws.key, uncached, blocks, start)
+	if ac.Valid() {
+		delete(r.acting, ac.SessionID)
+	}
 	rel := r.drainAdmissionLocked()
 	r.mu.Unlock()
 	tSched := time.Since(t2)
@@ -738,16 +777,27 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 			Host:   c.match.Host * r.cfg.BlockSize,
 			Disk:   c.match.Disk * r.cfg.BlockSize,
 		},
-		Cost:       c.cost,
-		Candidates: len(sc.cands),
-		Admission:  adm,
-		Waited:     waited,
-		Affinity:   viaAffinity,
-		r:          r,
-		id:         internal,
-		program:    program,
-		agent:      ac,
-		prompt:     promptTokens,
+		SharedBlocks: c.shared,
+		Cost:         c.cost,
+		Candidates:   len(sc.cands),
+		received:     start,
+		Admission:    adm,
+		Waited:       waited,
+		Affinity:     viaAffinity,
+		r:            r,
+		id:           internal,
+		program:      program,
+		agent:        ac,
+		prompt:       promptTokens,
+	}
+	r.updateLineage(ac, seq)
+	r.hintsOnRoute(d, seq, sc.matches)
+	if r.cfg.Trace != nil {
+		var h *flashindex.Hasher
+		if req.SequenceHashes == nil {
+			h, _ = r.hasher(req.LoRA)
+		}
+		d.replayHashes = replayHashes(h, seq, req.Tokens)
 	}
 	if r.metrics != nil {
 		r.metrics.observeRoute(d, len(seq), tHash, tMatch, tSched, time.Since(t0))
@@ -807,7 +857,11 @@ func programID(ac session.AgentContext) string {
 func (d *Decision) FirstToken() {
 	r := d.r
 	r.mu.Lock()
-	r.loads.prefilled(d.id, r.cfg.Now())
+	now := r.cfg.Now()
+	r.loads.prefilled(d.id, now)
+	if d.firstToken.IsZero() {
+		d.firstToken = now
+	}
 	r.mu.Unlock()
 }
 
@@ -835,6 +889,9 @@ func (r *Router) done(d *Decision, u Usage) {
 	}
 	r.mu.Lock()
 	r.loads.finish(d.id)
+	if d.agent.Valid() && !d.agent.Final {
+		r.acting[d.agent.SessionID] = actingSession{worker: d.Worker, since: now}
+	}
 	var rel []release
 	if r.adm != nil && d.program != "" {
 		_ = r.adm.EndRequest(now, d.program, int64(prompt), int64(u.CompletionTokens))
@@ -850,6 +907,7 @@ func (r *Router) done(d *Decision, u Usage) {
 			InputTokens: uint64(prompt), OutputTokens: uint64(u.CompletionTokens), CachedTokens: uint64(u.CachedTokens),
 		})
 	}
+	r.traceRecord(d, u, now)
 	if r.metrics != nil {
 		r.metrics.observeFinished(u.Failed)
 	}
@@ -863,12 +921,15 @@ func (r *Router) EndSession(id string) {
 }
 
 func (r *Router) onSessionRemoved(rm session.Removal) {
-	if r.adm == nil {
-		return
-	}
+	r.hintsOnFinish(rm.ID, "")
+	r.tree.RemoveSession(rm.ID)
 	r.mu.Lock()
-	_ = r.adm.EndSession(r.cfg.Now(), rm.ID)
-	rel := r.drainAdmissionLocked()
+	delete(r.acting, rm.ID)
+	var rel []release
+	if r.adm != nil {
+		_ = r.adm.EndSession(r.cfg.Now(), rm.ID)
+		rel = r.drainAdmissionLocked()
+	}
 	r.mu.Unlock()
 	r.notify(rel)
 }
@@ -905,6 +966,7 @@ func (r *Router) Tick() TickResult {
 		}
 	}
 	r.notify(rel)
+	r.hintsOnTick(now)
 	if r.metrics != nil && r.adm != nil {
 		r.metrics.observeTick(r.adm.Waiting())
 	}

@@ -43,8 +43,8 @@ type WorkerFunc func() WorkerInfo
 func (f WorkerFunc) Info() WorkerInfo { return f() }
 
 // HintReceiver is implemented by workers that accept KV hints. The router
-// wraps the sink in a bounded kvhint.Queue, so a slow sink never blocks
-// routing (drops are counted).
+// calls the sink's Send on the request path, so Send must not block: wrap
+// a sink that does I/O in kvhint.NewQueue (bounded, drops counted).
 type HintReceiver interface {
 	HintSink() kvhint.Sink
 }
