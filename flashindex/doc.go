@@ -32,4 +32,107 @@
 // [Event] is a KV cache event normalised from an engine's wire format
 // (engine/vllm and engine/sglang decode those). A worker is a (ID, DP rank)
 // pair ([Worker]); a block lives on a [Tier].
+//
+// # The index
+//
+// [Index] records which worker holds which blocks on which tier (device,
+// host, disk; External belongs to the sharedpool package) and answers, for
+// a request's sequence hashes, how deep each worker's cached prefix goes:
+//
+//	ix, _ := flashindex.New(flashindex.Config{BlockSize: 16})
+//	err := ix.Apply(ev)                        // Stored / Removed / Cleared
+//	matches = ix.FindMatches(seq, matches[:0]) // per worker: Device, Host, Disk, Resident
+//
+// Engine hashes are opaque. A Stored event's blocks are rehashed from their
+// tokens (or taken from StoredBlock.LocalHash) and chained onto the parent's
+// own sequence hash, which the index finds through a per (worker, tier) map
+// from engine hash to own hash. So routing works whatever hash an engine
+// uses, and a block-size mismatch is a loud [*BlockSizeError] instead of a
+// silent zero overlap. A Stored event whose parent the worker does not hold
+// is rejected ([*UnknownParentError]), never re-rooted.
+//
+// Rules Apply enforces, each checked against a naive reference model by the
+// differential test:
+//
+//   - Event ids are tracked per worker (ID, DP rank). An id at or below the
+//     last one is a duplicate: skipped, counted, harmless. An id that jumps
+//     is a [Gap], passed to Config.OnGap (outside any lock) and counted; the
+//     event is still applied, and the adapter should resync. RemoveWorker
+//     resets the ids, for engine restarts.
+//   - A rejected event changes nothing but the worker's last event id, and
+//     is counted by reason in [Stats].Rejected. Nothing panics on input.
+//   - The same block on two tiers of a worker is two residencies; the same
+//     block stored twice on one tier under two engine hashes stays resident
+//     until both are removed.
+//   - Removed hashes a worker does not hold on that tier are skipped and
+//     counted (Stats.UnknownRemoved).
+//   - Cleared drops every tier of every DP rank of the event's worker ID.
+//   - Config.MaxBlocksPerWorker bounds the residencies of one worker: a
+//     Stored beyond it is a [*CapacityError] (the engine cannot hold that
+//     much, so removals were missed).
+//
+// # Tier depths
+//
+// FindMatches counts tiers exclusively, as Dynamo's lower-tier indexer
+// does: Device is the longest prefix of the request on the worker's device
+// tier; Host counts the blocks that continue on the host tier from where
+// the device prefix ended; Disk counts the blocks that continue on the disk
+// tier from where the host run ended. A block held on device and host counts
+// once, in the tier the walk is in. Resident is the worker's total number
+// of residencies, for tie-breaking. FindMatchesEarlyExit stops as soon as at
+// most one worker still matches; that worker's depths are then a prefix of
+// its exact ones.
+//
+// # Approximate mode
+//
+// For engines that publish no events, [Index.Record] inserts what a routing
+// decision implies: the request's blocks, speculatively on the worker's
+// device, for a TTL. Entries are bounded by Config.ApproxMaxEntries, pruned
+// earliest expiry first (oldest first when TTLs are equal). Events win: a
+// Stored on device confirms (replaces) a speculative entry, and blocks a
+// worker holds on device from events are not recorded. Expiry runs at every
+// Record, Apply and [Index.Expire]; an index without writes should call
+// Expire periodically. The clock is Config.Now.
+//
+// # Snapshots
+//
+// [Index.Snapshot] writes the whole index (residencies, engine-hash maps,
+// event ids, approximate entries) as a versioned, canonical, zstd-compressed
+// stream; [Restore] reads it back, so a restarted router or a new replica
+// starts warm. Snapshot(Restore(s)) reproduces s byte for byte. An unknown
+// version fails with [ErrSnapshotVersion], damage with [ErrSnapshotFormat].
+//
+// # Data structure
+//
+// Blocks are stored in nodes: a node is a run of sequence hashes laid out
+// contiguously (a chain segment, usually what one Stored event added), with
+// its residency as runs of blocks sharing one residency set. A set is a
+// bitset over worker slots with four planes (device, host, disk,
+// approximate). A block map (sequence hash -> node, offset), sharded 64
+// ways, finds a block's node; blocks never move once indexed, so the block
+// map is written only when blocks are created or dropped. A query looks up
+// the request's first block, compares the request against the node's hashes
+// with a vectorised memory compare, and advances a three-state walk (device,
+// host, disk) over whole runs at once, one bitset word per 64 workers: its
+// cost grows with the number of nodes and runs along the request, not with
+// its length in blocks times workers. Blocks resident nowhere are dropped
+// when they end a node (vLLM evicts chain tails first); a node with no
+// resident block is freed.
+//
+// # Concurrency
+//
+// An Index is safe for concurrent use. Queries take no index-wide lock:
+// node contents are immutable snapshots swapped by atomic pointer
+// (copy-on-write), the node table is read with atomic loads, and each node
+// entered costs one read lock on one block-map shard. Writers (Apply,
+// Record, Expire, RemoveWorker, Snapshot, Stats) serialise on one writer
+// mutex. A query concurrent with a write sees each node before or after
+// the write, so it may see part of an event; a query that starts after a
+// write returned sees all of it.
+//
+// # Ownership
+//
+// Apply and Record do not retain the event, the sequence or any slice in
+// them. FindMatches appends to dst[:0] and returns it; the caller owns the
+// result and may pass it back to reuse the memory.
 package flashindex
