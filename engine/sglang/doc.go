@@ -30,6 +30,14 @@
 // Stream and Subscriber types, thread-safety and slice ownership) is
 // engine/vllm's, configured here; see that package's documentation.
 //
-// Not covered yet: HiCache + Mooncake store events, which feed the
-// sharedpool index rather than flashindex.
+// # HiCache + Mooncake store events
+//
+// With HiCache on a Mooncake store, SGLang workers write KV pages into a
+// shared pool that every worker can load from. The Mooncake master
+// publishes object-level store events over ZeroMQ ([topic, seq, msgpack]);
+// [StoreSubscriber] feeds them into a sharedpool.Pool, which the router
+// queries for the shared-pool credit beyond each worker's own prefix. The
+// master keeps no replay buffer, so a sequence gap clears the pool's state
+// (reported through StoreConfig.OnReport and counted) and the pool refills
+// as pages are stored again. Undecodable messages are counted and skipped.
 package sglang

@@ -1,0 +1,221 @@
+package sglang
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/agentkv/agentkv/sharedpool"
+)
+
+// StoreConfig configures a StoreSubscriber. Zero fields mean the documented
+// defaults.
+type StoreConfig struct {
+	// Endpoint is the Mooncake master's KV event PUB socket,
+	// "tcp://host:port". Required.
+	Endpoint string
+	// Topic is the subscription prefix; "" receives every topic.
+	Topic string
+	// Pool receives the events. Required. The subscriber is its only
+	// writer; routers query it concurrently (Pool is safe for that).
+	Pool *sharedpool.Pool
+	// OnReport, if set, is called after each applied batch with what it
+	// did (gaps and overflows clear the pool; see sharedpool.Report). It
+	// runs on the subscriber's goroutine and must not block.
+	OnReport func(sharedpool.Report)
+	// ReconnectMin and ReconnectMax bound the exponential backoff between
+	// connection attempts; 0 means 100 ms and 5 s.
+	ReconnectMin, ReconnectMax time.Duration
+	// DialTimeout bounds one TCP connect; 0 means 2 s.
+	DialTimeout time.Duration
+	// Logger receives connection warnings; nil discards.
+	Logger *slog.Logger
+}
+
+// StoreStats are a StoreSubscriber's counters.
+type StoreStats struct {
+	Batches    uint64 // batches applied
+	Applied    uint64 // store and remove events applied
+	Rejected   uint64 // malformed events inside readable batches
+	Malformed  uint64 // messages that could not be decoded at all (skipped)
+	Gaps       uint64 // sequence gaps (each cleared the pool)
+	Overflows  uint64 // size-bound clears
+	Reconnects uint64 // connections lost or refused
+	Connected  bool
+}
+
+// StoreSubscriber feeds the HiCache + Mooncake store's KV events into a
+// sharedpool.Pool: one ZeroMQ SUB connection to the Mooncake master,
+// reconnecting with backoff. A sequence gap cannot be replayed (the master
+// keeps no replay buffer), so the pool clears the affected state and
+// reports the gap; the pool refills as objects are stored again.
+//
+// A StoreSubscriber is safe for concurrent use; Start launches one
+// goroutine, which Close (or the context) stops.
+type StoreSubscriber struct {
+	cfg StoreConfig
+
+	mu      sync.Mutex // guards started, closed, cancel
+	started bool
+	closed  bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	batches, applied, rejected, malformed atomic.Uint64
+	gaps, overflows, reconnects           atomic.Uint64
+	connected                             atomic.Bool
+}
+
+// ErrNoPool means StoreConfig.Pool is nil.
+var ErrNoPool = errors.New("sglang: StoreConfig.Pool is required")
+
+// NewStoreSubscriber validates cfg.
+func NewStoreSubscriber(cfg StoreConfig) (*StoreSubscriber, error) {
+	if cfg.Endpoint == "" {
+		return nil, errors.New("sglang: StoreConfig.Endpoint is required")
+	}
+	if cfg.Pool == nil {
+		return nil, ErrNoPool
+	}
+	if cfg.ReconnectMin <= 0 {
+		cfg.ReconnectMin = 100 * time.Millisecond
+	}
+	if cfg.ReconnectMax <= 0 {
+		cfg.ReconnectMax = 5 * time.Second
+	}
+	if cfg.ReconnectMax < cfg.ReconnectMin {
+		cfg.ReconnectMax = cfg.ReconnectMin
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &StoreSubscriber{cfg: cfg}, nil
+}
+
+// Start connects in the background and returns at once.
+func (s *StoreSubscriber) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("sglang: store subscriber closed")
+	}
+	if s.started {
+		return errors.New("sglang: store subscriber already started")
+	}
+	s.started = true
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.run(ctx)
+	}()
+	return nil
+}
+
+// Close stops the subscriber and waits for its goroutine. It is safe to
+// call more than once.
+func (s *StoreSubscriber) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	cancel := s.cancel
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// Stats returns the counters.
+func (s *StoreSubscriber) Stats() StoreStats {
+	return StoreStats{
+		Batches: s.batches.Load(), Applied: s.applied.Load(), Rejected: s.rejected.Load(),
+		Malformed: s.malformed.Load(), Gaps: s.gaps.Load(), Overflows: s.overflows.Load(),
+		Reconnects: s.reconnects.Load(), Connected: s.connected.Load(),
+	}
+}
+
+// Handle applies one ZeroMQ message's frames to the pool. The subscriber
+// calls it for every message; it is exported so tests and other transports
+// can feed frames directly. A message that cannot be decoded is counted and
+// skipped: the next batch's sequence number reveals what was lost.
+func (s *StoreSubscriber) Handle(frames [][]byte) {
+	rep, err := s.cfg.Pool.ApplyFrames(frames)
+	if err != nil {
+		s.malformed.Add(1)
+		s.cfg.Logger.Warn("sglang: malformed store event message skipped", "err", err)
+		return
+	}
+	s.batches.Add(1)
+	s.applied.Add(uint64(rep.Applied))
+	s.rejected.Add(uint64(rep.Rejected))
+	s.overflows.Add(uint64(rep.Overflows))
+	if rep.Gap != nil {
+		s.gaps.Add(1)
+		s.cfg.Logger.Warn("sglang: store event sequence gap; shared pool state cleared", "seq", rep.Seq)
+	}
+	if s.cfg.OnReport != nil {
+		s.cfg.OnReport(rep)
+	}
+}
+
+var quietStoreZMQ = zmq4.WithLogger(log.New(io.Discard, "", 0))
+
+func (s *StoreSubscriber) run(ctx context.Context) {
+	backoff := s.cfg.ReconnectMin
+	for ctx.Err() == nil {
+		got, err := s.session(ctx)
+		s.connected.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		s.reconnects.Add(1)
+		s.cfg.Logger.Warn("sglang: store event connection lost", "endpoint", s.cfg.Endpoint, "err", err, "retry_in", backoff)
+		if got {
+			backoff = s.cfg.ReconnectMin
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, s.cfg.ReconnectMax)
+	}
+}
+
+// session connects once and handles messages until the connection fails.
+// It reports whether any message arrived.
+func (s *StoreSubscriber) session(ctx context.Context) (bool, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sub := zmq4.NewSub(sctx, quietStoreZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout))
+	defer sub.Close()
+	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
+		return false, err
+	}
+	if err := sub.Dial(s.cfg.Endpoint); err != nil {
+		return false, err
+	}
+	s.connected.Store(true)
+	got := false
+	for {
+		msg, err := sub.Recv()
+		if err != nil {
+			return got, err
+		}
+		got = true
+		s.Handle(msg.Frames)
+	}
+}
