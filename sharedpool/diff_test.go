@@ -196,13 +196,29 @@ func (m *model) apply(b *Batch) Report {
 		m.objs = map[string]map[string]bool{}
 	}
 	m.hasSeq, m.lastSeq = true, b.Seq
-	for _, r := range b.Rejected {
-		rep.Rejected++
-		if _, ok := m.logical(r.Key); ok {
-			delete(m.objs, r.Key)
-		}
+	// Merge events and rejections back into publisher order.
+	type item struct {
+		ev  *Event
+		rej *Rejection
 	}
-	for _, e := range b.Events {
+	var items []item
+	for i := range b.Events {
+		items = append(items, item{ev: &b.Events[i]})
+	}
+	for i := range b.Rejected {
+		r := &b.Rejected[i]
+		at := min(r.Index, len(items))
+		items = slices.Insert(items, at, item{rej: r})
+	}
+	for _, it := range items {
+		if it.rej != nil {
+			rep.Rejected++
+			if _, ok := m.logical(it.rej.Key); ok {
+				delete(m.objs, it.rej.Key)
+			}
+			continue
+		}
+		e := *it.ev
 		if (e.Tenant != "" && e.Tenant != m.tenant) || (m.backend != "" && e.Backend != "" && e.Backend != m.backend) {
 			rep.Ignored++
 			continue
@@ -321,7 +337,9 @@ func (g *gen) op() op {
 		b.Events = append(b.Events, e)
 	}
 	if g.r.IntN(15) == 0 {
-		b.Rejected = append(b.Rejected, Rejection{Key: g.key(), Err: ErrMalformedEvent})
+		// Positions in the original list, ascending, as the decoder makes them.
+		total := len(b.Events) + 1
+		b.Rejected = append(b.Rejected, Rejection{Index: g.r.IntN(total), Key: g.key(), Err: ErrMalformedEvent})
 	}
 	return op{kind: opBatch, batch: b}
 }

@@ -302,8 +302,10 @@ func (ix *Index) clearPages() {
 // batches may have removed anything) and the batch is applied on the empty
 // index, with Report.Gap set.
 //
-// Rejected events count as Stats.Malformed; a rejected event whose object
-// key is known drops that object on every medium (see [Rejection]).
+// Events and rejections are applied in their original order (a Rejection's
+// Index is its position in the publisher's list). Rejected events count as
+// Stats.Malformed; one whose object key is known drops that object on
+// every medium (see [Rejection]).
 //
 // Apply retains nothing from b.
 func (ix *Index) Apply(b *Batch) Report {
@@ -322,19 +324,29 @@ func (ix *Index) Apply(b *Batch) Report {
 		}
 	}
 	ix.hasSeq, ix.lastSeq = true, b.Seq
-	for i := range b.Rejected {
-		rep.Rejected++
-		ix.stats.Malformed++
-		if k := b.Rejected[i].Key; k != "" && ix.sch != nil {
-			if h, s, ok := ix.sch.parse(k); ok {
-				ix.remove(&h, s, allMedia)
-			}
+	// Events and rejections interleave in publisher order: a rejection
+	// with Index i stood at position i of the original list.
+	ri := 0
+	for pos, ei := 0, 0; ei < len(b.Events) || ri < len(b.Rejected); pos++ {
+		if ri < len(b.Rejected) && (b.Rejected[ri].Index <= pos || ei == len(b.Events)) {
+			ix.reject(&b.Rejected[ri], &rep)
+			ri++
+			continue
 		}
-	}
-	for i := range b.Events {
-		ix.applyEvent(&b.Events[i], &rep)
+		ix.applyEvent(&b.Events[ei], &rep)
+		ei++
 	}
 	return rep
+}
+
+func (ix *Index) reject(r *Rejection, rep *Report) {
+	rep.Rejected++
+	ix.stats.Malformed++
+	if r.Key != "" && ix.sch != nil {
+		if h, s, ok := ix.sch.parse(r.Key); ok {
+			ix.remove(&h, s, allMedia)
+		}
+	}
 }
 
 // ApplyFrames decodes one ZMQ message ([DecodeFrames]) and applies it. An

@@ -451,3 +451,25 @@ func TestDeleteAcrossTableEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestRejectionOrder: a rejection takes effect at its place in the batch.
+func TestRejectionOrder(t *testing.T) {
+	l := Layout{PageSize: 4, MLA: true}
+	p := tokenPages(1, 4)[0]
+	key := l.AppendObjectKeys(nil, p)[0]
+	store := Event{Kind: Store, Key: key}
+	for _, tt := range []struct {
+		name    string
+		b       Batch
+		present bool
+	}{
+		{"rejected after the store", Batch{Seq: 1, Events: []Event{store}, Rejected: []Rejection{{Index: 1, Key: key}}}, false},
+		{"rejected before the store", Batch{Seq: 1, Events: []Event{store}, Rejected: []Rejection{{Index: 0, Key: key}}}, true},
+	} {
+		ix := newIndex(t, Config{Layout: l})
+		ix.Apply(&tt.b)
+		if ix.Contains(p) != tt.present {
+			t.Errorf("%s: present %v", tt.name, !tt.present)
+		}
+	}
+}
