@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -76,7 +77,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 	fs.StringVar(&f.levels, "concurrency", "16,32,64,128", "concurrent agent programs, a comma list (0 = no bound)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic workload and the router's tie-breaking")
 	fs.StringVar(&f.jsonOut, "json", filepath.Join("out", "simulate.json"), "write results as JSON here (empty: don't)")
-	fs.StringVar(&f.plotOut, "plot", filepath.Join("out", "simulate.svg"), "write an SVG plot here (empty: don't)")
+	fs.StringVar(&f.plotOut, "plot", filepath.Join("out", "simulate.svg"), "write the plot here: SVG, or PNG for a .png name (empty: don't)")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "runs at once")
 	if err := parseFlags(env, c, fs, args); err != nil {
 		return err
@@ -252,11 +253,8 @@ func dur(d time.Duration) string {
 }
 
 // printSimComparison prints each policy's throughput relative to the first
-// policy and to "kv" where both ran.
+// policy, and relative to "kv" for the policies that build on it.
 func printSimComparison(w io.Writer, results []*simrun.Result, policies []simrun.Policy, levels []int) {
-	if len(policies) < 2 {
-		return
-	}
 	at := func(p string, c int) *simrun.Result {
 		for _, r := range results {
 			if r.Policy == p && r.Concurrency == c {
@@ -265,14 +263,29 @@ func printSimComparison(w io.Writer, results []*simrun.Result, policies []simrun
 		}
 		return nil
 	}
-	fmt.Fprintln(w, "\nthroughput relative to", policies[0].Name+":")
-	for _, p := range policies[1:] {
-		fmt.Fprintf(w, "  %-13s", p.Name)
-		for _, c := range levels {
-			a, b := at(policies[0].Name, c), at(p.Name, c)
-			fmt.Fprintf(w, "  c=%s %+.1f%%", concLabel(c), 100*(b.Throughput/a.Throughput-1))
+	compare := func(base string, others []simrun.Policy) {
+		if len(others) == 0 {
+			return
 		}
-		fmt.Fprintln(w)
+		fmt.Fprintln(w, "\nthroughput relative to", base+":")
+		for _, p := range others {
+			fmt.Fprintf(w, "  %-13s", p.Name)
+			for _, c := range levels {
+				a, b := at(base, c), at(p.Name, c)
+				fmt.Fprintf(w, "  c=%s %+.1f%%", concLabel(c), 100*(b.Throughput/a.Throughput-1))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	compare(policies[0].Name, policies[1:])
+	if policies[0].Name != "kv" && slices.ContainsFunc(policies, func(p simrun.Policy) bool { return p.Name == "kv" }) {
+		var after []simrun.Policy
+		for _, p := range policies {
+			if strings.HasPrefix(p.Name, "kv+") {
+				after = append(after, p)
+			}
+		}
+		compare("kv", after)
 	}
 }
 

@@ -2,21 +2,25 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/agentkv/agentkv/internal/simrun"
 )
 
 // writeSimPlot draws throughput and prefix hit rate against concurrency,
-// one line per policy, side by side, as SVG.
+// one line per policy, side by side, as SVG (or PNG when path ends in
+// ".png").
 func writeSimPlot(path, workload string, results []*simrun.Result, policies []simrun.Policy) error {
 	thr := plot.New()
 	thr.Title.Text = "Throughput (" + workload + ")"
@@ -55,17 +59,34 @@ func writeSimPlot(path, workload string, results []*simrun.Result, policies []si
 			pair.pl.Legend.Add(p.Name, line, points)
 		}
 	}
+	var ticks []plot.Tick
+	seen := map[int]bool{}
+	for _, r := range results {
+		if r.Concurrency > 0 && !seen[r.Concurrency] {
+			seen[r.Concurrency] = true
+			ticks = append(ticks, plot.Tick{Value: float64(r.Concurrency), Label: fmt.Sprint(r.Concurrency)})
+		}
+	}
 	for _, pl := range []*plot.Plot{thr, hit} {
 		pl.X.Scale = plot.LogScale{}
-		pl.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		pl.X.Tick.Marker = plot.ConstantTicks(ticks)
 		pl.Legend.Top = false
 		pl.Legend.Left = true
 		pl.Add(plotter.NewGrid())
 	}
 	thr.Y.Min = 0
+	thr.Y.Tick.Marker = intTicks{}
 
 	const w, h = 11 * vg.Inch, 4.5 * vg.Inch
-	canvas := vgsvg.New(w, h)
+	var canvas interface {
+		vg.CanvasSizer
+		WriteTo(io.Writer) (int64, error)
+	}
+	if strings.EqualFold(filepath.Ext(path), ".png") {
+		canvas = vgimg.PngCanvas{Canvas: vgimg.New(w, h)}
+	} else {
+		canvas = vgsvg.New(w, h)
+	}
 	dc := draw.New(canvas)
 	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2,
 		PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
@@ -85,4 +106,17 @@ func writeSimPlot(path, workload string, results []*simrun.Result, policies []si
 		return fmt.Errorf("writing plot: %w", err)
 	}
 	return f.Close()
+}
+
+// intTicks labels the default ticks without decimals.
+type intTicks struct{}
+
+func (intTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = fmt.Sprintf("%.0f", ts[i].Value)
+		}
+	}
+	return ts
 }

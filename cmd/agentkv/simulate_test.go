@@ -1,0 +1,54 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestSimulateSmallRun(t *testing.T) {
+	dir := t.TempDir()
+	js, svg := filepath.Join(dir, "r.json"), filepath.Join(dir, "p.svg")
+	code, stdout, stderr := runCLI(t, "", "simulate", "--sessions", "6", "--concurrency", "2,4",
+		"--policies", "round-robin,kv,kv+admission", "--workers", "2", "--device-blocks", "20000",
+		"--json", js, "--plot", svg, "--parallel", "2")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "kv+admission")
+	require.Contains(t, stdout, "throughput relative to round-robin")
+	require.Contains(t, stdout, "throughput relative to kv")
+	require.Contains(t, stderr, "[6/6]")
+	var out simJSON
+	b, err := os.ReadFile(js)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &out))
+	require.Len(t, out.Results, 6)
+	for _, r := range out.Results {
+		require.Positive(t, r.Finished, r.Policy)
+		require.Positive(t, r.Throughput, r.Policy)
+	}
+	b, err = os.ReadFile(svg)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(string(b), "<?xml"), "an SVG file")
+}
+
+func TestSimulateBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"simulate", "--policies", "nope"},
+		{"simulate", "--concurrency", "x"},
+		{"simulate", "--workers", "0"},
+		{"simulate", "--policies", ""},
+		{"simulate", "stray"},
+		{"simulate", "--format", "bogus", "--workload", "x.jsonl"},
+	} {
+		code, _, stderr := runCLI(t, "", args...)
+		require.Equal(t, 2, code, "%v: %s", args, stderr)
+		require.Equal(t, 1, strings.Count(stderr, "\n"), "%v: one-line error: %q", args, stderr)
+	}
+	code, _, stderr := runCLI(t, "", "simulate", "--workload", filepath.Join(t.TempDir(), "missing.jsonl"))
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "missing.jsonl")
+}
