@@ -832,3 +832,124 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestProxyServeShutdown: on shutdown a request held by admission answers
+// 503 at once, while a stream in flight is allowed to finish.
+func TestProxyServeShutdown(t *testing.T) {
+	f := newFakeVLLM(t, 16, 625) // 10,000 tokens: one 5,000-token program at a time
+	f.arrived = make(chan struct{}, 2)
+	f.gateRest = make(chan struct{})
+	cfg := proxyConfig{Workers: []workerSpec{{URL: f.URL()}}, Admission: true, Tick: time.Hour,
+		Registry: prometheus.NewRegistry(), MetricsPath: "/metrics"}
+	p, err := newProxy(context.Background(), cfg)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	base := "http://" + ln.Addr().String()
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- p.serve(ctx, ln, 10*time.Second) }()
+
+	send := func(sid string, out chan<- *http.Response) {
+		body := chatBody(t, true, chatMsg{"user", sid + strings.Repeat("z", 5000)})
+		req, _ := http.NewRequest(http.MethodPost, base+vllm.ChatPath, bytes.NewReader(body))
+		req.Header.Set("X-Dynamo-Session-Id", sid)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			out <- nil
+			return
+		}
+		out <- resp
+	}
+	ra, rb := make(chan *http.Response, 1), make(chan *http.Response, 1)
+	go send("a", ra)
+	<-f.arrived
+	a := <-ra // headers and the first chunk are out; the rest is gated
+	require.NotNil(t, a)
+	go send("b", rb)
+	eventually(t, "b to be held", func() bool {
+		return metricValue(t, base, "agentkv_admission_requests_held_total") == 1
+	})
+
+	stop() // as SIGINT would
+	b := <-rb
+	require.NotNil(t, b)
+	bb, _ := io.ReadAll(b.Body)
+	b.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, b.StatusCode, string(bb))
+	require.Contains(t, string(bb), "router closed")
+
+	close(f.gateRest)
+	ab, err := io.ReadAll(a.Body)
+	require.NoError(t, err)
+	a.Body.Close()
+	require.Equal(t, http.StatusOK, a.StatusCode)
+	require.True(t, strings.HasSuffix(string(ab), "data: [DONE]\n\n"), "the stream in flight finished: %q", ab)
+	require.NoError(t, <-served)
+	require.Equal(t, 1, f.requests())
+}
+
+// FuzzProxyRequestBody: whatever the body, the proxy answers with a status
+// it chose deliberately (never a 5xx of its own, never a panic) and a JSON
+// error when it refuses.
+func FuzzProxyRequestBody(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":null}`,
+		`{"model":"m","messages":"x"}`, `{"messages":[{"content":[{"type":"text","text":"a"}]}]}`,
+		`{"stream":"yes"}`, `{`, `[]`, `null`, ``, "\xff\xfe", `{"messages":[null]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	fake := &fakeVLLM{blockSize: 16, blocks: 1000}
+	fake.srv = httptest.NewServer(http.HandlerFunc(fake.serve))
+	defer fake.srv.Close()
+	p, err := newProxy(context.Background(), proxyConfig{Workers: []workerSpec{{URL: fake.URL()}},
+		MaxBodyBytes: 1 << 16, Registry: prometheus.NewRegistry(), Refresh: -1})
+	require.NoError(f, err)
+	defer p.Close()
+	h := p.Handler()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req := httptest.NewRequest(http.MethodPost, vllm.ChatPath, bytes.NewReader(body))
+		req.Header.Set("X-Claude-Code-Session-Id", "fuzz")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		switch rec.Code {
+		case http.StatusOK:
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+			var e struct {
+				Error struct{ Message string } `json:"error"`
+			}
+			if json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Error.Message == "" {
+				// The engine's own 400s pass through unchanged.
+				require.Contains(t, rec.Body.String(), "bad json", "status %d body %q", rec.Code, rec.Body.String())
+			}
+		default:
+			t.Fatalf("status %d for body %q: %s", rec.Code, body, rec.Body.String())
+		}
+		for _, w := range p.router.Workers() {
+			require.Equal(t, 0, p.router.WorkerLoad(w).Requests, "a request leaked its load")
+		}
+	})
+}
+
+func FuzzParseWorkerSpec(f *testing.F) {
+	for _, s := range []string{"http://h:8000", "http://h:8000,events=tcp://h:5557,replay=tcp://h:5558,dp=2",
+		"https://h/v1,dp=1024", ",,", "http://h,dp=-1", "http://h,events==", "http://[::1]:80,events=ipc:///tmp/x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ws, err := parseWorkerSpec(s)
+		if err != nil {
+			return
+		}
+		require.NotEmpty(t, ws.URL)
+		require.NotContains(t, ws.URL, ",")
+		require.True(t, ws.DPRanks >= 0 && ws.DPRanks <= 1024)
+		require.False(t, ws.Replay != "" && ws.Events == "")
+		_, err = vllm.NewClient(ws.URL, nil)
+		require.NoError(t, err)
+	})
+}
