@@ -282,7 +282,7 @@ func newProxy(ctx context.Context, cfg proxyConfig) (*proxy, error) {
 		cfg.HTTPClient = &http.Client{}
 	}
 	if cfg.MetricsPath != "" && !strings.HasPrefix(cfg.MetricsPath, "/") {
-		return nil, fmt.Errorf("proxy: metrics path %q must start with /", cfg.MetricsPath)
+		return nil, fmt.Errorf("metrics path %q must start with /", cfg.MetricsPath)
 	}
 	p := &proxy{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, waiters: map[string]chan struct{}{},
 		closing: make(chan struct{})}
@@ -295,11 +295,11 @@ func newProxy(ctx context.Context, cfg proxyConfig) (*proxy, error) {
 	}
 	var err error
 	if p.m, err = newProxyMetrics(p.reg); err != nil {
-		return nil, fmt.Errorf("proxy: metrics: %w", err)
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	rm, err := agentkv.NewMetrics(p.reg)
 	if err != nil {
-		return nil, fmt.Errorf("proxy: metrics: %w", err)
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 
 	// Events arrive only after Start, when p.router is set.
@@ -318,10 +318,10 @@ func newProxy(ctx context.Context, cfg proxyConfig) (*proxy, error) {
 		if err != nil {
 			p.closeWorkers()
 			if errors.Is(err, vllm.ErrBlockSizeMismatch) {
-				return nil, fmt.Errorf("proxy: worker %s: %w (the router hashes with block size %d; every worker must use the same)",
+				return nil, fmt.Errorf("worker %s: %w (the router hashes with block size %d; every worker must use the same)",
 					spec.URL, err, blockSize)
 			}
-			return nil, fmt.Errorf("proxy: worker %s: cannot read its KV capacity from %s (%s): %w",
+			return nil, fmt.Errorf("worker %s: cannot read its KV capacity from %s (%s): %w",
 				spec.URL, vllmMetricsURL(spec.URL), vllm.CacheConfigMetric, err)
 		}
 		if blockSize == 0 {
@@ -342,12 +342,12 @@ func newProxy(ctx context.Context, cfg proxyConfig) (*proxy, error) {
 	}
 	if p.router, err = agentkv.New(rc); err != nil {
 		p.closeWorkers()
-		return nil, fmt.Errorf("proxy: %w", err)
+		return nil, err
 	}
 	for _, w := range p.workers {
 		if err := p.router.AddWorker(w); err != nil {
 			p.closeWorkers()
-			return nil, fmt.Errorf("proxy: worker %s: %w", w.spec.URL, err)
+			return nil, fmt.Errorf("worker %s: %w", w.spec.URL, err)
 		}
 	}
 	bg, cancel := context.WithCancel(context.Background())
@@ -356,7 +356,7 @@ func newProxy(ctx context.Context, cfg proxyConfig) (*proxy, error) {
 		if err := w.vw.Start(bg); err != nil {
 			cancel()
 			p.closeWorkers()
-			return nil, fmt.Errorf("proxy: worker %s: events: %w", w.spec.URL, err)
+			return nil, fmt.Errorf("worker %s: events: %w", w.spec.URL, err)
 		}
 	}
 	p.wg.Add(1)
@@ -864,7 +864,7 @@ func runProxy(env *cmdEnv, args []string) error {
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		_ = p.Close()
-		return fmt.Errorf("proxy: %w", err)
+		return err
 	}
 	info := p.workers[0].Info()
 	mode := "KV events"
