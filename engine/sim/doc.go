@@ -41,6 +41,75 @@
 // hash, so an index that chains local hashes reproduces the engine hashes;
 // Removed events carry engine hashes; both per tier (Device, Host).
 //
+// # KV hints
+//
+// An Engine honours KV hints (package kvhint) the way a real engine with a
+// host tier would, and implements kvhint.Sink: a router delivers envelopes
+// with [Engine.Send], which never blocks, copies what it keeps and queues
+// the actions (at most HintConfig.MaxPending envelopes between two steps;
+// more are refused with kvhint.ErrQueueFull). The next [Engine.Step] applies
+// them first, at its start time, before it schedules anything: grouped by
+// session id (ascending) and in arrival order within a session, so that a
+// router sending them in map order still gives a deterministic run. The
+// [Replay] steps an idle engine at once, at the same virtual time, when the
+// router sent it hints (a busy engine applies them when its step ends).
+//
+// Each action is clipped to HintConfig.Bounds (kvhint.Action.Clip) and
+// validated; only block-hash targets are resolved (the engine keeps no
+// session → blocks map), ranges and whole-session targets are rejected.
+// Limit keeps the root-most blocks. Per kind:
+//
+//   - Demote (Dest host): the target's cached, unreferenced device blocks
+//     move to the host tier now, tail first as eviction would (Removed on
+//     the device, Stored on the host), and their device blocks are reused
+//     first. Blocks a running request references are marked and move when
+//     their last reference drops (deferred). Pinned blocks stay (clipped).
+//     Without a host tier, or to disk or external, the hint is rejected.
+//     Offloading is free, as the device's own evictions are.
+//   - Prefetch (Dest device): target blocks on the host that are not on
+//     the device are copied back, root first, as unreferenced cached blocks
+//     (most recently used; Stored on the device; the host copy stays),
+//     until the first block on neither tier or the free list runs out
+//     (clipped). The copy is charged at Timing.HostLoadPer1kTokens to the
+//     engine's next computing step — the same synchronous cost a demand
+//     host hit pays, so a prefetch changes where blocks are and when the
+//     copy is paid, never its price. Dest host is rejected (no colder
+//     tier).
+//   - Share: target blocks this engine lacks are received, root first,
+//     from the first listed source that holds each on its device or host
+//     tier (peers found through [Engine.SetPeers]; a Replay connects its
+//     engines), into the device (Dest device) or the host tier (Dest host;
+//     unspecified: host when there is one), until the first block no source
+//     holds or the destination runs out of room. The transfer is charged
+//     at Timing.PeerLoadPer1kTokens to the next computing step; the source
+//     is not charged. Without peers the hint is rejected.
+//   - Pin (TTL): each target block cached on the device gets a lease held
+//     as one reference, so it cannot be evicted until now+TTL (virtual
+//     time; re-pinning extends it), within HintConfig.MaxPinned blocks
+//     (clipped beyond). Pins are leases on spare memory: when a running
+//     request would otherwise be preempted, or nothing can be admitted with
+//     nothing running, the engine breaks every pin (HintStats.PinsBroken)
+//     rather than preempt or stall.
+//   - Retain (Priority, TTL): until now+TTL, the target's device blocks are
+//     kept in a free list per priority; blocks are reused from the default
+//     list first (least recently used first), then from the lowest priority
+//     up. When the lease ends a block returns to the default list as just
+//     freed.
+//   - Release: the target's unreferenced, unpinned device blocks move to
+//     the front of the free list (reused first; evicted, they go to the
+//     front of the host LRU, or are dropped when the host is full), and its
+//     host blocks to the front of the host LRU. Referenced or pinned blocks
+//     stay (clipped).
+//
+// Every action is counted once, under its kind, in Stats.Hints with the
+// outcome the engine would reply: rejected (unsupported or invalid),
+// missing (none of the target present), deferred (only marked for later),
+// clipped (acted on less than asked), accepted; Counts.Blocks sums the
+// blocks acted on. Hints can make a parent leave the tiers before its
+// child; a block whose parent is on no tier is never published (it is
+// dropped from the host, or kept private on the device: no prefix lookup
+// could reach it), so the event stream stays consistent.
+//
 // # Block identities
 //
 // Workloads name prompt blocks with ids of trace.Workload.BlockTokens
@@ -78,7 +147,9 @@
 //
 // # Ownership and concurrency
 //
-// Engine and Replay are synchronous and not safe for concurrent use; the
+// Engine and Replay are synchronous and not safe for concurrent use (that
+// includes Engine.Send: call it from the goroutine that steps the engine,
+// as the replay does); the
 // replay calls the router and the event sinks on its own goroutine, one
 // call at a time. A sink must copy what it keeps of an event: the engine
 // reuses the event and its slices. A request's hash slices are read-only

@@ -36,6 +36,9 @@ type Config struct {
 	MaxBatchedTokens int
 	// Timing is the step-time model; the zero Timing means Llama3_8B_A100.
 	Timing Timing
+	// Hints bounds how the engine honours KV hints (see HintConfig and
+	// the package manual); the zero value means the defaults.
+	Hints HintConfig
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -56,6 +59,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Timing == (Timing{}) {
 		c.Timing = Llama3_8B_A100
+	}
+	if err := c.Hints.fill(c.DeviceBlocks); err != nil {
+		return c, err
 	}
 	switch {
 	case c.DeviceBlocks < 1 || c.DeviceBlocks > 1<<30:
@@ -152,6 +158,8 @@ type Stats struct {
 	Finished     int64
 	Rejected     int64
 	PeakUsed     int // most device blocks referenced at once
+	// Hints counts what the engine did with KV hints.
+	Hints HintStats
 }
 
 // StepResult is what one Step did. The slices are owned by the engine and
@@ -169,16 +177,21 @@ type StepResult struct {
 }
 
 const (
-	flagCached uint8 = 1 << iota // hash registered in the device map
-	flagParent                   // parent is valid
-	flagFree                     // in the free list
+	flagCached   uint8 = 1 << iota // hash registered in the device map
+	flagParent                     // parent is valid
+	flagFree                       // in a free list
+	flagPinned                     // a pin lease holds one reference (hints.go)
+	flagDemote                     // demote to the host tier when the last reference drops
+	flagReleased                   // released by a hint: goes to the front of the host LRU when evicted
 )
 
 type block struct {
 	hash, local, parent uint64
+	pinUntil, keepUntil time.Duration // pin and retain lease ends (virtual time)
 	prev, next          int32
 	ref                 int32
 	flags               uint8
+	prio                uint8 // retain priority class; 0 = the default free list
 }
 
 // Engine is a simulated vLLM-style worker: a device KV pool with a prefix
@@ -190,11 +203,13 @@ type block struct {
 type Engine struct {
 	cfg    Config
 	bs     int
-	blocks []block // device pool; index len-1 is the free-list sentinel
+	blocks []block // device pool, then the free-list sentinels: sent (default), sent+p (retain priority p)
 	sent   int32
-	free   int    // blocks in the free list
+	free   int    // blocks in the free lists
 	cached *table // device prefix cache: sequence hash → block
 	host   *hostTier
+
+	hints hintState // queued hints, leases, peers (hints.go)
 
 	waiting []*Request // FIFO; preempted requests go back to the front
 	whead   int
@@ -231,13 +246,15 @@ func New(cfg Config, sink EventSink) (*Engine, error) {
 	e := &Engine{
 		cfg:    c,
 		bs:     c.BlockSize,
-		blocks: make([]block, c.DeviceBlocks+1),
+		blocks: make([]block, c.DeviceBlocks+1+int(c.Hints.Bounds.MaxPriority)),
 		sent:   int32(c.DeviceBlocks),
 		cached: newTable(c.DeviceBlocks),
 		em:     emitter{sink: sink, worker: c.Worker, blockSize: c.BlockSize},
 	}
 	s := e.sent
-	e.blocks[s].prev, e.blocks[s].next = s, s
+	for i := s; i < int32(len(e.blocks)); i++ {
+		e.blocks[i].prev, e.blocks[i].next = i, i
+	}
 	for i := int32(0); i < s; i++ {
 		e.pushBack(i)
 	}
@@ -254,6 +271,7 @@ func (e *Engine) Config() Config { return e.cfg }
 func (e *Engine) Stats() Stats {
 	s := e.stats
 	s.Events = e.em.events
+	s.Hints.Pinned = e.hints.pinned
 	return s
 }
 
@@ -326,8 +344,10 @@ func (e *Engine) Step(now time.Duration) (StepResult, error) {
 	e.firstBuf = e.firstBuf[:0]
 	e.doneBuf = e.doneBuf[:0]
 	var res StepResult
+	e.applyHints(now)
 	if !e.HasWork() {
-		return res, nil
+		e.em.flush()
+		return res, e.sinkErr()
 	}
 	budget := e.cfg.MaxBatchedTokens
 	var work StepWork
@@ -339,6 +359,12 @@ func (e *Engine) Step(now time.Duration) (StepResult, error) {
 		n := min(st.seqLen-st.computed, budget)
 		ok := true
 		for !e.grow(r, st.computed+n) {
+			if e.hints.pinned > 0 {
+				// Pins are leases on spare memory: break them before
+				// preempting running work.
+				e.breakPins()
+				continue
+			}
 			victim := e.running[len(e.running)-1]
 			e.running = e.running[:len(e.running)-1]
 			e.preempt(victim)
@@ -357,29 +383,22 @@ func (e *Engine) Step(now time.Duration) (StepResult, error) {
 
 	// Waiting requests, FIFO, unless this step preempted.
 	if res.Preempted == 0 {
-		for e.Waiting() > 0 && len(e.running) < e.cfg.MaxBatch && budget > 0 {
-			r := e.waiting[e.whead]
-			n, ok := e.admit(r, now, budget, &work)
-			if !ok {
-				break
-			}
-			e.waiting[e.whead] = nil
-			e.whead++
-			e.running = append(e.running, r)
-			e.schedule(r, n, &work)
-			budget -= n
-		}
-		if e.whead > 64 && e.whead*2 > len(e.waiting) {
-			k := copy(e.waiting, e.waiting[e.whead:])
-			clear(e.waiting[k:])
-			e.waiting = e.waiting[:k]
-			e.whead = 0
+		budget = e.admitWaiting(now, budget, &work)
+		if len(e.sched) == 0 && e.hints.pinned > 0 {
+			// Nothing can run while pins hold the memory the head of
+			// the queue needs: break them rather than stall.
+			e.breakPins()
+			budget = e.admitWaiting(now, budget, &work)
 		}
 	}
 	if len(e.sched) == 0 {
 		e.em.flush()
 		return res, fmt.Errorf("%w: worker %v with %d waiting and %d running requests", ErrEngine, e.cfg.Worker, e.Waiting(), len(e.running))
 	}
+	// Copies that hints asked for since the last step are charged here.
+	work.HostTokens += e.hints.hostTokens
+	work.PeerTokens += e.hints.peerTokens
+	e.hints.hostTokens, e.hints.peerTokens = 0, 0
 
 	res.Duration = e.cfg.Timing.Step(work)
 	end := now + res.Duration
@@ -420,12 +439,41 @@ func (e *Engine) Step(now time.Duration) (StepResult, error) {
 	}
 	e.em.flush()
 	res.FirstTokens, res.Finished = e.firstBuf, e.doneBuf
-	if e.em.err != nil {
-		err := e.em.err
-		e.em.err = nil
-		return res, fmt.Errorf("sim: worker %v event sink: %w", e.cfg.Worker, err)
+	return res, e.sinkErr()
+}
+
+// sinkErr returns (and clears) the event sink's first error of the step.
+func (e *Engine) sinkErr() error {
+	if e.em.err == nil {
+		return nil
 	}
-	return res, nil
+	err := e.em.err
+	e.em.err = nil
+	return fmt.Errorf("sim: worker %v event sink: %w", e.cfg.Worker, err)
+}
+
+// admitWaiting admits waiting requests in FIFO order while the batch, the
+// token budget and the pool allow, and returns the budget left.
+func (e *Engine) admitWaiting(now time.Duration, budget int, work *StepWork) int {
+	for e.Waiting() > 0 && len(e.running) < e.cfg.MaxBatch && budget > 0 {
+		r := e.waiting[e.whead]
+		n, ok := e.admit(r, now, budget, work)
+		if !ok {
+			break
+		}
+		e.waiting[e.whead] = nil
+		e.whead++
+		e.running = append(e.running, r)
+		e.schedule(r, n, work)
+		budget -= n
+	}
+	if e.whead > 64 && e.whead*2 > len(e.waiting) {
+		k := copy(e.waiting, e.waiting[e.whead:])
+		clear(e.waiting[k:])
+		e.waiting = e.waiting[:k]
+		e.whead = 0
+	}
+	return budget
 }
 
 // schedule records that r computes n tokens this step, registers the blocks
@@ -453,6 +501,16 @@ func (e *Engine) schedule(r *Request, n int, w *StepWork) {
 	for j := st.registered; j < full; j++ {
 		b := st.blocks[j]
 		local, hash := e.hashAt(r, j)
+		var parent uint64
+		if j > 0 {
+			_, parent = e.hashAt(r, j-1)
+			if !e.resident(parent) {
+				// The parent was a private copy whose cached twin has
+				// left every tier (after hints moved it): no prefix
+				// lookup can reach this block, so it stays private too.
+				continue
+			}
+		}
 		if _, fresh := e.cached.putIfAbsent(hash, b); !fresh {
 			continue // another request computed the same block; this copy stays private
 		}
@@ -460,7 +518,7 @@ func (e *Engine) schedule(r *Request, n int, w *StepWork) {
 		blk.hash, blk.local = hash, local
 		blk.flags |= flagCached
 		if j > 0 {
-			_, blk.parent = e.hashAt(r, j-1)
+			blk.parent = parent
 			blk.flags |= flagParent
 		}
 		e.stats.BlockOps++
@@ -614,30 +672,63 @@ func (e *Engine) preempt(r *Request) {
 // a sequence is evicted before its head (vLLM's free order).
 func (e *Engine) freeBlocks(st *seqState) {
 	for i := len(st.blocks) - 1; i >= 0; i-- {
-		b := st.blocks[i]
-		blk := &e.blocks[b]
-		blk.ref--
-		e.stats.BlockOps++
-		if blk.ref == 0 {
-			e.pushBack(b)
-		}
+		e.unref(st.blocks[i])
 	}
 	st.blocks = st.blocks[:0]
+}
+
+// unref drops one reference to b; the last one puts it in its free list,
+// or demotes it to the host tier when a Demote hint was deferred on it.
+func (e *Engine) unref(b int32) {
+	blk := &e.blocks[b]
+	blk.ref--
+	e.stats.BlockOps++
+	if blk.ref != 0 {
+		return
+	}
+	if blk.flags&(flagDemote|flagCached) == flagDemote|flagCached && e.host != nil {
+		e.demoteBlock(b)
+		e.stats.Hints.DeferredDemotions++
+		return
+	}
+	e.pushBack(b)
 }
 
 func (e *Engine) ref(b int32) {
 	blk := &e.blocks[b]
 	if blk.ref == 0 {
 		e.unlink(b)
+		blk.flags &^= flagReleased // in use again
 	}
 	blk.ref++
 	e.stats.BlockOps++
 }
 
 // alloc takes the least recently used free block, evicting its cached
-// content (to the host tier, if any).
+// content (to the host tier, if any), and references it.
 func (e *Engine) alloc() int32 {
+	b := e.take()
+	e.blocks[b].ref = 1
+	if used := e.cfg.DeviceBlocks - e.free; used > e.stats.PeakUsed {
+		e.stats.PeakUsed = used
+	}
+	return b
+}
+
+// take unlinks the next block to reuse — the front of the default free
+// list, else the front of the lowest retain class — and evicts its cached
+// content (to the host tier, if any). The block comes back empty and
+// unreferenced. A free block must exist.
+func (e *Engine) take() int32 {
 	b := e.blocks[e.sent].next
+	if b == e.sent {
+		for s := e.sent + 1; s < int32(len(e.blocks)); s++ {
+			if e.blocks[s].next != s {
+				b = e.blocks[s].next
+				break
+			}
+		}
+	}
 	e.unlink(b)
 	blk := &e.blocks[b]
 	e.stats.BlockOps++
@@ -647,13 +738,14 @@ func (e *Engine) alloc() int32 {
 		e.stats.BlockOps++
 		e.em.removed(flashindex.Device, blk.hash)
 		if e.host != nil {
-			e.hostPut(blk.hash, blk.local, blk.parent, blk.flags&flagParent != 0)
+			if blk.flags&flagReleased != 0 {
+				e.hostPutReleased(blk.hash, blk.local, blk.parent, blk.flags&flagParent != 0)
+			} else {
+				e.hostPut(blk.hash, blk.local, blk.parent, blk.flags&flagParent != 0)
+			}
 		}
 	}
-	*blk = block{ref: 1}
-	if used := e.cfg.DeviceBlocks - e.free; used > e.stats.PeakUsed {
-		e.stats.PeakUsed = used
-	}
+	*blk = block{}
 	return b
 }
 
@@ -664,20 +756,45 @@ func (e *Engine) hostPut(hash, local, parent uint64, hasParent bool) {
 		h.touch(hash)
 		return
 	}
+	// No prefix lookup can reach a block whose parent is on no tier
+	// (possible only after hints reordered eviction): such a block is
+	// dropped, before or after making room (the victim may be the parent).
+	if hasParent && !e.resident(parent) {
+		e.stats.Hints.Orphans++
+		return
+	}
 	if victim, ok := h.evictIfFull(); ok {
 		e.stats.HostEvicted++
 		e.em.removed(flashindex.Host, victim)
+		if hasParent && victim == parent && !e.resident(parent) {
+			e.stats.Hints.Orphans++
+			return
+		}
 	}
 	h.insert(hash, local, parent, hasParent)
 	e.em.stored(flashindex.Host, parent, hasParent, hash, local)
 }
 
+// pushBack appends b to its free list (the default one, or its retain
+// class) as the most recently used block.
 func (e *Engine) pushBack(b int32) {
-	s := e.sent
+	s := e.sent + int32(e.blocks[b].prio)
 	last := e.blocks[s].prev
 	e.blocks[b].prev, e.blocks[b].next = last, s
 	e.blocks[last].next = b
 	e.blocks[s].prev = b
+	e.blocks[b].flags |= flagFree
+	e.free++
+}
+
+// pushFront puts b at the front of the default free list: the next block
+// to be reused (an empty block, or a released one).
+func (e *Engine) pushFront(b int32) {
+	s := e.sent
+	first := e.blocks[s].next
+	e.blocks[b].prev, e.blocks[b].next = s, first
+	e.blocks[first].prev = b
+	e.blocks[s].next = b
 	e.blocks[b].flags |= flagFree
 	e.free++
 }

@@ -77,3 +77,18 @@ func (h *hostTier) unlink(i int32) {
 	h.slots[s.prev].next = s.next
 	h.slots[s.next].prev = s.prev
 }
+
+// toFront makes hash the least recently used entry (the next to be
+// evicted), if present.
+func (h *hostTier) toFront(hash uint64) bool {
+	i, ok := h.index.get(hash)
+	if !ok {
+		return false
+	}
+	h.unlink(i)
+	first := h.slots[h.sent].next
+	h.slots[i].prev, h.slots[i].next = h.sent, first
+	h.slots[first].prev = i
+	h.slots[h.sent].next = i
+	return true
+}

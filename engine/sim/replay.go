@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/trace"
 )
 
@@ -93,6 +94,7 @@ type Replay struct {
 
 	busy    []bool
 	kicked  []bool
+	hkicked []bool // an evHints is queued for the engine
 	pending []StepResult
 
 	held     map[uint64]*Request
@@ -129,6 +131,7 @@ const (
 	evStepEnd
 	evKick
 	evTick
+	evHints // apply an idle engine's hints; like evTick, not counted as work
 )
 
 // NewReplay validates w against the engines and returns a Replay. All
@@ -162,11 +165,25 @@ func NewReplay(w *trace.Workload, engines []*Engine, r Router, cfg ReplayConfig)
 		waiters:  make(map[int][]int),
 		busy:     make([]bool, len(engines)),
 		kicked:   make([]bool, len(engines)),
+		hkicked:  make([]bool, len(engines)),
 		pending:  make([]StepResult, len(engines)),
 		held:     make(map[uint64]*Request),
 		holdFrom: make(map[uint64]time.Duration),
 	}
 	rp.ftObs, _ = r.(FirstTokenObserver)
+	peers := Peers(func(w flashindex.Worker) *Engine {
+		for _, e := range engines {
+			if e.cfg.Worker == w {
+				return e
+			}
+		}
+		return nil
+	})
+	for _, e := range engines {
+		if e.hints.peers == nil {
+			e.hints.peers = peers
+		}
+	}
 	if err := rp.index(); err != nil {
 		return nil, err
 	}
@@ -281,7 +298,7 @@ func (rp *Replay) Run() (*Result, error) {
 	}
 	for len(rp.h) > 0 {
 		ev := rp.h.pop()
-		if ev.kind != evTick {
+		if ev.kind != evTick && ev.kind != evHints {
 			rp.nonTick--
 		}
 		rp.now = ev.t
@@ -293,6 +310,9 @@ func (rp *Replay) Run() (*Result, error) {
 			err = rp.arrive(int(ev.a), int(ev.b))
 		case evKick:
 			rp.kicked[ev.a] = false
+			err = rp.step(int(ev.a))
+		case evHints:
+			rp.hkicked[ev.a] = false
 			err = rp.step(int(ev.a))
 		case evStepEnd:
 			err = rp.stepEnd(int(ev.a))
@@ -316,7 +336,7 @@ func (rp *Replay) Run() (*Result, error) {
 
 func (rp *Replay) push(t time.Duration, kind uint8, a, b int32) {
 	rp.seq++
-	if kind != evTick {
+	if kind != evTick && kind != evHints {
 		rp.nonTick++
 	}
 	rp.h.push(event{t: t, seq: rp.seq, kind: kind, a: a, b: b})
@@ -390,11 +410,28 @@ func (rp *Replay) arrive(i, k int) error {
 	return rp.route(req)
 }
 
+// kickHints schedules a step, now, for every idle engine the router sent
+// hints to, so that they are applied at the virtual time they were sent
+// (a busy engine applies them when its step ends).
+func (rp *Replay) kickHints() {
+	for w := range rp.engines {
+		rp.kickHintsOf(w)
+	}
+}
+
+func (rp *Replay) kickHintsOf(w int) {
+	if rp.engines[w].PendingHints() > 0 && !rp.busy[w] && !rp.kicked[w] && !rp.hkicked[w] {
+		rp.hkicked[w] = true
+		rp.push(rp.now, evHints, int32(w), 0)
+	}
+}
+
 func (rp *Replay) route(req *Request) error {
 	d, err := rp.router.Route(rp.now, req)
 	if err != nil {
 		return fmt.Errorf("sim: router: request %d: %w", req.ID, err)
 	}
+	defer rp.kickHints()
 	if d.Hold {
 		if _, again := rp.holdFrom[req.ID]; !again {
 			rp.res.Pauses++
@@ -479,6 +516,7 @@ func (rp *Replay) stepEnd(w int) error {
 		rp.kicked[w] = true
 		rp.push(rp.now, evKick, int32(w), 0)
 	}
+	rp.kickHintsOf(w)
 	return nil
 }
 
@@ -487,7 +525,9 @@ func (rp *Replay) stepEnd(w int) error {
 func (rp *Replay) complete(req *Request) error {
 	rp.lastProg = rp.now
 	rp.account(req)
-	if err := rp.release(rp.router.Finished(rp.now, req)); err != nil {
+	rel := rp.router.Finished(rp.now, req)
+	rp.kickHints()
+	if err := rp.release(rel); err != nil {
 		return err
 	}
 	i := rp.byID[req.Session]
@@ -538,7 +578,9 @@ func (rp *Replay) sessionDone(i int) {
 }
 
 func (rp *Replay) tick() error {
-	if err := rp.release(rp.router.Tick(rp.now)); err != nil {
+	rel := rp.router.Tick(rp.now)
+	rp.kickHints()
+	if err := rp.release(rel); err != nil {
 		return err
 	}
 	if rp.nonTick == 0 && len(rp.held) == 0 {

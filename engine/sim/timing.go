@@ -12,12 +12,15 @@ import (
 //	  + max(LinearFloor, PerToken·tokens)
 //	  + Σ over scheduled sequences max(AttnPer1kPairs·pairs/1000, KVReadPer1kTokens·context/1000)
 //	  + HostLoadPer1kTokens·hostLoadedTokens/1000
+//	  + PeerLoadPer1kTokens·peerLoadedTokens/1000
 //
 // where tokens is the number of tokens the step computes (prefill chunks
 // plus one per decoding sequence), a sequence that computes c tokens on top
 // of p already-computed ones attends over pairs = c·p + c(c+1)/2
 // (query, key) pairs and reads context = p + c tokens of KV, and
-// hostLoadedTokens are prefix-cache hits copied back from the host tier.
+// hostLoadedTokens are prefix-cache hits copied back from the host tier
+// (and blocks a Prefetch hint copied), peerLoadedTokens blocks a Share hint
+// copied from another worker.
 // It is a roofline: linear layers cost the larger of streaming the weights
 // once and their compute; attention costs the larger of its FLOPs and its
 // KV reads.
@@ -47,6 +50,10 @@ type Timing struct {
 	// host tier back to the device (synchronous, on the step that needs
 	// them).
 	HostLoadPer1kTokens time.Duration
+	// PeerLoadPer1kTokens is the cost of receiving 1000 tokens of KV from
+	// another worker for a Share hint (synchronous, on the engine's next
+	// step).
+	PeerLoadPer1kTokens time.Duration
 }
 
 // Llama-3-8B (bf16, TP 1) on one NVIDIA A100-SXM4-80GB, served by vLLM.
@@ -81,6 +88,10 @@ type Timing struct {
 //     token.
 //   - Host loads: 131,072 bytes per token over PCIe 4.0 x16 at 25 GB/s
 //     (the usual achieved rate of its 32 GB/s): 5.243 µs per token.
+//   - Peer loads (Share hints): the same 131,072 bytes per token over one
+//     200 Gb/s HDR InfiniBand NIC per GPU (the DGX A100's compute fabric),
+//     25 GB/s: 5.243 µs per token. The source's side of the transfer is not
+//     charged.
 //
 // The KV capacity to pair with it is [Llama3_8B_A100_KVTokens].
 var Llama3_8B_A100 = Timing{
@@ -91,6 +102,7 @@ var Llama3_8B_A100 = Timing{
 	AttnPer1kPairs:      3361 * time.Nanosecond,
 	KVReadPer1kTokens:   91340 * time.Nanosecond,
 	HostLoadPer1kTokens: 5243 * time.Microsecond,
+	PeerLoadPer1kTokens: 5243 * time.Microsecond,
 }
 
 // Llama3_8B_A100_KVTokens is the KV cache size, in tokens, of Llama-3-8B on
@@ -102,7 +114,7 @@ const Llama3_8B_A100_KVTokens = 440_000
 
 func (t Timing) validate() error {
 	for _, d := range [...]time.Duration{t.StepOverhead, t.PerSequence, t.LinearFloor, t.PerToken,
-		t.AttnPer1kPairs, t.KVReadPer1kTokens, t.HostLoadPer1kTokens} {
+		t.AttnPer1kPairs, t.KVReadPer1kTokens, t.HostLoadPer1kTokens, t.PeerLoadPer1kTokens} {
 		if d < 0 {
 			return fmt.Errorf("%w: negative timing constant %v", ErrConfig, d)
 		}
@@ -123,6 +135,8 @@ type StepWork struct {
 	AttnNanos int64
 	// HostTokens is the number of tokens loaded from the host tier.
 	HostTokens int64
+	// PeerTokens is the number of tokens received from other workers.
+	PeerTokens int64
 }
 
 // AttnCost returns the attention time, in nanoseconds, of one sequence that
@@ -140,5 +154,6 @@ func (t Timing) Step(w StepWork) time.Duration {
 	ns += max(int64(t.LinearFloor), w.Tokens*int64(t.PerToken))
 	ns += w.AttnNanos
 	ns += w.HostTokens * int64(t.HostLoadPer1kTokens) / 1000
+	ns += w.PeerTokens * int64(t.PeerLoadPer1kTokens) / 1000
 	return time.Duration(ns)
 }
