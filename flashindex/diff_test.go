@@ -307,6 +307,9 @@ func (g *gen) removed(w Worker) *Event {
 	if g.rng.IntN(8) == 0 {
 		ev.Hashes = append(ev.Hashes, g.rng.Uint64())
 	}
+	if n := len(ev.Hashes); n > 0 && g.rng.IntN(10) == 0 {
+		ev.Hashes = append(ev.Hashes, ev.Hashes[g.rng.IntN(n)]) // removed twice in one event
+	}
 	if g.rng.IntN(40) == 0 {
 		ev.Tier = Tier(5)
 	}

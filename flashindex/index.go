@@ -133,8 +133,16 @@ type workerState struct {
 	counts *slotCounts
 	// engine maps the worker's engine hashes to own sequence hashes, one
 	// map per tier: a (block, tier) is resident exactly when some engine
-	// hash of that tier maps to it.
+	// hash of that tier maps to it. The map of tier p is kept only once
+	// full[p] is set: until the worker stores a block on that tier under an
+	// engine hash that differs from the block's own hash (engines that hash
+	// as the index does, which is the common case), every mapping is the
+	// identity, the map is empty, and the worker's residency bits on plane
+	// p are the set of engine hashes it holds. That saves a hash-map probe
+	// and update per stored and removed block. The first other engine hash
+	// builds the map from the residency bits (materializeEngine).
 	engine [eventPlanes]u64map
+	full   [eventPlanes]bool
 	// alias counts extra engine hashes that map to an already resident
 	// (block, tier) (an engine that keys blocks by something the index
 	// does not hash, such as a cache salt). Allocated on first use.
@@ -359,17 +367,59 @@ func (ix *Index) locate(seq uint64, hint *node, hintOff int) (*node, int, bool) 
 	return ix.nodes.get(uint32(v >> 32)), int(uint32(v)), true
 }
 
+// engineGet returns the own hash that engine hash e maps to on plane p of
+// ws.
+func (ix *Index) engineGet(ws *workerState, p int, e uint64) (uint64, bool) {
+	if ws.full[p] {
+		return ws.engine[p].get(e)
+	}
+	n, off, ok := ix.locate(e, nil, 0)
+	if !ok || !hasBit(n.data.Load().bitsAt(off), ws.slot, p) {
+		return 0, false
+	}
+	return e, true
+}
+
 // engineLookup finds an engine hash on the worker, preferring tier plane.
-func engineLookup(ws *workerState, e uint64, plane int) (uint64, bool) {
-	if s, ok := ws.engine[plane].get(e); ok {
+func (ix *Index) engineLookup(ws *workerState, e uint64, plane int) (uint64, bool) {
+	if s, ok := ix.engineGet(ws, plane, e); ok {
 		return s, true
 	}
 	for p := 0; p < eventPlanes; p++ {
-		if s, ok := ws.engine[p].get(e); ok {
+		if s, ok := ix.engineGet(ws, p, e); ok {
 			return s, true
 		}
 	}
 	return 0, false
+}
+
+// residentOn calls f for every block the worker of slot holds on plane p,
+// node by node. Writer-only; it reads every node.
+func (ix *Index) residentOn(slot, p int, f func(seq uint64)) {
+	ix.nodes.each(func(n *node) {
+		d := n.data.Load()
+		start := 0
+		for _, r := range d.runs {
+			if hasBit(r.bits, slot, p) {
+				for _, h := range d.hashes[start:r.end] {
+					f(h)
+				}
+			}
+			start = int(r.end)
+		}
+	})
+}
+
+// materializeEngine switches plane p of ws from identity mode to a full
+// engine map, holding h -> h for every block resident there. It changes
+// the representation only, never what the index answers.
+func (ix *Index) materializeEngine(ws *workerState, p int) {
+	if ws.full[p] {
+		return
+	}
+	m := &ws.engine[p]
+	ix.residentOn(ws.slot, p, func(h uint64) { m.put(h, h) })
+	ws.full[p] = true
 }
 
 func (ix *Index) applyStored(ws *workerState, ev *Event) error {
@@ -388,7 +438,7 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 		poff    int
 	)
 	if ev.HasParent {
-		s, ok := engineLookup(ws, ev.Parent, plane)
+		s, ok := ix.engineLookup(ws, ev.Parent, plane)
 		if ok {
 			pn, poff, ok = ix.locate(s, nil, 0)
 		}
@@ -429,7 +479,14 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 		}
 		prev, hasPrev = seq, true
 		r := blockRef{engine: b.EngineHash, seq: seq}
-		have, mapped := m.get(b.EngineHash)
+		if b.EngineHash != seq && !ws.full[plane] {
+			ix.materializeEngine(ws, plane)
+		}
+		var have uint64
+		var mapped bool
+		if ws.full[plane] {
+			have, mapped = m.get(b.EngineHash)
+		}
 		if mapped && have != seq {
 			ix.st.rejected.Conflict++
 			return &HashConflictError{Worker: ws.w, Tier: ev.Tier, EngineHash: b.EngineHash, Have: have, Got: seq}
@@ -443,13 +500,17 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 			}
 			mapped = true // a repeat of an earlier block of this event
 		}
-		r.mapped = mapped
 		n, off, found := ix.locate(seq, pn, poff)
 		if found {
 			r.node, r.off = n, off
 			r.had = slotMask(n.data.Load().bitsAt(off), ws.slot)
 			r.need = r.had&(1<<plane) == 0 || (plane == planeDevice && r.had&(1<<planeApprox) != 0)
-		} else if !ix.dupS.add(seq) {
+			if !ws.full[plane] && r.had&(1<<plane) != 0 {
+				mapped = true // identity mode: held under its own hash
+			}
+		}
+		r.mapped = mapped
+		if !found && !ix.dupS.add(seq) {
 			ix.st.rejected.Malformed++
 			return fmt.Errorf("%w: worker %v block %d repeats a block of the same event", ErrNoContent, ws.w, i)
 		}
@@ -478,7 +539,9 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 		if r.mapped {
 			continue
 		}
-		m.put(r.engine, r.seq)
+		if ws.full[plane] {
+			m.put(r.engine, r.seq)
+		}
 		if r.had&(1<<plane) != 0 {
 			if ws.alias[plane] == nil {
 				ws.alias[plane] = make(map[uint64]uint32)
@@ -621,7 +684,23 @@ func (ix *Index) applyRemoved(ws *workerState, ev *Event) error {
 	refs := ix.refs[:0]
 	var pn *node
 	poff := 0
+	full := ws.full[plane]
+	if !full {
+		ix.dupE.reset(len(ev.Hashes))
+	}
 	for _, e := range ev.Hashes {
+		if !full {
+			// Identity mode: e is held iff block e is resident on the
+			// plane; a repeat within the event is already gone.
+			n, off, found := ix.locate(e, pn, poff)
+			if !found || !hasBit(n.data.Load().bitsAt(off), ws.slot, plane) || !ix.dupE.add(e) {
+				ix.st.unknownRemoved++
+				continue
+			}
+			refs = append(refs, blockRef{seq: e, node: n, off: off})
+			pn, poff = n, off
+			continue
+		}
 		s, ok := m.get(e)
 		if !ok {
 			ix.st.unknownRemoved++
@@ -644,6 +723,9 @@ func (ix *Index) applyRemoved(ws *workerState, ev *Event) error {
 		pn, poff = n, off
 	}
 	ix.refs = refs
+	if full && m.Len() == 0 && len(ws.alias[plane]) == 0 {
+		ws.full[plane] = false // nothing held: back to identity mode
+	}
 	ws.counts.n[plane].Add(-int64(len(refs)))
 	op := setOp{slot: ws.slot, clear: 1 << plane}
 	for i := 0; i < len(refs); {
@@ -664,22 +746,26 @@ func (ix *Index) applyRemoved(ws *workerState, ev *Event) error {
 	return nil
 }
 
-// clearWorker drops every residency of ws, events and approximate.
+// clearWorker drops every residency of ws, events and approximate. It
+// visits every node (identity-mode planes have no map to list the
+// worker's blocks); Cleared and RemoveWorker are rare.
 func (ix *Index) clearWorker(ws *workerState) {
 	clear(ix.nodeSet)
-	add := func(s uint64) {
-		if n, _, ok := ix.locate(s, nil, 0); ok {
-			ix.nodeSet[n] = struct{}{}
+	ix.nodes.each(func(n *node) {
+		for _, r := range n.data.Load().runs {
+			if slotMask(r.bits, ws.slot) != 0 {
+				ix.nodeSet[n] = struct{}{}
+				return
+			}
 		}
-	}
+	})
 	for p := range ws.engine {
-		ws.engine[p].each(func(_, s uint64) { add(s) })
 		ws.engine[p] = u64map{}
+		ws.full[p] = false
 		ws.alias[p] = nil
 		ws.counts.n[p].Store(0)
 	}
-	for s, e := range ws.approx {
-		add(s)
+	for _, e := range ws.approx {
 		ix.approx.remove(e)
 	}
 	ws.approx = nil

@@ -84,7 +84,12 @@ func (ix *Index) Snapshot(w io.Writer) error {
 		e.u(ws.gaps)
 		for p := range ws.engine {
 			tmp = tmp[:0]
-			ws.engine[p].each(func(k, v uint64) { tmp = append(tmp, kv{k, v}) })
+			if ws.full[p] {
+				ws.engine[p].each(func(k, v uint64) { tmp = append(tmp, kv{k, v}) })
+			} else {
+				// Identity mode: the map is implied by the residency bits.
+				ix.residentOn(ws.slot, p, func(h uint64) { tmp = append(tmp, kv{h, h}) })
+			}
 			slices.SortFunc(tmp, func(a, b kv) int { return cmp.Compare(a.k, b.k) })
 			e.u(uint64(len(tmp)))
 			for _, x := range tmp {
@@ -344,6 +349,7 @@ func restoreBody(d *decoder, cfg Config) (*Index, error) {
 				last = k
 				ws.engine[p].put(k, v)
 			}
+			ws.full[p] = true
 		}
 		for p := range ws.alias {
 			n := d.n(maxCount, "alias")
@@ -463,6 +469,12 @@ func restoreBody(d *decoder, cfg Config) (*Index, error) {
 				}
 			}
 			ws.counts.n[p].Store(int64(bitCount[wn][p]))
+			// Back to identity mode where every mapping is one.
+			identity := len(ws.alias[p]) == 0
+			ws.engine[p].each(func(k, v uint64) { identity = identity && k == v })
+			if identity {
+				ws.engine[p], ws.full[p] = u64map{}, false
+			}
 		}
 	}
 	// Approximate entries.

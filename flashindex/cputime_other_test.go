@@ -1,0 +1,9 @@
+//go:build !linux
+
+package flashindex
+
+import "time"
+
+func processCPU() time.Duration { return 0 }
+
+func threadCPU() int64 { return -1 }
