@@ -76,7 +76,11 @@ func sortByStartID(ss []Session) {
 }
 
 func TestMooncakeRoundTrip(t *testing.T) {
-	for seed := range uint64(200) {
+	seeds := uint64(200)
+	if raceEnabled {
+		seeds = 30
+	}
+	for seed := range seeds {
 		r := rand.New(rand.NewPCG(seed, 7))
 		open := seed%2 == 0
 		w := randWorkload(r, open)
@@ -110,6 +114,9 @@ func TestMooncakeRoundTrip(t *testing.T) {
 }
 
 func TestMooncakeRealRoundTrip(t *testing.T) {
+	if raceEnabled {
+		t.Skip("single-goroutine 12k-request round trip; too slow under -race")
+	}
 	path := filepath.Join(dataDir(t), "mooncake_conversation_trace.jsonl")
 	w, err := ReadFile(path, ReadOptions{})
 	require.NoError(t, err)
@@ -275,7 +282,11 @@ func TestClaudeToMooncakeRoundTrip(t *testing.T) {
 }
 
 func TestDynamoWorkloadRoundTrip(t *testing.T) {
-	for seed := range uint64(8) {
+	seeds := uint64(8)
+	if raceEnabled {
+		seeds = 2
+	}
+	for seed := range seeds {
 		w := Synthetic(SyntheticConfig{Sessions: 12, Seed: seed, SpawnProb: 0.3})
 		p, err := Schedule(&w, TimingModel{})
 		require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"unicode/utf8"
 )
@@ -474,6 +475,9 @@ func (r Record) MarshalJSON() ([]byte, error) {
 	return r.AppendJSON(nil, true), nil
 }
 
+var pow10 = [...]uint64{1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14,
+	1e15, 1e16, 1e17, 1e18, 1e19}
+
 const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
 	"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
 	"8081828384858687888990919293949596979899"
@@ -481,10 +485,13 @@ const digitPairs = "000102030405060708091011121314151617181920212223242526272829
 // appendUint appends v in decimal, writing the digits in place (strconv
 // formats into a scratch array and copies).
 func appendUint(dst []byte, v uint64) []byte {
-	n := 1
-	for x := v; x >= 10; x /= 10 {
-		n++
+	// Digits: log10 from the bit length, corrected by one comparison.
+	t := (bits.Len64(v) * 1233) >> 12 // about log10(2^bitlen), at most 19
+	n := t + 1
+	if v < pow10[t] {
+		n--
 	}
+	n = max(n, 1)
 	l := len(dst)
 	if cap(dst)-l < n {
 		dst = append(dst, make([]byte, n)...)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -242,4 +243,18 @@ func FuzzRecordJSON(f *testing.F) {
 			t.Fatalf("not a fixed point:\n%s\n%s", b, got)
 		}
 	})
+}
+
+func TestAppendUint(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	vals := []uint64{0, 1, 9, 10, 99, 100, 999, 1000, 1<<64 - 1, 1e19, 1e19 - 1, 1 << 63}
+	for i := range 19 {
+		vals = append(vals, pow10[i]-1, pow10[i], pow10[i]+1)
+	}
+	for range 10000 {
+		vals = append(vals, r.Uint64()>>uint(r.IntN(64)))
+	}
+	for _, v := range vals {
+		require.Equal(t, strconv.FormatUint(v, 10), string(appendUint([]byte("x"), v))[1:], "%d", v)
+	}
 }

@@ -45,7 +45,11 @@ func naiveCeiling(w *Workload, p *Plan) Ceiling {
 }
 
 func TestCeilingMatchesNaive(t *testing.T) {
-	for seed := range uint64(200) {
+	seeds := uint64(200)
+	if raceEnabled {
+		seeds = 20
+	}
+	for seed := range seeds {
 		r := rand.New(rand.NewPCG(seed, 3))
 		w := randWorkload(r, seed%2 == 0)
 		// Reuse ids across sessions at random, without prefix chaining.
@@ -255,6 +259,9 @@ func TestSyntheticInvalidConfig(t *testing.T) {
 // and the context limit bias appends and turns slightly; tolerances allow
 // for that).
 func TestSyntheticFitRecovers(t *testing.T) {
+	if raceEnabled {
+		t.Skip("single-goroutine statistics test; too slow under -race")
+	}
 	cfg := SyntheticConfig{Sessions: 1500, Seed: 9, SpawnProb: 0.05, MaxContextTokens: MaxTokens, MaxGap: 1000 * time.Hour, MaxTurns: 1000}
 	w := Synthetic(cfg)
 	got := FitClaudeCode(w)
