@@ -93,6 +93,24 @@ type HintStats struct {
 	Orphans int64
 }
 
+// Add adds o's counters to s (to sum a cluster's engines). Pinned and
+// PinnedPeak are summed too, so the sum's PinnedPeak bounds the cluster's
+// peak from above.
+func (s *HintStats) Add(o *HintStats) {
+	for k := kvhint.KindShare; k <= kvhint.KindRelease; k++ {
+		s.counts(k).Add(*o.counts(k))
+	}
+	s.Invalid += o.Invalid
+	s.Dropped += o.Dropped
+	s.DeferredDemotions += o.DeferredDemotions
+	s.PinsBroken += o.PinsBroken
+	s.Pinned += o.Pinned
+	s.PinnedPeak += o.PinnedPeak
+	s.HostTokens += o.HostTokens
+	s.PeerTokens += o.PeerTokens
+	s.Orphans += o.Orphans
+}
+
 // Kind returns the counts of kind k (the zero Counts for an invalid kind).
 func (s *HintStats) Kind(k kvhint.Kind) kvhint.Counts {
 	if c := s.counts(k); c != nil {

@@ -7,6 +7,12 @@
 // Router.TryRoute; this package only translates between the replay's
 // virtual clock and request objects and the router's API. It has no routing
 // logic of its own.
+//
+// Policies with KV hints (Policy.Hints) add the router's kvhint policies;
+// every simulated worker implements agentkv.HintReceiver and hands the
+// envelopes to its engine, which applies them at its next step (see
+// engine/sim's manual, "KV hints"). Run the hint study with
+// AGENTKV_HINT_STUDY=1 go test ./internal/simrun -run TestHintStudy -v.
 package simrun
 
 import (
@@ -20,6 +26,7 @@ import (
 	"github.com/agentkv/agentkv/admission"
 	"github.com/agentkv/agentkv/engine/sim"
 	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/kvhint"
 	"github.com/agentkv/agentkv/session"
 	"github.com/agentkv/agentkv/trace"
 )
@@ -42,16 +49,91 @@ type Policy struct {
 	Select    agentkv.Policy
 	Affinity  agentkv.AffinityMode
 	Admission *admission.Config
+	// Hints are the router's KV hint policies (agentkv.Config.Hints).
+	// They must be safe for concurrent use: Sweep shares them between
+	// runs (the kvhint built-ins are).
+	Hints []kvhint.Policy
 }
 
 // Policies are the built-in policies, by name, in the order a sweep runs
-// them.
+// them. The "kv+hint:*" policies add one kvhint built-in each to KV-aware
+// routing, "kv+hints" all four (see HintPolicies); tail (demote/prefetch)
+// and share mean little without a host tier (Cluster.HostBlocks).
 var Policies = []Policy{
 	{Name: "round-robin", Select: agentkv.RoundRobin},
 	{Name: "random", Select: agentkv.Random},
 	{Name: "kv", Select: agentkv.KVAware},
 	{Name: "kv+affinity", Select: agentkv.KVAware, Affinity: agentkv.AffinitySoft},
 	{Name: "kv+admission", Select: agentkv.KVAware, Admission: &admission.Config{}},
+	{Name: "kv+hint:tail", Select: agentkv.KVAware, Hints: []kvhint.Policy{hintPolicies.Tail}},
+	{Name: "kv+hint:pin", Select: agentkv.KVAware, Hints: []kvhint.Policy{hintPolicies.Pin}},
+	{Name: "kv+hint:share", Select: agentkv.KVAware, Hints: []kvhint.Policy{hintPolicies.Share}},
+	{Name: "kv+hint:release", Select: agentkv.KVAware, Hints: []kvhint.Policy{hintPolicies.Release}},
+	{Name: "kv+hints", Select: agentkv.KVAware, Hints: hintPolicies.All()},
+}
+
+// HintPolicies are the kvhint built-ins the "kv+hint*" policies use.
+type HintPolicies struct {
+	// Tail demotes a session's unique tail to the host after 30 s of
+	// ACTING (between turns: a tool call or a user's reply) and
+	// prefetches the colder prefix blocks back to the device when its
+	// next turn is routed.
+	Tail kvhint.Policy
+	// Pin pins, for 5 minutes renewed every turn, the shared prefix that
+	// at least 4 live sessions reference (the system prompt).
+	Pin kvhint.Policy
+	// Share names the two best peers when the chosen worker lacks at
+	// least 16 blocks (256 tokens) of the prefix that another worker
+	// holds on device or host. The router leaves Residency.Endpoint
+	// empty, so the policy is wrapped (SimEndpoints) to give every
+	// simulated worker an endpoint; the engine copies the blocks over the
+	// simulated fabric (engine/sim: Share).
+	Share kvhint.Policy
+	// Release releases the blocks only a finished session referenced.
+	Release kvhint.Policy
+}
+
+// All returns the four policies in a fixed order.
+func (h HintPolicies) All() []kvhint.Policy {
+	return []kvhint.Policy{h.Tail, h.Pin, h.Share, h.Release}
+}
+
+var hintPolicies = mustHintPolicies()
+
+func mustHintPolicies() HintPolicies {
+	tail, err1 := kvhint.NewTailOffload(kvhint.TailOffloadConfig{After: 30 * time.Second})
+	pin, err2 := kvhint.NewPrefixPin(kvhint.PrefixPinConfig{MinSessions: 4, TTL: 5 * time.Minute})
+	share, err3 := kvhint.NewPeerShare(kvhint.PeerShareConfig{MinGain: 16, MaxSources: 2, SourceHost: true})
+	release, err4 := kvhint.NewFinishRelease(kvhint.FinishReleaseConfig{})
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		panic(err) // constant configurations: a programming error
+	}
+	return HintPolicies{Tail: tail, Pin: pin, Share: SimEndpoints(share), Release: release}
+}
+
+// BuiltinHintPolicies returns the kvhint policies the built-in "kv+hint*"
+// policies use.
+func BuiltinHintPolicies() HintPolicies { return hintPolicies }
+
+// SimEndpoints wraps p so that it sees a control endpoint ("sim://<id>")
+// for every worker in Input.Cached: simulated workers can all serve as
+// Share sources, but the router does not fill Residency.Endpoint. The
+// wrapper copies the Input; it is safe for concurrent use if p is.
+func SimEndpoints(p kvhint.Policy) kvhint.Policy {
+	return kvhint.PolicyFunc(func(dst []kvhint.Hint, in *kvhint.Input) []kvhint.Hint {
+		if len(in.Cached) == 0 {
+			return p.Evaluate(dst, in)
+		}
+		c := *in
+		c.Cached = make([]kvhint.Residency, len(in.Cached))
+		copy(c.Cached, in.Cached)
+		for i := range c.Cached {
+			if c.Cached[i].Endpoint == "" {
+				c.Cached[i].Endpoint = "sim://" + strconv.FormatUint(c.Cached[i].Worker.ID, 10)
+			}
+		}
+		return p.Evaluate(dst, &c)
+	})
 }
 
 // PolicyByName returns a built-in policy.
@@ -78,6 +160,10 @@ type Options struct {
 	Seed        uint64
 	// TickInterval is the control-loop period (default 5 s).
 	TickInterval time.Duration
+
+	// onDone, if set (by tests), sees the router, the engines and the
+	// requests of a run that succeeded.
+	onDone func(*agentkv.Router, []*sim.Engine, []*sim.Request)
 }
 
 // Result is what one run measured.
@@ -87,6 +173,8 @@ type Result struct {
 	WorkerCount int    `json:"worker_count"`
 	*sim.Result
 	Admission admission.Stats `json:"admission"`
+	// Hints sums the engines' hint counters (sim.HintStats.Add).
+	Hints sim.HintStats `json:"hints"`
 	// Wall is the real time the run took.
 	Wall time.Duration `json:"wall_ns"`
 }
@@ -116,6 +204,7 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 		// Virtual time runs fast; a request is never silent for an hour.
 		RequestTTL: time.Hour,
 		Sessions:   session.TableConfig{MaxSessions: 1 << 20, IdleTimeout: 24 * time.Hour},
+		Hints:      opt.Policy.Hints,
 	}
 	if opt.Policy.Admission != nil {
 		ac := *opt.Policy.Admission
@@ -136,10 +225,8 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 			return nil, err
 		}
 		engines[i] = e
-		capTokens := e.Config().DeviceBlocks * cl.BlockSize
-		if err := r.AddWorker(agentkv.WorkerFunc(func() agentkv.WorkerInfo {
-			return agentkv.WorkerInfo{ID: key.ID, BlockSize: cl.BlockSize, KVCapacityTokens: capTokens}
-		})); err != nil {
+		info := agentkv.WorkerInfo{ID: key.ID, BlockSize: cl.BlockSize, KVCapacityTokens: e.Config().DeviceBlocks * cl.BlockSize}
+		if err := r.AddWorker(&worker{info: info, e: e}); err != nil {
 			return nil, err
 		}
 	}
@@ -154,9 +241,31 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 	if g.err != nil {
 		return nil, g.err
 	}
-	return &Result{Policy: opt.Policy.Name, Concurrency: opt.Concurrency, WorkerCount: cl.Workers, Result: res,
-		Admission: r.AdmissionStats(), Wall: time.Since(start)}, nil
+	if opt.onDone != nil {
+		opt.onDone(r, engines, rp.Requests())
+	}
+	out := &Result{Policy: opt.Policy.Name, Concurrency: opt.Concurrency, WorkerCount: cl.Workers, Result: res,
+		Admission: r.AdmissionStats()}
+	for _, e := range engines {
+		st := e.Stats().Hints
+		out.Hints.Add(&st)
+	}
+	out.Wall = time.Since(start)
+	return out, nil
 }
+
+// worker is a simulated engine as the router sees it: its WorkerInfo, and
+// the engine as the sink of its KV hints. The engine's Send queues without
+// blocking; the replay calls the router, and so Send, on its goroutine.
+type worker struct {
+	info agentkv.WorkerInfo
+	e    *sim.Engine
+}
+
+func (w *worker) Info() agentkv.WorkerInfo { return w.info }
+
+// HintSink implements agentkv.HintReceiver.
+func (w *worker) HintSink() kvhint.Sink { return w.e }
 
 // glue adapts agentkv.Router to sim.Router. The replay calls it from one
 // goroutine, so it needs no locking.
