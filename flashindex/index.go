@@ -95,6 +95,7 @@ type Index struct {
 	approxSeq uint64
 	st        counters
 	refs      []blockRef // scratch for one event
+	seqBuf    []uint64   // scratch: sequence hashes of one event
 	runBuf    []run      // scratch for updateRange
 	dupE      stampSet   // scratch: engine hashes seen in one event
 	dupS      stampSet   // scratch: sequence hashes seen in one call
@@ -451,26 +452,30 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 	parentNode, parentOff := pn, poff
 	h := ix.hasher(ev.LoRA)
 	m := &ws.engine[plane]
-	refs := ix.refs[:0]
-	ix.dupE.reset(len(ev.Blocks))
-	ix.dupS.reset(len(ev.Blocks))
-	added := 0
+	// Pass 1: the blocks' sequence hashes, up to the first block whose
+	// content is bad (its error is returned after the earlier blocks are
+	// checked, so errors come in block order).
+	seqs := ix.seqBuf[:0]
+	var (
+		hashErr   error
+		hashCount *uint64
+	)
 	for i := range ev.Blocks {
 		b := &ev.Blocks[i]
 		local := b.LocalHash
 		if !b.HasLocalHash {
 			if len(b.Tokens) == 0 {
-				ix.st.rejected.Malformed++
-				return fmt.Errorf("%w: worker %v block %d", ErrNoContent, ws.w, i)
+				hashErr, hashCount = fmt.Errorf("%w: worker %v block %d", ErrNoContent, ws.w, i), &ix.st.rejected.Malformed
+				break
 			}
 			if len(b.Tokens) != ix.blockSize {
-				ix.st.rejected.BlockSize++
-				return &BlockSizeError{Worker: ws.w, Block: i, Got: len(b.Tokens), Want: ix.blockSize}
+				hashErr, hashCount = &BlockSizeError{Worker: ws.w, Block: i, Got: len(b.Tokens), Want: ix.blockSize}, &ix.st.rejected.BlockSize
+				break
 			}
 			var err error
 			if local, err = h.LocalHashExtra(b.Tokens, b.ExtraKeys); err != nil {
-				ix.st.rejected.Malformed++
-				return fmt.Errorf("flashindex: worker %v block %d: %w", ws.w, i, err)
+				hashErr, hashCount = fmt.Errorf("flashindex: worker %v block %d: %w", ws.w, i, err), &ix.st.rejected.Malformed
+				break
 			}
 		}
 		seq := local
@@ -478,6 +483,19 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 			seq = NextSequenceHash(prev, local)
 		}
 		prev, hasPrev = seq, true
+		seqs = append(seqs, seq)
+	}
+	ix.seqBuf = seqs
+	// Pass 2: validate against the worker's state and the block map.
+	refs := ix.refs[:0]
+	ix.dupE.reset(len(seqs))
+	ix.dupS.reset(len(seqs))
+	added := 0
+	for i, seq := range seqs {
+		if i%touchBatch == 0 {
+			ix.blocks.touch(seqs[i:min(i+touchBatch, len(seqs))])
+		}
+		b := &ev.Blocks[i]
 		r := blockRef{engine: b.EngineHash, seq: seq}
 		if b.EngineHash != seq && !ws.full[plane] {
 			ix.materializeEngine(ws, plane)
@@ -521,6 +539,10 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 		refs = append(refs, r)
 	}
 	ix.refs = refs
+	if hashErr != nil {
+		*hashCount++
+		return hashErr
+	}
 	if ix.maxBlocks > 0 {
 		if would := ws.counts.events() + added; added > 0 && would > ix.maxBlocks {
 			ix.st.rejected.Capacity++

@@ -241,6 +241,12 @@ type blockShard struct {
 type blockMap struct {
 	shards [1 << shardBits]blockShard
 	n      int // writer-only: entries
+
+	// Writer-only scratch for batched operations.
+	bounds  [1<<shardBits + 1]int32
+	shardOf []uint8
+	order   []int32
+	sink    uint64 // keeps touch's loads alive
 }
 
 func newBlockMap() *blockMap { return &blockMap{} }
@@ -272,71 +278,109 @@ func (b *blockMap) put(h, v uint64) {
 	s.mu.Unlock()
 }
 
-// putMany indexes the blocks of refs at their (node, off), taking each
-// shard's lock once.
-func (b *blockMap) putMany(refs []blockRef) {
-	if len(refs) < 64 {
-		for i := range refs {
-			b.put(refs[i].seq, loc(refs[i].node.id, refs[i].off))
+// touchBatch is how many keys a batched block-map operation touches ahead
+// of working on them.
+const touchBatch = 256
+
+// touch loads the first probe slot of every key in keys. The loads do not
+// depend on one another, so the CPU overlaps their cache misses (a
+// software prefetch, which Go lacks as an intrinsic): the probes that
+// follow then mostly hit the cache. Writer-only (it reads the tables
+// without a shard lock, as peek does).
+func (b *blockMap) touch(keys []uint64) {
+	var acc uint64
+	for _, k := range keys {
+		m := &b.shards[b.shardIndex(k)].m
+		if len(m.slots) != 0 {
+			acc += m.slots[m.home(k)&uint64(len(m.slots)-1)].k
 		}
-		return
 	}
-	var count [1<<shardBits + 1]int32
-	for i := range refs {
-		count[b.shardIndex(refs[i].seq)+1]++
+	b.sink += acc
+}
+
+// groupByShard fills b.order with the indices 0..n-1 of keys grouped by
+// shard; shard si's indices are b.order[b.bounds[si]:b.bounds[si+1]].
+func (b *blockMap) groupByShard(n int, key func(int) uint64) {
+	clear(b.bounds[:])
+	if cap(b.shardOf) < n {
+		b.shardOf = make([]uint8, n)
+		b.order = make([]int32, n)
 	}
-	for i := 1; i < len(count); i++ {
-		count[i] += count[i-1]
+	shardOf, order := b.shardOf[:n], b.order[:n]
+	for i := range n {
+		si := b.shardIndex(key(i))
+		shardOf[i] = uint8(si)
+		b.bounds[si+1]++
 	}
-	order := make([]int32, len(refs))
-	next := count
-	for i := range refs {
-		si := b.shardIndex(refs[i].seq)
+	for i := 1; i < len(b.bounds); i++ {
+		b.bounds[i] += b.bounds[i-1]
+	}
+	next := b.bounds
+	for i := range n {
+		si := shardOf[i]
 		order[next[si]] = int32(i)
 		next[si]++
 	}
-	for si := range b.shards {
-		lo, hi := count[si], count[si+1]
-		if lo == hi {
+}
+
+// putMany indexes the blocks of refs at their (node, off), taking each
+// shard's lock once.
+func (b *blockMap) putMany(refs []blockRef) {
+	for len(refs) > 0 {
+		chunk := refs[:min(len(refs), touchBatch)]
+		refs = refs[len(chunk):]
+		if len(chunk) < 8 {
+			for i := range chunk {
+				b.put(chunk[i].seq, loc(chunk[i].node.id, chunk[i].off))
+			}
 			continue
 		}
-		s := &b.shards[si]
-		s.mu.Lock()
-		for _, i := range order[lo:hi] {
-			r := &refs[i]
-			n := s.m.Len()
-			s.m.put(r.seq, loc(r.node.id, r.off))
-			b.n += s.m.Len() - n
+		b.groupByShard(len(chunk), func(i int) uint64 { return chunk[i].seq })
+		for si := range b.shards {
+			lo, hi := b.bounds[si], b.bounds[si+1]
+			if lo == hi {
+				continue
+			}
+			s := &b.shards[si]
+			s.mu.Lock()
+			for _, i := range b.order[lo:hi] {
+				r := &chunk[i]
+				n := s.m.Len()
+				s.m.put(r.seq, loc(r.node.id, r.off))
+				b.n += s.m.Len() - n
+			}
+			s.mu.Unlock()
 		}
-		s.mu.Unlock()
 	}
 }
 
-// delMany drops hashes, taking each shard's lock once.
+// delMany drops hashes, taking each shard's lock once per batch.
 func (b *blockMap) delMany(hashes []uint64) {
-	if len(hashes) < 64 {
-		for _, h := range hashes {
-			b.del(h)
-		}
-		return
-	}
-	var mask [1 << shardBits / 64]uint64
-	for _, h := range hashes {
-		si := b.shardIndex(h)
-		mask[si>>6] |= 1 << (si & 63)
-	}
-	for si := range b.shards {
-		if mask[si>>6]>>(si&63)&1 == 0 {
+	for len(hashes) > 0 {
+		chunk := hashes[:min(len(hashes), touchBatch)]
+		hashes = hashes[len(chunk):]
+		if len(chunk) < 8 {
+			for _, h := range chunk {
+				b.del(h)
+			}
 			continue
 		}
-		s := &b.shards[si]
-		s.mu.Lock()
-		for _, h := range hashes {
-			if b.shardIndex(h) == si && s.m.del(h) {
-				b.n--
+		b.touch(chunk)
+		b.groupByShard(len(chunk), func(i int) uint64 { return chunk[i] })
+		for si := range b.shards {
+			lo, hi := b.bounds[si], b.bounds[si+1]
+			if lo == hi {
+				continue
 			}
+			s := &b.shards[si]
+			s.mu.Lock()
+			for _, i := range b.order[lo:hi] {
+				if s.m.del(chunk[i]) {
+					b.n--
+				}
+			}
+			s.mu.Unlock()
 		}
-		s.mu.Unlock()
 	}
 }
 

@@ -53,7 +53,7 @@ func (m *u64map) put(k, v uint64) {
 		m.zero, m.hasZero = v, true
 		return
 	}
-	if (m.n+1)*8 > len(m.slots)*7 {
+	if (m.n+1)*4 > len(m.slots)*3 {
 		m.grow()
 	}
 	mask := uint64(len(m.slots) - 1)
