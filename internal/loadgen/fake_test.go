@@ -241,3 +241,5 @@ func (b *barrier) wait(t *testing.T, what string) {
 		t.Errorf("barrier %s: not all requests arrived together (concurrency missing)", what)
 	}
 }
+
+func itoa(n int) string { return strconv.Itoa(n) }

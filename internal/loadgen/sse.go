@@ -30,6 +30,7 @@ type streamStats struct {
 	hasUsage      bool
 	finishReason  string
 	streamError   string // the message of an {"error": ...} event
+	scratch       chunk  // reused by event
 }
 
 type usage struct {
@@ -43,15 +44,23 @@ type usage struct {
 // chunk is the part of a chat / completions stream chunk (or whole reply)
 // that is measured.
 type chunk struct {
-	Choices []struct {
-		Delta   *message `json:"delta"`
-		Message *message `json:"message"`
-		Text    string   `json:"text"`
-		// FinishReason is a pointer: null in every chunk but the last.
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *usage          `json:"usage"`
-	Error json.RawMessage `json:"error"`
+	Choices []choice        `json:"choices"`
+	Usage   *usage          `json:"usage"`
+	Error   json.RawMessage `json:"error"`
+}
+
+type choice struct {
+	Delta        message `json:"delta"`
+	Message      message `json:"message"`
+	Text         string  `json:"text"`
+	FinishReason string  `json:"finish_reason"` // null in every chunk but the last
+}
+
+// reset clears c for the next event, keeping the choices' capacity (json
+// decodes into existing slice elements without zeroing them).
+func (c *chunk) reset() {
+	clear(c.Choices[:cap(c.Choices)])
+	c.Choices, c.Usage, c.Error = c.Choices[:0], nil, c.Error[:0]
 }
 
 type message struct {
@@ -62,7 +71,7 @@ type message struct {
 }
 
 func (m *message) generated() bool {
-	return m != nil && (m.Content != "" || m.ReasoningContent != "" || m.Reasoning != "" || len(m.ToolCalls) > 0)
+	return m.Content != "" || m.ReasoningContent != "" || m.Reasoning != "" || len(m.ToolCalls) > 0
 }
 
 // apply accounts one decoded event (or whole reply) at time t.
@@ -74,8 +83,8 @@ func (st *streamStats) apply(c *chunk, t time.Time) {
 		if ch.Text != "" || ch.Delta.generated() || ch.Message.generated() {
 			gen = true
 		}
-		if ch.FinishReason != nil && *ch.FinishReason != "" {
-			st.finishReason = *ch.FinishReason
+		if ch.FinishReason != "" {
+			st.finishReason = ch.FinishReason
 		}
 	}
 	if gen {
@@ -108,12 +117,13 @@ func (st *streamStats) event(data []byte, t time.Time) {
 		st.done = true
 		return
 	}
-	var c chunk
-	if data[0] != '{' || json.Unmarshal(data, &c) != nil {
+	c := &st.scratch
+	c.reset()
+	if data[0] != '{' || json.Unmarshal(data, c) != nil {
 		st.malformed++
 		return
 	}
-	st.apply(&c, t)
+	st.apply(c, t)
 }
 
 // readStream reads a text/event-stream reply to its end, timing each event
