@@ -150,9 +150,10 @@ func mean(rs []*Result, f func(*Result) float64) float64 {
 // TestHintStudy measures each KV hint policy against KV-aware routing
 // without hints on the synthetic agentic workload (128 sessions, seeds
 // 1-3) with 4 workers of 27,500 device blocks and a host tier twice that,
-// at 32, 64 and 128 concurrent programs. It is a measurement, not a check
-// of who wins: set AGENTKV_HINT_STUDY=1 to run it (about 1.5 CPU-minutes
-// per seed); AGENTKV_HINT_STUDY_SEEDS=1,2 picks the seeds and
+// at 32, 64 and 128 concurrent programs, with KV-aware + session affinity
+// (alone and with all four hint policies) for reference. It is a
+// measurement, not a check of who wins: set AGENTKV_HINT_STUDY=1 to run it
+// (about a CPU-minute per seed); AGENTKV_HINT_STUDY_SEEDS=1,2 picks the seeds and
 // AGENTKV_HINT_STUDY_JSON=path writes every result.
 func TestHintStudy(t *testing.T) {
 	if os.Getenv("AGENTKV_HINT_STUDY") == "" {
@@ -167,11 +168,17 @@ func TestHintStudy(t *testing.T) {
 			seeds = append(seeds, n)
 		}
 	}
-	names := []string{"kv", "kv+hint:tail", "kv+hint:pin", "kv+hint:share", "kv+hint:release", "kv+hints"}
+	// Session affinity is the routing-side answer to what PeerShare
+	// repairs (a turn placed away from its cache), so the study shows it
+	// too, alone and with all four hint policies.
+	names := []string{"kv", "kv+hint:tail", "kv+hint:pin", "kv+hint:share", "kv+hint:release", "kv+hints", "kv+affinity", "kv+affinity+hints"}
 	var pols []Policy
-	for _, n := range names {
+	for _, n := range names[:len(names)-1] {
 		pols = append(pols, mustPolicy(t, n))
 	}
+	affHints := mustPolicy(t, "kv+affinity")
+	affHints.Name, affHints.Hints = "kv+affinity+hints", BuiltinHintPolicies().All()
+	pols = append(pols, affHints)
 	levels := []int{32, 64, 128}
 	rows := map[string]*studyRow{}
 	key := func(p string, c int) string { return fmt.Sprintf("%s@%d", p, c) }
@@ -225,9 +232,12 @@ func TestHintStudy(t *testing.T) {
 	}
 	tw.Flush()
 	b.WriteString("\nhint outcomes (seed " + strconv.FormatUint(seeds[0], 10) + "): kind accepted/clipped/deferred/rejected/missing (blocks acted on)\n")
-	for _, n := range names[1:] {
+	for _, n := range names {
 		for _, c := range levels {
 			r := rows[key(n, c)].runs[0]
+			if r.Hints.Total().Total() == 0 {
+				continue
+			}
 			fmt.Fprintf(&b, "%-16s %4d  %s; pins broken %d, host tokens %d, peer tokens %d\n", n, c, hintCounts(r), r.Hints.PinsBroken, r.Hints.HostTokens, r.Hints.PeerTokens)
 		}
 	}
