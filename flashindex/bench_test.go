@@ -235,6 +235,7 @@ func benchQueries(b *testing.B, ix *Index, queries [][]uint64, naive *naiveIndex
 	defer runtime.UnlockOSThread()
 	over := threadCPUOverhead()
 	hits := 0
+	runtime.GC() // no collection of the setup's garbage running during the timed loop
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		q := queries[i%len(queries)]

@@ -102,14 +102,23 @@ type Index struct {
 	nodeSet   map[*node]struct{}
 }
 
-// slotTable maps bitset slots to workers. Immutable once published.
+// slotTable maps bitset slots to workers. Immutable once published; the
+// count chunks it points to are shared by every table and written in
+// place.
 type slotTable struct {
 	workers []Worker
-	counts  []*slotCounts
-	mask    []uint64 // slots in use, one bit each
+	counts  []*countChunk // slot s: counts[s>>6][s&63]
+	mask    []uint64      // slots in use, one bit each
 }
 
 func (t *slotTable) words() int { return len(t.mask) }
+
+// count returns the residency counters of slot s.
+func (t *slotTable) count(s int) *slotCounts { return &t.counts[s>>6][s&63] }
+
+// countChunk holds the counters of 64 consecutive slots in one array, so a
+// query reporting every worker reads them sequentially.
+type countChunk [64]slotCounts
 
 // slotCounts holds a worker's residencies per plane, written by the writer
 // and read by queries (Match.Resident).
@@ -198,6 +207,7 @@ func New(cfg Config) (*Index, error) {
 		onGap:     cfg.OnGap,
 		now:       cfg.Now,
 		blocks:    newBlockMap(),
+		nodes:     arena{heads: newHeadMap()},
 		workers:   make(map[Worker]*workerState),
 		hashers:   make(map[string]*Hasher),
 		nodeSet:   make(map[*node]struct{}),
@@ -237,16 +247,16 @@ func (ix *Index) worker(w Worker) *workerState {
 	}
 	if slot == len(t.workers) {
 		t.workers = append(t.workers, w)
-		t.counts = append(t.counts, new(slotCounts))
 		if slot>>6 >= len(t.mask) {
 			t.mask = append(t.mask, 0)
+			t.counts = append(t.counts, new(countChunk))
 		}
 	} else {
 		t.workers[slot] = w
-		t.counts[slot] = new(slotCounts)
 	}
 	t.mask[slot>>6] |= 1 << (uint(slot) & 63)
-	ws := &workerState{w: w, slot: slot, counts: t.counts[slot]}
+	// A reused slot's counters were zeroed when its worker was removed.
+	ws := &workerState{w: w, slot: slot, counts: t.count(slot)}
 	ix.workers[w] = ws
 	ix.slots.Store(t)
 	return ws
@@ -814,8 +824,7 @@ func (ix *Index) RemoveWorker(w Worker) {
 	delete(ix.workers, w)
 	old := ix.slots.Load()
 	t := &slotTable{workers: slices.Clone(old.workers), counts: slices.Clone(old.counts), mask: slices.Clone(old.mask)}
-	t.workers[ws.slot] = Worker{}
-	t.counts[ws.slot] = new(slotCounts)
+	t.workers[ws.slot] = Worker{} // clearWorker zeroed the slot's counters
 	t.mask[ws.slot>>6] &^= 1 << (uint(ws.slot) & 63)
 	ix.slots.Store(t)
 	ix.freeSlots = append(ix.freeSlots, ws.slot)

@@ -70,25 +70,21 @@ func (ix *Index) find(seq []uint64, dst []Match, early bool) []Match {
 
 	emit := func(s, p int) {
 		d, h := int(devEnd[s]), int(hostEnd[s])
-		dst = append(dst, Match{Worker: st.workers[s], Device: d, Host: h - d, Disk: p - h, Resident: st.counts[s].total()})
+		dst = append(dst, Match{Worker: st.workers[s], Device: d, Host: h - d, Disk: p - h, Resident: st.count(s).total()})
 	}
 	started := false
 	pos := 0
 walk:
 	for pos < len(seq) {
-		v, ok := ix.blocks.get(seq[pos])
+		id, ok := ix.nodes.heads.get(seq[pos])
 		if !ok {
 			break
 		}
-		n := ix.nodes.get(uint32(v >> 32))
-		if n == nil {
-			break
-		}
-		d := n.data.Load()
-		off := int(uint32(v))
-		if off >= len(d.hashes) || d.hashes[off] != seq[pos] {
+		d := ix.nodes.load(id)
+		if d == nil || len(d.hashes) == 0 || d.hashes[0] != seq[pos] {
 			break // the node changed under us; treat as the end of the match
 		}
+		const off = 0 // see headMap: a query enters nodes at their start
 		m := matchLen(seq[pos:], d.hashes[off:])
 		end := off + m
 		for ri, o := d.runAt(off), off; o < end; ri++ {

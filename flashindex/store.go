@@ -3,7 +3,6 @@ package flashindex
 import (
 	"bytes"
 	"math/bits"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -15,9 +14,9 @@ import (
 //   - nodes: a run of sequence hashes stored contiguously (a chain segment)
 //     with its residency as runs of identical sets; a node's content is an
 //     immutable nodeData swapped atomically (copy-on-write);
-//   - the arena: node id -> *node, readable without locks;
-//   - the block map: sequence hash -> (node id, offset), sharded, each shard
-//     behind its own RWMutex.
+//   - the arena: node id -> node contents, readable without locks;
+//   - the head map: first hash of a node -> node id, for queries (heads.go);
+//   - the block map: sequence hash -> (node id, offset), for the writer.
 //
 // A block (sequence hash) lives at exactly one (node, offset) for as long as
 // it is in the block map, and never moves: splitting residency only splits
@@ -150,26 +149,30 @@ func (d *nodeData) bitsAt(off int) []uint64 {
 	return d.runs[d.runAt(off)].bits
 }
 
-// node is one chain segment. Only the writer stores data.
+// node is one chain segment, as the writer sees it. data points at the
+// node's slot in the arena, where readers load it by id.
 type node struct {
 	id   uint32
-	data atomic.Pointer[nodeData]
+	data *atomic.Pointer[nodeData]
 }
 
 const chunkBits = 10
 
-type nodeChunk [1 << chunkBits]atomic.Pointer[node]
+type nodeChunk [1 << chunkBits]atomic.Pointer[nodeData]
 
-// arena maps node ids to nodes. get is lock-free; alloc and release are
-// writer-only (the Index's writer mutex).
+// arena maps node ids to node contents. load is lock-free; alloc and
+// release are writer-only (the Index's writer mutex). Every node's first
+// hash is registered in heads, for queries.
 type arena struct {
 	chunks atomic.Pointer[[]*nodeChunk]
+	heads  *headMap
+	byID   []*node  // writer-only: id -> node
 	free   []uint32 // writer-only: released ids for reuse
-	next   uint32   // writer-only: next never-used id
 	live   int      // writer-only: nodes in use
 }
 
-func (a *arena) get(id uint32) *node {
+// load returns the current contents of node id, or nil. Lock-free.
+func (a *arena) load(id uint32) *nodeData {
 	cs := a.chunks.Load()
 	if cs == nil || int(id>>chunkBits) >= len(*cs) {
 		return nil
@@ -177,14 +180,17 @@ func (a *arena) get(id uint32) *node {
 	return (*cs)[id>>chunkBits][id&(1<<chunkBits-1)].Load()
 }
 
+// get returns node id for the writer.
+func (a *arena) get(id uint32) *node { return a.byID[id] }
+
 func (a *arena) alloc(d *nodeData) *node {
 	var id uint32
 	if n := len(a.free); n > 0 {
 		id = a.free[n-1]
 		a.free = a.free[:n-1]
 	} else {
-		id = a.next
-		a.next++
+		id = uint32(len(a.byID))
+		a.byID = append(a.byID, nil)
 		cs := a.chunks.Load()
 		var cur []*nodeChunk
 		if cs != nil {
@@ -195,87 +201,66 @@ func (a *arena) alloc(d *nodeData) *node {
 			copy(grown, cur)
 			grown[len(cur)] = new(nodeChunk)
 			a.chunks.Store(&grown)
-			cur = grown
 		}
 	}
-	n := &node{id: id}
+	n := &node{id: id, data: &(*a.chunks.Load())[id>>chunkBits][id&(1<<chunkBits-1)]}
 	n.data.Store(d)
-	(*a.chunks.Load())[id>>chunkBits][id&(1<<chunkBits-1)].Store(n)
+	a.byID[id] = n
+	a.heads.put(d.hashes[0], id)
 	a.live++
 	return n
 }
 
 func (a *arena) release(n *node) {
-	(*a.chunks.Load())[n.id>>chunkBits][n.id&(1<<chunkBits-1)].Store(nil)
+	a.heads.del(n.data.Load().hashes[0])
+	n.data.Store(nil)
+	a.byID[n.id] = nil
 	a.free = append(a.free, n.id)
 	a.live--
 }
 
 // each calls f for every live node, in id order. Writer-only.
 func (a *arena) each(f func(*node)) {
-	cs := a.chunks.Load()
-	if cs == nil {
-		return
-	}
-	for _, c := range *cs {
-		for i := range c {
-			if n := c[i].Load(); n != nil {
-				f(n)
-			}
+	for _, n := range a.byID {
+		if n != nil {
+			f(n)
 		}
 	}
 }
 
 const shardBits = 6
 
-type blockShard struct {
-	mu sync.RWMutex // guards m against the writer; readers take RLock
-	m  u64map       // sequence hash -> node id<<32 | offset
-	_  [48]byte     // pad the shard to two 64-byte cache lines
-}
-
-// blockMap maps every indexed sequence hash to its place. Readers use get;
-// the single writer (holding the Index's writer mutex) uses peek, which
-// needs no shard lock because no one else writes, and put/del, which take
-// the shard's write lock.
+// blockMap maps every indexed sequence hash to its place (node id<<32 |
+// offset). Only the writer (holding the Index's writer mutex) uses it:
+// queries find nodes through the head map. It is sharded so that growing
+// one table rehashes 1/64 of the blocks at a time.
 type blockMap struct {
-	shards [1 << shardBits]blockShard
-	n      int // writer-only: entries
-
-	// Writer-only scratch for batched operations.
-	bounds  [1<<shardBits + 1]int32
-	shardOf []uint8
-	order   []int32
-	sink    uint64 // keeps touch's loads alive
+	shards [1 << shardBits]u64map
+	n      int // entries
+	sink   uint64 // keeps touch's loads alive
 }
 
 func newBlockMap() *blockMap { return &blockMap{} }
 
-func (b *blockMap) shard(h uint64) *blockShard { return &b.shards[b.shardIndex(h)] }
+func (b *blockMap) shard(h uint64) *u64map { return &b.shards[b.shardIndex(h)] }
 
 // shardIndex picks a shard. Sequence hashes are XXH3 outputs, uniform in
 // every bit; mix anyway so test hashes with equal high bits still spread.
 func (b *blockMap) shardIndex(h uint64) int { return int((h * 0x9E3779B97F4A7C15) >> (64 - shardBits)) }
 
-func (b *blockMap) get(h uint64) (uint64, bool) {
-	s := b.shard(h)
-	s.mu.RLock()
-	v, ok := s.m.get(h)
-	s.mu.RUnlock()
-	return v, ok
-}
-
-func (b *blockMap) peek(h uint64) (uint64, bool) {
-	return b.shard(h).m.get(h)
-}
+func (b *blockMap) peek(h uint64) (uint64, bool) { return b.shard(h).get(h) }
 
 func (b *blockMap) put(h, v uint64) {
-	s := b.shard(h)
-	s.mu.Lock()
-	n := s.m.Len()
-	s.m.put(h, v)
-	b.n += s.m.Len() - n
-	s.mu.Unlock()
+	m := b.shard(h)
+	n := m.Len()
+	m.put(h, v)
+	b.n += m.Len() - n
+}
+
+func (b *blockMap) del(h uint64) {
+	if b.shard(h).del(h) {
+		b.n--
+	}
 }
 
 // touchBatch is how many keys a batched block-map operation touches ahead
@@ -285,12 +270,11 @@ const touchBatch = 256
 // touch loads the first probe slot of every key in keys. The loads do not
 // depend on one another, so the CPU overlaps their cache misses (a
 // software prefetch, which Go lacks as an intrinsic): the probes that
-// follow then mostly hit the cache. Writer-only (it reads the tables
-// without a shard lock, as peek does).
+// follow then mostly hit the cache.
 func (b *blockMap) touch(keys []uint64) {
 	var acc uint64
 	for _, k := range keys {
-		m := &b.shards[b.shardIndex(k)].m
+		m := &b.shards[b.shardIndex(k)]
 		if len(m.slots) != 0 {
 			acc += m.slots[m.home(k)&uint64(len(m.slots)-1)].k
 		}
@@ -298,99 +282,26 @@ func (b *blockMap) touch(keys []uint64) {
 	b.sink += acc
 }
 
-// groupByShard fills b.order with the indices 0..n-1 of keys grouped by
-// shard; shard si's indices are b.order[b.bounds[si]:b.bounds[si+1]].
-func (b *blockMap) groupByShard(n int, key func(int) uint64) {
-	clear(b.bounds[:])
-	if cap(b.shardOf) < n {
-		b.shardOf = make([]uint8, n)
-		b.order = make([]int32, n)
-	}
-	shardOf, order := b.shardOf[:n], b.order[:n]
-	for i := range n {
-		si := b.shardIndex(key(i))
-		shardOf[i] = uint8(si)
-		b.bounds[si+1]++
-	}
-	for i := 1; i < len(b.bounds); i++ {
-		b.bounds[i] += b.bounds[i-1]
-	}
-	next := b.bounds
-	for i := range n {
-		si := shardOf[i]
-		order[next[si]] = int32(i)
-		next[si]++
-	}
-}
-
-// putMany indexes the blocks of refs at their (node, off), taking each
-// shard's lock once.
+// putMany indexes the blocks of refs at their (node, off).
+// Their probe slots were touched when the event was validated.
 func (b *blockMap) putMany(refs []blockRef) {
-	for len(refs) > 0 {
-		chunk := refs[:min(len(refs), touchBatch)]
-		refs = refs[len(chunk):]
-		if len(chunk) < 8 {
-			for i := range chunk {
-				b.put(chunk[i].seq, loc(chunk[i].node.id, chunk[i].off))
-			}
-			continue
-		}
-		b.groupByShard(len(chunk), func(i int) uint64 { return chunk[i].seq })
-		for si := range b.shards {
-			lo, hi := b.bounds[si], b.bounds[si+1]
-			if lo == hi {
-				continue
-			}
-			s := &b.shards[si]
-			s.mu.Lock()
-			for _, i := range b.order[lo:hi] {
-				r := &chunk[i]
-				n := s.m.Len()
-				s.m.put(r.seq, loc(r.node.id, r.off))
-				b.n += s.m.Len() - n
-			}
-			s.mu.Unlock()
-		}
+	for i := range refs {
+		b.put(refs[i].seq, loc(refs[i].node.id, refs[i].off))
 	}
 }
 
-// delMany drops hashes, taking each shard's lock once per batch.
+// delMany drops hashes.
 func (b *blockMap) delMany(hashes []uint64) {
 	for len(hashes) > 0 {
 		chunk := hashes[:min(len(hashes), touchBatch)]
 		hashes = hashes[len(chunk):]
-		if len(chunk) < 8 {
-			for _, h := range chunk {
-				b.del(h)
-			}
-			continue
+		if len(chunk) >= 8 {
+			b.touch(chunk)
 		}
-		b.touch(chunk)
-		b.groupByShard(len(chunk), func(i int) uint64 { return chunk[i] })
-		for si := range b.shards {
-			lo, hi := b.bounds[si], b.bounds[si+1]
-			if lo == hi {
-				continue
-			}
-			s := &b.shards[si]
-			s.mu.Lock()
-			for _, i := range b.order[lo:hi] {
-				if s.m.del(chunk[i]) {
-					b.n--
-				}
-			}
-			s.mu.Unlock()
+		for _, h := range chunk {
+			b.del(h)
 		}
 	}
-}
-
-func (b *blockMap) del(h uint64) {
-	s := b.shard(h)
-	s.mu.Lock()
-	if s.m.del(h) {
-		b.n--
-	}
-	s.mu.Unlock()
 }
 
 func loc(id uint32, off int) uint64 { return uint64(id)<<32 | uint64(uint32(off)) }
