@@ -110,8 +110,11 @@ type Config struct {
 	// the same decisions.
 	Seed uint64
 	// OnRelease, if set, is called (outside the router's locks) with the
-	// ID of each request TryRoute held when admission releases it.
-	OnRelease func(requestID string)
+	// ID of each request TryRoute held, once its fate is decided: err is
+	// nil when admission released it (retry TryRoute with the same ID), or
+	// ErrDropped when it will never run (its session ended, or the router
+	// closed).
+	OnRelease func(requestID string, err error)
 	// Lineage configures the session-prefix tree (radix) that records each
 	// session's context chain; it feeds hint policies.
 	Lineage radix.Config
@@ -600,13 +603,9 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 	// Shared-pool hits (page hashes need the tokens).
 	hits := r.sharedHits(req.Tokens)
 
-	// 3. Session bookkeeping.
+	// 3. Session affinity (the session table learns of the request once a
+	// decision is made).
 	ac := req.Agent
-	if ac.Valid() {
-		if _, err := r.table.Begin(ac); err != nil {
-			r.log.Debug("agentkv: session not tracked", "session", ac.SessionID, "err", err)
-		}
-	}
 	var binding session.Binding
 	var bound bool
 	if ac.Valid() && r.cfg.Affinity != AffinityOff {
@@ -759,6 +758,11 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 	tSched := time.Since(t2)
 	r.notify(rel)
 
+	if ac.Valid() {
+		if _, err := r.table.Begin(ac); err != nil {
+			r.log.Debug("agentkv: session not tracked", "session", ac.SessionID, "err", err)
+		}
+	}
 	if ac.Valid() && r.cfg.Affinity != AffinityOff && !viaAffinity {
 		mode := session.Soft
 		if r.cfg.Affinity == AffinityHard {
@@ -917,7 +921,10 @@ func (r *Router) done(d *Decision, u Usage) {
 // affinity), e.g. when a client disconnects for good.
 func (r *Router) EndSession(id string) {
 	r.table.Finish(id)
-	r.table.Remove(id)
+	if !r.table.Remove(id) {
+		// Not in the table (its only requests are held): end the rest.
+		r.onSessionRemoved(session.Removal{ID: id})
+	}
 }
 
 func (r *Router) onSessionRemoved(rm session.Removal) {
@@ -955,8 +962,10 @@ func (r *Router) Tick() TickResult {
 	r.index.Expire()
 	r.mu.Lock()
 	res.SweptRequests = r.loads.sweep(now.Add(-r.cfg.RequestTTL))
+	waiting := 0
 	if r.adm != nil {
 		res.Admission = r.adm.Tick(now)
+		waiting = r.adm.Waiting()
 	}
 	rel := r.drainAdmissionLocked()
 	r.mu.Unlock()
@@ -968,7 +977,7 @@ func (r *Router) Tick() TickResult {
 	r.notify(rel)
 	r.hintsOnTick(now)
 	if r.metrics != nil && r.adm != nil {
-		r.metrics.observeTick(r.adm.Waiting())
+		r.metrics.observeTick(waiting)
 	}
 	return res
 }
@@ -1022,8 +1031,12 @@ func (r *Router) drainAdmissionLocked() []release {
 func (r *Router) notify(rel []release) {
 	for _, x := range rel {
 		close(x.h.ready)
-		if !x.dropped && r.cfg.OnRelease != nil {
-			r.cfg.OnRelease(x.id)
+		if r.cfg.OnRelease != nil {
+			var err error
+			if x.dropped {
+				err = ErrDropped
+			}
+			r.cfg.OnRelease(x.id, err)
 		}
 	}
 }

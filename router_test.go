@@ -306,7 +306,12 @@ func TestAdmissionHoldAndRelease(t *testing.T) {
 	var relMu sync.Mutex
 	clk := newFakeClock()
 	r, err := New(Config{BlockSize: testBS, Now: clk.Now, Admission: &admission.Config{},
-		OnRelease: func(id string) { relMu.Lock(); released = append(released, id); relMu.Unlock() }})
+		OnRelease: func(id string, err error) {
+			require.NoError(t, err)
+			relMu.Lock()
+			released = append(released, id)
+			relMu.Unlock()
+		}})
 	require.NoError(t, err)
 	require.NoError(t, r.AddWorker(worker(1, 1000)))
 
@@ -488,4 +493,48 @@ func TestConcurrentRouting(t *testing.T) {
 	for w := uint64(1); w <= 4; w++ {
 		require.Equal(t, Load{}, r.WorkerLoad(flashindex.Worker{ID: w}), "all requests finished")
 	}
+}
+
+// TestHeldRequestCountsOnceAndDropIsReported: a request held by admission
+// and later released begins its session once; a held request whose session
+// ends is reported to OnRelease with ErrDropped.
+func TestHeldRequestCountsOnceAndDropIsReported(t *testing.T) {
+	clk := newFakeClock()
+	got := map[string]error{}
+	var mu sync.Mutex
+	r, err := New(Config{BlockSize: testBS, Now: clk.Now, Admission: &admission.Config{},
+		OnRelease: func(id string, err error) { mu.Lock(); got[id] = err; mu.Unlock() }})
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(worker(1, 1000)))
+	a := session.AgentContext{SessionID: "a"}
+	da, err := r.TryRoute(&Request{ID: "a1", Tokens: tokens(600, 1), Agent: a})
+	require.NoError(t, err)
+	for _, id := range []string{"b1", "c1"} {
+		_, err = r.TryRoute(&Request{ID: id, Tokens: tokens(600, 2), Agent: session.AgentContext{SessionID: id[:1]}})
+		require.ErrorIs(t, err, ErrHeld)
+	}
+	_, err = r.TryRoute(&Request{ID: "b1", Tokens: tokens(600, 2), Agent: session.AgentContext{SessionID: "b"}})
+	require.ErrorIs(t, err, ErrHeld)
+	_, ok := r.Sessions().Get("b")
+	require.False(t, ok, "a held request has not begun its session")
+
+	r.EndSession("c") // c's held turn will never run
+	mu.Lock()
+	require.ErrorIs(t, got["c1"], ErrDropped)
+	mu.Unlock()
+
+	da.Done(Usage{PromptTokens: 600})
+	r.EndSession("a")
+	clk.Advance(5 * time.Second)
+	require.Equal(t, []string{"b1"}, r.Tick().Released)
+	db, err := r.TryRoute(&Request{ID: "b1", Tokens: tokens(600, 2), Agent: session.AgentContext{SessionID: "b"}})
+	require.NoError(t, err)
+	db.Done(Usage{PromptTokens: 600, CompletionTokens: 3})
+	info, ok := r.Sessions().Get("b")
+	require.True(t, ok)
+	require.Equal(t, 0, info.InFlight)
+	require.EqualValues(t, 1, info.Requests)
+	mu.Lock()
+	require.NoError(t, got["b1"])
+	mu.Unlock()
 }

@@ -30,8 +30,9 @@ func (wi WorkerInfo) ranks() int {
 
 // Worker is the adapter a GPU engine supplies to the router: its identity,
 // DP ranks, block size and KV capacity. The router never imports an engine
-// package; engine/vllm and engine/sglang workers satisfy this interface, and
-// so can any caller's own adapter.
+// package: wrap an engine/vllm or engine/sglang worker (or any adapter of
+// your own) in a type with an Info method, or in a WorkerFunc; Info is
+// called again by AddWorker when capacity is refreshed.
 type Worker interface {
 	Info() WorkerInfo
 }

@@ -246,19 +246,7 @@ type proxy struct {
 	handler http.Handler
 	tokIdx  atomic.Uint64 // the worker tried first for /tokenize
 
-	// routeMu works around a data race in agentkv.Router.Tick, which reads
-	// the admission controller's waiting count after releasing its lock
-	// (router.go, observeTick(r.adm.Waiting())) and so races with Route and
-	// Done whenever both Config.Metrics and Config.Admission are set. Tick
-	// takes routeMu exclusively; TryRoute, Done and Cancel take it shared.
-	// Route's blocking wait cannot be wrapped this way (a shared hold across
-	// the wait would starve the Tick that releases it), so route waits
-	// itself: TryRoute, then Config.OnRelease. Remove once Tick is fixed.
-	routeMu sync.RWMutex
-	reqSeq  atomic.Uint64
-	waitMu  sync.Mutex               // guards waiters
-	waiters map[string]chan struct{} // held request ID → its wake-up
-	closing chan struct{}            // closed by Close: held requests give up
+	reqSeq atomic.Uint64
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup // background loops
@@ -284,8 +272,7 @@ func newProxy(ctx context.Context, cfg proxyConfig) (*proxy, error) {
 	if cfg.MetricsPath != "" && !strings.HasPrefix(cfg.MetricsPath, "/") {
 		return nil, fmt.Errorf("metrics path %q must start with /", cfg.MetricsPath)
 	}
-	p := &proxy{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, waiters: map[string]chan struct{}{},
-		closing: make(chan struct{})}
+	p := &proxy{cfg: cfg, log: cfg.Logger, reg: cfg.Registry}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -336,7 +323,7 @@ func newProxy(ctx context.Context, cfg proxyConfig) (*proxy, error) {
 		blockSize = 16 // no workers: any valid size
 	}
 	rc := agentkv.Config{BlockSize: blockSize, Policy: cfg.Policy, Affinity: cfg.Affinity, Approximate: approximate,
-		Logger: p.log, Metrics: rm, OnRelease: p.onRelease}
+		Logger: p.log, Metrics: rm}
 	if cfg.Admission {
 		rc.Admission = &admission.Config{Interval: cfg.Tick}
 	}
@@ -394,10 +381,7 @@ func (p *proxy) Close() error {
 // dropHeld closes the router: held requests give up (503) and new ones are
 // refused; requests in flight still finish.
 func (p *proxy) dropHeld() {
-	p.closeOnce.Do(func() {
-		close(p.closing)
-		_ = p.router.Close()
-	})
+	p.closeOnce.Do(func() { _ = p.router.Close() })
 }
 
 func (p *proxy) tickLoop(ctx context.Context) {
@@ -409,9 +393,7 @@ func (p *proxy) tickLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			p.routeMu.Lock()
 			res := p.router.Tick()
-			p.routeMu.Unlock()
 			if res.SweptRequests > 0 {
 				p.log.Warn("proxy: forgot requests that showed no sign of life", "count", res.SweptRequests)
 			}
@@ -461,9 +443,7 @@ func (p *proxy) refresh(ctx context.Context, w *proxyWorker) {
 	w.mu.Unlock()
 	if changed {
 		p.m.capacity.WithLabelValues(w.idHeader).Set(float64(perRank))
-		p.routeMu.RLock()
 		err := p.router.AddWorker(w)
-		p.routeMu.RUnlock()
 		if err != nil {
 			p.log.Warn("proxy: capacity update refused", "worker", w.spec.URL, "err", err)
 		}
@@ -602,66 +582,16 @@ func (p *proxy) completion(path string) http.Handler {
 	})
 }
 
-// route is Router.Route, blocking while admission holds the request, with
-// the Tick race worked around (see routeMu). It returns ctx.Err() when ctx
-// ends first and agentkv.ErrClosed when the proxy closes, the held turn
-// withdrawn either way.
+// route is Router.Route under a proxy-wide request id: it blocks while
+// admission holds the request, returns ctx.Err() when the client leaves
+// first and agentkv.ErrDropped when the proxy closes (the held turn is
+// withdrawn either way).
 func (p *proxy) route(ctx context.Context, req *agentkv.Request) (*agentkv.Decision, error) {
 	req.ID = "px" + strconv.FormatUint(p.reqSeq.Add(1), 10)
-	wake := make(chan struct{}, 1)
-	p.waitMu.Lock()
-	p.waiters[req.ID] = wake
-	p.waitMu.Unlock()
-	defer func() {
-		p.waitMu.Lock()
-		delete(p.waiters, req.ID)
-		p.waitMu.Unlock()
-	}()
-	for {
-		p.routeMu.RLock()
-		d, err := p.router.TryRoute(req)
-		p.routeMu.RUnlock()
-		if !errors.Is(err, agentkv.ErrHeld) {
-			return d, err
-		}
-		select {
-		case <-wake: // released: the retry obtains the decision
-		case <-ctx.Done():
-			p.withdraw(req.ID)
-			return nil, ctx.Err()
-		case <-p.closing:
-			p.withdraw(req.ID)
-			return nil, agentkv.ErrClosed
-		}
-	}
+	return p.router.Route(ctx, req)
 }
 
-func (p *proxy) withdraw(id string) {
-	p.routeMu.RLock()
-	p.router.Cancel(id)
-	p.routeMu.RUnlock()
-}
-
-// onRelease is Config.OnRelease: it wakes the held request's route. The
-// router calls it from Tick (routeMu held exclusively) or from TryRoute,
-// Done and Cancel (held shared), so it must not take routeMu.
-func (p *proxy) onRelease(id string) {
-	p.waitMu.Lock()
-	wake := p.waiters[id]
-	p.waitMu.Unlock()
-	if wake != nil {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (p *proxy) done(d *agentkv.Decision, u agentkv.Usage) {
-	p.routeMu.RLock()
-	d.Done(u)
-	p.routeMu.RUnlock()
-}
+func (p *proxy) done(d *agentkv.Decision, u agentkv.Usage) { d.Done(u) }
 
 // tokens returns the prompt's token ids from the first worker whose
 // /tokenize answers (the last one that did is tried first), or the

@@ -878,7 +878,7 @@ func TestProxyServeShutdown(t *testing.T) {
 	bb, _ := io.ReadAll(b.Body)
 	b.Body.Close()
 	require.Equal(t, http.StatusServiceUnavailable, b.StatusCode, string(bb))
-	require.Contains(t, string(bb), "router closed")
+	require.Contains(t, string(bb), "held request dropped")
 
 	close(f.gateRest)
 	ab, err := io.ReadAll(a.Body)

@@ -281,7 +281,10 @@ type glue struct {
 
 func (g *glue) now() time.Time { return g.base.Add(g.cur) }
 
-func (g *glue) onRelease(id string) {
+func (g *glue) onRelease(id string, dropped error) {
+	if dropped != nil {
+		return // the session ended while its turn was held
+	}
 	n, err := strconv.ParseUint(id, 10, 64)
 	if err != nil {
 		g.err = fmt.Errorf("simrun: released unknown request id %q", id)
