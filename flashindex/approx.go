@@ -117,7 +117,7 @@ func (ix *Index) Record(w Worker, seq []uint64, ttl time.Duration) {
 		e := &approxEntry{ws: ws, seq: r.seq, expiry: exp, order: r.order}
 		ws.approx[r.seq] = e
 		heap.Push(&ix.approx, e)
-		ws.counts.n[planeApprox].Add(1)
+		ws.counts.add(planeApprox, 1)
 	}
 	for len(ix.approx) > ix.approxMax {
 		ix.dropApprox(heap.Pop(&ix.approx).(*approxEntry))
@@ -147,7 +147,7 @@ func (ix *Index) expireLocked(now time.Time) {
 func (ix *Index) dropApprox(e *approxEntry) {
 	ws := e.ws
 	delete(ws.approx, e.seq)
-	ws.counts.n[planeApprox].Add(-1)
+	ws.counts.add(planeApprox, -1)
 	if n, off, ok := ix.locate(e.seq, nil, 0); ok {
 		ix.updateRange(n, off, off+1, setOp{slot: ws.slot, clear: 1 << planeApprox})
 	}

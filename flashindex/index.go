@@ -114,22 +114,41 @@ type slotTable struct {
 func (t *slotTable) words() int { return len(t.mask) }
 
 // count returns the residency counters of slot s.
-func (t *slotTable) count(s int) *slotCounts { return &t.counts[s>>6][s&63] }
+func (t *slotTable) count(s int) *slotCounts { return &t.counts[s>>6].c[s&63] }
 
-// countChunk holds the counters of 64 consecutive slots in one array, so a
-// query reporting every worker reads them sequentially.
-type countChunk [64]slotCounts
+// total returns slot s's residencies over all planes (Match.Resident).
+func (t *slotTable) total(s int) int { return int(t.counts[s>>6].total[s&63].Load()) }
 
-// slotCounts holds a worker's residencies per plane, written by the writer
-// and read by queries (Match.Resident).
-type slotCounts struct{ n [numPlanes]atomic.Int64 }
+// countChunk holds the counters of 64 consecutive slots, with their totals
+// in one dense array: a query reporting every worker reads 8 bytes per
+// worker, sequentially.
+type countChunk struct {
+	c     [64]slotCounts
+	total [64]atomic.Int64
+}
 
-func (c *slotCounts) total() int {
-	var s int64
-	for p := range c.n {
-		s += c.n[p].Load()
+func newCountChunk() *countChunk {
+	k := new(countChunk)
+	for i := range k.c {
+		k.c[i].all = &k.total[i]
 	}
-	return int(s)
+	return k
+}
+
+// slotCounts holds a worker's residencies per plane and in total, written
+// by the writer (add, set) and read by queries (Match.Resident).
+type slotCounts struct {
+	n   [numPlanes]atomic.Int64
+	all *atomic.Int64 // the sum of n, in the chunk's dense total array
+}
+
+func (c *slotCounts) add(p int, d int64) {
+	c.n[p].Add(d)
+	c.all.Add(d)
+}
+
+func (c *slotCounts) set(p int, v int64) {
+	c.all.Add(v - c.n[p].Swap(v))
 }
 
 func (c *slotCounts) events() int {
@@ -249,7 +268,7 @@ func (ix *Index) worker(w Worker) *workerState {
 		t.workers = append(t.workers, w)
 		if slot>>6 >= len(t.mask) {
 			t.mask = append(t.mask, 0)
-			t.counts = append(t.counts, new(countChunk))
+			t.counts = append(t.counts, newCountChunk())
 		}
 	} else {
 		t.workers[slot] = w
@@ -565,7 +584,7 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 		op.clear = 1 << planeApprox
 	}
 	ix.materialize(refs, parentNode, parentOff, op)
-	ws.counts.n[plane].Add(int64(added))
+	ws.counts.add(plane, int64(added))
 	for i := range refs {
 		r := &refs[i]
 		if r.mapped {
@@ -584,7 +603,7 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 			if e := ws.approx[r.seq]; e != nil {
 				ix.approx.remove(e)
 				delete(ws.approx, r.seq)
-				ws.counts.n[planeApprox].Add(-1)
+				ws.counts.add(planeApprox, -1)
 			}
 		}
 	}
@@ -758,7 +777,7 @@ func (ix *Index) applyRemoved(ws *workerState, ev *Event) error {
 	if full && m.Len() == 0 && len(ws.alias[plane]) == 0 {
 		ws.full[plane] = false // nothing held: back to identity mode
 	}
-	ws.counts.n[plane].Add(-int64(len(refs)))
+	ws.counts.add(plane, -int64(len(refs)))
 	op := setOp{slot: ws.slot, clear: 1 << plane}
 	for i := 0; i < len(refs); {
 		lo, hi := refs[i].off, refs[i].off
@@ -795,13 +814,13 @@ func (ix *Index) clearWorker(ws *workerState) {
 		ws.engine[p] = u64map{}
 		ws.full[p] = false
 		ws.alias[p] = nil
-		ws.counts.n[p].Store(0)
+		ws.counts.set(p, 0)
 	}
 	for _, e := range ws.approx {
 		ix.approx.remove(e)
 	}
 	ws.approx = nil
-	ws.counts.n[planeApprox].Store(0)
+	ws.counts.set(planeApprox, 0)
 	op := setOp{slot: ws.slot, clear: 1<<numPlanes - 1}
 	for n := range ix.nodeSet {
 		ix.updateRange(n, 0, len(n.data.Load().hashes), op)

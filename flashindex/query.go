@@ -2,14 +2,16 @@ package flashindex
 
 import (
 	"math/bits"
+	"slices"
 	"sync"
 )
 
 // queryScratch is per-query working memory, pooled.
 type queryScratch struct {
-	live    []uint64 // 3 planes of W words: device, host, disk walkers
+	live    []uint64 // 4 planes of W words: device, host, disk walkers; slots that matched
 	devEnd  []int32  // per slot: where the device prefix ended
 	hostEnd []int32  // per slot: where the host run ended
+	end     []int32  // per slot: where the disk run ended
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(queryScratch) }}
@@ -56,22 +58,22 @@ func (ix *Index) find(seq []uint64, dst []Match, early bool) []Match {
 	}
 	sc := scratchPool.Get().(*queryScratch)
 	defer scratchPool.Put(sc)
-	if cap(sc.live) < 3*W {
-		sc.live = make([]uint64, 3*W)
+	if cap(sc.live) < 4*W {
+		sc.live = make([]uint64, 4*W)
 	}
-	live := sc.live[:3*W]
+	live := sc.live[:4*W]
 	clear(live)
-	dev, host, disk := live[:W], live[W:2*W], live[2*W:]
+	dev, host, disk, matched := live[:W], live[W:2*W], live[2*W:3*W], live[3*W:]
 	if ns := len(st.workers); cap(sc.devEnd) < ns {
 		sc.devEnd = make([]int32, ns)
 		sc.hostEnd = make([]int32, ns)
+		sc.end = make([]int32, ns)
 	}
-	devEnd, hostEnd := sc.devEnd[:len(st.workers)], sc.hostEnd[:len(st.workers)]
+	devEnd, hostEnd, end := sc.devEnd[:len(st.workers)], sc.hostEnd[:len(st.workers)], sc.end[:len(st.workers)]
 
-	emit := func(s, p int) {
-		d, h := int(devEnd[s]), int(hostEnd[s])
-		dst = append(dst, Match{Worker: st.workers[s], Device: d, Host: h - d, Disk: p - h, Resident: st.count(s).total()})
-	}
+	// The walk records where each slot's tiers end; the matches are
+	// written at the end in slot order, reading the workers and counters
+	// sequentially.
 	started := false
 	pos := 0
 walk:
@@ -86,8 +88,8 @@ walk:
 		}
 		const off = 0 // see headMap: a query enters nodes at their start
 		m := matchLen(seq[pos:], d.hashes[off:])
-		end := off + m
-		for ri, o := d.runAt(off), off; o < end; ri++ {
+		stop := off + m
+		for ri, o := 0, off; o < stop; ri++ {
 			r := &d.runs[ri]
 			p := pos + o - off
 			if !started {
@@ -101,7 +103,8 @@ walk:
 					dev[i] = dw & mk
 					host[i] = hw &^ dw & mk
 					disk[i] = kw &^ (dw | hw) & mk
-					any |= dev[i] | host[i] | disk[i]
+					matched[i] = dev[i] | host[i] | disk[i]
+					any |= matched[i]
 					for x := host[i] | disk[i]; x != 0; x &= x - 1 {
 						s := i<<6 | bits.TrailingZeros64(x)
 						devEnd[s], hostEnd[s] = 0, 0
@@ -132,7 +135,7 @@ walk:
 						hostEnd[i<<6|bits.TrailingZeros64(x)] = int32(p)
 					}
 					for x := dk; x != 0; x &= x - 1 {
-						emit(i<<6|bits.TrailingZeros64(x), p)
+						end[i<<6|bits.TrailingZeros64(x)] = int32(p)
 					}
 				}
 				if any == 0 {
@@ -140,7 +143,7 @@ walk:
 					break walk
 				}
 			}
-			o = min(int(r.end), end)
+			o = min(int(r.end), stop)
 			if early {
 				left := 0
 				for i := 0; i < W; i++ {
@@ -154,20 +157,30 @@ walk:
 		}
 		pos += m
 	}
-	// Flush the walkers still live at pos.
+	// Close the walkers still live at pos, then write the matches.
+	n := 0
 	for i := 0; i < W; i++ {
 		for x := dev[i]; x != 0; x &= x - 1 {
 			s := i<<6 | bits.TrailingZeros64(x)
-			devEnd[s], hostEnd[s] = int32(pos), int32(pos)
-			emit(s, pos)
+			devEnd[s], hostEnd[s], end[s] = int32(pos), int32(pos), int32(pos)
 		}
 		for x := host[i]; x != 0; x &= x - 1 {
 			s := i<<6 | bits.TrailingZeros64(x)
-			hostEnd[s] = int32(pos)
-			emit(s, pos)
+			hostEnd[s], end[s] = int32(pos), int32(pos)
 		}
 		for x := disk[i]; x != 0; x &= x - 1 {
-			emit(i<<6|bits.TrailingZeros64(x), pos)
+			end[i<<6|bits.TrailingZeros64(x)] = int32(pos)
+		}
+		n += bits.OnesCount64(matched[i])
+	}
+	dst = slices.Grow(dst, n)[:n]
+	k := 0
+	for i := 0; i < W; i++ {
+		for x := matched[i]; x != 0; x &= x - 1 {
+			s := i<<6 | bits.TrailingZeros64(x)
+			d, h := int(devEnd[s]), int(hostEnd[s])
+			dst[k] = Match{Worker: st.workers[s], Device: d, Host: h - d, Disk: int(end[s]) - h, Resident: st.total(s)}
+			k++
 		}
 	}
 	return dst

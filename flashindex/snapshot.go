@@ -468,7 +468,7 @@ func restoreBody(d *decoder, cfg Config) (*Index, error) {
 					return nil, fmt.Errorf("%w: worker %v %v: alias of unmapped block %#x", ErrSnapshotFormat, ws.w, Tier(p), s)
 				}
 			}
-			ws.counts.n[p].Store(int64(bitCount[wn][p]))
+			ws.counts.set(p, int64(bitCount[wn][p]))
 			// Back to identity mode where every mapping is one.
 			identity := len(ws.alias[p]) == 0
 			ws.engine[p].each(func(k, v uint64) { identity = identity && k == v })
@@ -508,7 +508,7 @@ func restoreBody(d *decoder, cfg Config) (*Index, error) {
 		}
 		ws.approx[seq] = e
 		ix.approx.Push(e) // sorted input is a valid heap
-		ws.counts.n[planeApprox].Add(1)
+		ws.counts.add(planeApprox, 1)
 	}
 	if d.err != nil {
 		return nil, d.err

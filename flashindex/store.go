@@ -236,7 +236,7 @@ const shardBits = 6
 // one table rehashes 1/64 of the blocks at a time.
 type blockMap struct {
 	shards [1 << shardBits]u64map
-	n      int // entries
+	n      int    // entries
 	sink   uint64 // keeps touch's loads alive
 }
 
