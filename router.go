@@ -128,6 +128,10 @@ type Config struct {
 	SharedPool *sharedpool.Pool
 	// Trace, if set, receives a request_end record per finished request.
 	Trace TraceSink
+	// HashCacheTokens bounds the per-session prompt cache that lets an agent
+	// turn hash only the blocks it appended (the prefix is verified token
+	// for token first). 0 means 16M tokens (64 MiB); negative disables it.
+	HashCacheTokens int
 	// Logger receives warnings (rejected events, gaps); nil discards.
 	Logger *slog.Logger
 	// Metrics, if set, receives the router's metrics.
@@ -240,6 +244,7 @@ type Router struct {
 	metrics *Metrics
 
 	hashers sync.Map // LoRA name → *flashindex.Hasher
+	hashes  *hashCache
 
 	mu sync.Mutex // guards everything below
 	// workers in insertion order; byKey and byAdm index them.
@@ -313,6 +318,12 @@ func New(cfg Config) (*Router, error) {
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case cfg.HashCacheTokens == 0:
+		r.hashes = newHashCache(16 << 20)
+	case cfg.HashCacheTokens > 0:
+		r.hashes = newHashCache(cfg.HashCacheTokens)
 	}
 	var err error
 	r.index, err = flashindex.New(flashindex.Config{
@@ -549,7 +560,6 @@ func (r *Router) unlinkHeld(program, id string) {
 // scratch holds per-call buffers.
 type scratch struct {
 	seq     []uint64
-	local   []uint64
 	matches []flashindex.Match
 	logits  []float64
 	cands   []candidate
@@ -580,7 +590,7 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 		if err != nil {
 			return nil, nil, err
 		}
-		sc.local, sc.seq = h.AppendHashes(sc.local[:0], sc.seq[:0], req.Tokens, 0, false)
+		sc.seq = r.hashes.hash(h, req.Agent.SessionID, req.LoRA, req.Tokens, sc.seq)
 		seq = sc.seq
 		if promptTokens == 0 {
 			promptTokens = len(req.Tokens)
@@ -930,6 +940,7 @@ func (r *Router) EndSession(id string) {
 func (r *Router) onSessionRemoved(rm session.Removal) {
 	r.hintsOnFinish(rm.ID, "")
 	r.tree.RemoveSession(rm.ID)
+	r.hashes.forget(rm.ID)
 	r.mu.Lock()
 	delete(r.acting, rm.ID)
 	var rel []release
