@@ -72,8 +72,9 @@ func (c *hashCache) hash(h *flashindex.Hasher, session, lora string, tokens []ui
 	}
 	_, dst = h.AppendHashes(nil, dst, tokens[reuse*bs:], parent, reuse > 0)
 
-	e.tokens = append(e.tokens[:0], tokens...)
-	e.seq = append(e.seq[:0], dst...)
+	// The verified prefix is already in place: copy only the rest.
+	e.tokens = append(e.tokens[:reuse*bs], tokens[reuse*bs:]...)
+	e.seq = append(e.seq[:reuse], dst[reuse:]...)
 	c.mu.Lock()
 	if old := c.sessions[key]; old != nil { // a concurrent request of the session
 		c.tokens -= cap(old.Value.(*hashEntry).tokens)
