@@ -108,27 +108,39 @@
 // contiguously (a chain segment, usually what one Stored event added), with
 // its residency as runs of blocks sharing one residency set. A set is a
 // bitset over worker slots with four planes (device, host, disk,
-// approximate). A block map (sequence hash -> node, offset), sharded 64
-// ways, finds a block's node; blocks never move once indexed, so the block
-// map is written only when blocks are created or dropped. A query looks up
-// the request's first block, compares the request against the node's hashes
-// with a vectorised memory compare, and advances a three-state walk (device,
-// host, disk) over whole runs at once, one bitset word per 64 workers: its
-// cost grows with the number of nodes and runs along the request, not with
-// its length in blocks times workers. Blocks resident nowhere are dropped
-// when they end a node (vLLM evicts chain tails first); a node with no
-// resident block is freed.
+// approximate). The writer finds any block through a block map (sequence
+// hash -> node, offset); blocks never move once indexed, so it is written
+// only when blocks are created or dropped. Queries need only a head map
+// (first hash of a node -> node), one entry per node: a request's first
+// block is a chain root, which can only start a node, and where a request
+// leaves a node it continues with a child of a block it matched, which
+// cannot sit inside another node. A query looks up a node head, compares
+// the request against the node's hashes with a vectorised memory compare,
+// and advances a three-state walk (device, host, disk) over whole runs at
+// once, one bitset word per 64 workers: its cost grows with the number of
+// nodes and runs along the request, not with its length in blocks times
+// workers. Blocks resident nowhere are dropped when they end a node (vLLM
+// evicts chain tails first); a node with no resident block is freed.
+//
+// Engine-hash maps cost a hash-map probe per stored and removed block.
+// While a worker's engine hashes on a tier equal the index's own hashes
+// (an engine that hashes as Dynamo does), its map for that tier is not
+// kept: the residency bits are the map. The first engine hash that differs
+// builds the map from the bits, and the tier uses it from then on (until
+// it is emptied or the worker is cleared).
 //
 // # Concurrency
 //
-// An Index is safe for concurrent use. Queries take no index-wide lock:
-// node contents are immutable snapshots swapped by atomic pointer
-// (copy-on-write), the node table is read with atomic loads, and each node
-// entered costs one read lock on one block-map shard. Writers (Apply,
-// Record, Expire, RemoveWorker, Snapshot, Stats) serialise on one writer
-// mutex. A query concurrent with a write sees each node before or after
-// the write, so it may see part of an event; a query that starts after a
-// write returned sees all of it.
+// An Index is safe for concurrent use. Queries take no lock and write
+// nothing shared, so read throughput scales with cores: node contents are
+// immutable snapshots swapped by atomic pointer (copy-on-write), the node
+// table is read with atomic loads, and the head map is read under a
+// sequence lock (a reader retries if the writer changed the table
+// meanwhile; the writer changes it only when a node is created or freed).
+// Writers (Apply, Record, Expire, RemoveWorker, Snapshot, Stats) serialise
+// on one writer mutex. A query concurrent with a write sees each node
+// before or after the write, so it may see part of an event; a query that
+// starts after a write returned sees all of it.
 //
 // # Ownership
 //

@@ -163,8 +163,10 @@ func FuzzApply(f *testing.F) {
 	})
 }
 
-// FuzzFindMatches queries an index built from a seeded random stream with
-// fuzzed sequences that mix indexed hashes, repeats and unknown values.
+// FuzzFindMatches queries an index built from a seeded random stream: a
+// prefix of one of its chains (exact answer required), and a fuzzed list
+// mixing indexed hashes from anywhere, repeats and unknown values, which is
+// no chain (the answer must be the exact answer for some prefix of it).
 func FuzzFindMatches(f *testing.F) {
 	f.Add(uint64(1), []byte{0, 1, 2, 3, 4})
 	f.Add(uint64(7), []byte{9, 9, 9, 200, 1, 2})
@@ -205,16 +207,30 @@ func FuzzFindMatches(f *testing.F) {
 				seq = append(seq, uint64(p))
 			}
 		}
-		got := ix.FindMatches(seq, nil)
+		// A request's sequence hashes from position 0 form a chain: exact.
+		view := ref.view()
+		chain := base[:min(len(pick), len(base))]
+		got := ix.FindMatches(chain, nil)
 		sortMatches(got)
-		want := ref.view().find(seq)
+		want := view.find(chain)
 		if !matchesEqual(got, want) {
-			t.Fatalf("FindMatches(%s) = %v, want %v", hashesString(seq), got, want)
+			t.Fatalf("FindMatches(%s) = %v, want %v", hashesString(chain), got, want)
 		}
-		early := ix.FindMatchesEarlyExit(seq, nil)
+		early := ix.FindMatchesEarlyExit(chain, nil)
 		sortMatches(early)
 		if msg := checkEarly(early, want); msg != "" {
 			t.Fatalf("early exit: %s: %v vs %v", msg, early, want)
+		}
+		// Any other list of hashes: the answer for some prefix of it (the
+		// index never reports a block a worker does not hold).
+		got = ix.FindMatches(seq, got)
+		sortMatches(got)
+		ok := false
+		for p := len(seq); p >= 0 && !ok; p-- {
+			ok = matchesEqual(got, view.find(seq[:p]))
+		}
+		if !ok {
+			t.Fatalf("FindMatches(%s) = %v, the answer for no prefix; full answer %v", hashesString(seq), got, view.find(seq))
 		}
 	})
 }

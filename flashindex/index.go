@@ -69,9 +69,9 @@ func (m Match) Total() int { return m.Device + m.Host + m.Disk }
 // Index is the tiered KV block index. Build one with New or Restore.
 //
 // Thread-safety: all methods are safe for concurrent use. Queries
-// (FindMatches, FindMatchesEarlyExit) take no index-wide lock: they read
-// immutable node snapshots through atomic pointers and take only the read
-// lock of one block-map shard per node they enter. Writers (Apply, Record,
+// (FindMatches, FindMatchesEarlyExit) take no lock: they read immutable
+// node snapshots through atomic pointers and find nodes in a
+// sequence-locked head map. Writers (Apply, Record,
 // Expire, RemoveWorker, Snapshot, Stats) serialise on one writer mutex. A
 // query concurrent with a write sees every node either before or after that
 // write, so it may observe part of an event applied; a query that starts
@@ -83,7 +83,7 @@ type Index struct {
 	onGap     func(Gap)
 	now       func() time.Time
 
-	blocks *blockMap                 // shard-locked; see blockMap
+	blocks *blockMap                 // writer-only (under mu); see blockMap
 	nodes  arena                     // lock-free reads; writes under mu
 	slots  atomic.Pointer[slotTable] // copy-on-write; replaced under mu
 

@@ -17,14 +17,21 @@ type queryScratch struct {
 var scratchPool = sync.Pool{New: func() any { return new(queryScratch) }}
 
 // FindMatches returns, for every worker with any overlap with the request
-// seq (own sequence hashes from position 0), its device, host and disk
-// depths and resident count; see Match for the exact counting. Results are
-// appended to dst[:0] and the extended slice returned, so a caller that
-// passes the previous result back allocates nothing; the caller owns both.
-// Workers come in no particular order. seq is not retained or modified.
+// seq (own sequence hashes from position 0, as AppendSequenceHashes makes
+// them), its device, host and disk depths and resident count; see Match
+// for the exact counting. Results are appended to dst[:0] and the extended
+// slice returned, so a caller that passes the previous result back
+// allocates nothing; the caller owns both. Workers come in no particular
+// order. seq is not retained or modified.
 //
-// FindMatches takes no index-wide lock and may run concurrently with
-// writers and other queries.
+// seq must be a chain (each hash the sequence hash of the previous one and
+// a block): the walk enters index nodes only at their first block, which is
+// where a chain's blocks can be found. For a list of hashes that is not a
+// chain the answer is the exact answer for some prefix of the list: it
+// never reports a block a worker does not hold.
+//
+// FindMatches takes no lock and may run concurrently with writers and other
+// queries.
 func (ix *Index) FindMatches(seq []uint64, dst []Match) []Match {
 	return ix.find(seq, dst, false)
 }
