@@ -2,6 +2,8 @@ package agentkv
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/agentkv/agentkv/flashindex"
@@ -121,10 +123,7 @@ func (r *Router) hintsOnRoute(d *Decision, seq []uint64, matches []flashindex.Ma
 		in.Event = kvhint.EventResume
 	}
 	in.Session = r.sessionView(d.agent.SessionID, d.agent.ParentSessionID, d.Worker)
-	for _, m := range matches {
-		in.Cached = append(in.Cached, kvhint.Residency{Worker: kvhint.WorkerID{ID: m.Worker.ID, DPRank: m.Worker.DPRank},
-			Device: m.Device, Host: m.Host, Disk: m.Disk})
-	}
+	in.Cached = r.residencies(in.Cached, matches)
 	d.Hints = r.evaluateHints(&in)
 }
 
@@ -143,6 +142,8 @@ func (r *Router) hintsOnTick(now time.Time) {
 		items = append(items, item{id, a})
 	}
 	r.mu.Unlock()
+	// Sessions in a fixed order, so the hints sent are reproducible.
+	slices.SortFunc(items, func(a, b item) int { return strings.Compare(a.id, b.id) })
 	for _, it := range items {
 		info, ok := r.table.Get(it.id)
 		if !ok {
@@ -153,12 +154,7 @@ func (r *Router) hintsOnTick(now time.Time) {
 		in.Session.Phase = kvhint.PhaseActing
 		in.Session.Acting = now.Sub(it.a.since)
 		in.Prefix = append(append([]uint64(nil), in.Session.Shared...), in.Session.Unique...)
-		if m := r.index.FindMatches(in.Prefix, nil); len(m) > 0 {
-			for _, x := range m {
-				in.Cached = append(in.Cached, kvhint.Residency{Worker: kvhint.WorkerID{ID: x.Worker.ID, DPRank: x.Worker.DPRank},
-					Device: x.Device, Host: x.Host, Disk: x.Disk})
-			}
-		}
+		in.Cached = r.residencies(in.Cached, r.index.FindMatches(in.Prefix, nil))
 		r.evaluateHints(&in)
 	}
 }
@@ -176,7 +172,27 @@ func (r *Router) hintsOnFinish(id, parent string) {
 	in.Session = r.sessionView(id, parent, a.worker)
 	in.Session.Finished = true
 	in.Prefix = append(append([]uint64(nil), in.Session.Shared...), in.Session.Unique...)
+	in.Cached = r.residencies(nil, r.index.FindMatches(in.Prefix, nil))
 	r.evaluateHints(&in)
+}
+
+// residencies converts index matches to kvhint residencies, with each
+// worker's control endpoint.
+func (r *Router) residencies(dst []kvhint.Residency, matches []flashindex.Match) []kvhint.Residency {
+	if len(matches) == 0 {
+		return dst
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range matches {
+		res := kvhint.Residency{Worker: kvhint.WorkerID{ID: m.Worker.ID, DPRank: m.Worker.DPRank},
+			Device: m.Device, Host: m.Host, Disk: m.Disk}
+		if i, ok := r.byKey[m.Worker]; ok {
+			res.Endpoint = r.workers[i].info.Endpoint
+		}
+		dst = append(dst, res)
+	}
+	return dst
 }
 
 // sharedCredit queries the shared pool for the request's pages and returns

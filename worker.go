@@ -19,6 +19,10 @@ type WorkerInfo struct {
 	BlockSize int
 	// KVCapacityTokens is the KV cache capacity of one DP rank, in tokens.
 	KVCapacityTokens int
+	// Endpoint is the worker's control endpoint for peer KV transfers, as
+	// Share hints name their sources; "" when the worker cannot serve as a
+	// source.
+	Endpoint string
 }
 
 func (wi WorkerInfo) ranks() int {

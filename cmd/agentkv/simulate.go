@@ -73,7 +73,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 	fs.IntVar(&f.blockSize, "block-size", 16, "KV block size in tokens")
 	fs.IntVar(&f.deviceBlocks, "device-blocks", 27500, "device KV pool per worker, in blocks")
 	fs.IntVar(&f.hostBlocks, "host-blocks", 0, "host (CPU) KV tier per worker, in blocks; 0 = none")
-	fs.StringVar(&f.policies, "policies", "round-robin,kv,kv+admission", "policies to compare: round-robin, random, kv, kv+affinity, kv+admission")
+	fs.StringVar(&f.policies, "policies", "round-robin,kv,kv+admission", "policies to compare, a comma list of: "+policyNames())
 	fs.StringVar(&f.levels, "concurrency", "16,32,64,128", "concurrent agent programs, a comma list (0 = no bound)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic workload and the router's tie-breaking")
 	fs.StringVar(&f.jsonOut, "json", filepath.Join("out", "simulate.json"), "write results as JSON here (empty: don't)")
@@ -168,6 +168,14 @@ func runSimulate(env *cmdEnv, args []string) error {
 		fmt.Fprintf(env.stdout, "plot:    %s\n", f.plotOut)
 	}
 	return nil
+}
+
+func policyNames() string {
+	names := make([]string, len(simrun.Policies))
+	for i, p := range simrun.Policies {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ", ")
 }
 
 func splitList(s string) []string {

@@ -84,10 +84,9 @@ type HintPolicies struct {
 	Pin kvhint.Policy
 	// Share names the two best peers when the chosen worker lacks at
 	// least 16 blocks (256 tokens) of the prefix that another worker
-	// holds on device or host. The router leaves Residency.Endpoint
-	// empty, so the policy is wrapped (SimEndpoints) to give every
-	// simulated worker an endpoint; the engine copies the blocks over the
-	// simulated fabric (engine/sim: Share).
+	// holds on device or host. Every simulated worker advertises an
+	// endpoint ("sim://<id>", WorkerInfo.Endpoint); the engine copies the
+	// blocks over the simulated fabric (engine/sim: Share).
 	Share kvhint.Policy
 	// Release releases the blocks only a finished session referenced.
 	Release kvhint.Policy
@@ -108,33 +107,12 @@ func mustHintPolicies() HintPolicies {
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		panic(err) // constant configurations: a programming error
 	}
-	return HintPolicies{Tail: tail, Pin: pin, Share: SimEndpoints(share), Release: release}
+	return HintPolicies{Tail: tail, Pin: pin, Share: share, Release: release}
 }
 
 // BuiltinHintPolicies returns the kvhint policies the built-in "kv+hint*"
 // policies use.
 func BuiltinHintPolicies() HintPolicies { return hintPolicies }
-
-// SimEndpoints wraps p so that it sees a control endpoint ("sim://<id>")
-// for every worker in Input.Cached: simulated workers can all serve as
-// Share sources, but the router does not fill Residency.Endpoint. The
-// wrapper copies the Input; it is safe for concurrent use if p is.
-func SimEndpoints(p kvhint.Policy) kvhint.Policy {
-	return kvhint.PolicyFunc(func(dst []kvhint.Hint, in *kvhint.Input) []kvhint.Hint {
-		if len(in.Cached) == 0 {
-			return p.Evaluate(dst, in)
-		}
-		c := *in
-		c.Cached = make([]kvhint.Residency, len(in.Cached))
-		copy(c.Cached, in.Cached)
-		for i := range c.Cached {
-			if c.Cached[i].Endpoint == "" {
-				c.Cached[i].Endpoint = "sim://" + strconv.FormatUint(c.Cached[i].Worker.ID, 10)
-			}
-		}
-		return p.Evaluate(dst, &c)
-	})
-}
 
 // PolicyByName returns a built-in policy.
 func PolicyByName(name string) (Policy, error) {
@@ -225,7 +203,8 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 			return nil, err
 		}
 		engines[i] = e
-		info := agentkv.WorkerInfo{ID: key.ID, BlockSize: cl.BlockSize, KVCapacityTokens: e.Config().DeviceBlocks * cl.BlockSize}
+		info := agentkv.WorkerInfo{ID: key.ID, BlockSize: cl.BlockSize, KVCapacityTokens: e.Config().DeviceBlocks * cl.BlockSize,
+			Endpoint: "sim://" + strconv.FormatUint(key.ID, 10)}
 		if err := r.AddWorker(&worker{info: info, e: e}); err != nil {
 			return nil, err
 		}

@@ -143,14 +143,14 @@ func TestMooncakeAmpleCacheReachesCeiling(t *testing.T) {
 // TestKVBeatsRoundRobinOnRealTraces replays the start of both Mooncake
 // traces and tiled Claude Code sessions through the real router.
 func TestKVBeatsRoundRobinOnRealTraces(t *testing.T) {
-	n := 500
-	if raceEnabled {
-		n = 150
-	}
 	dir := dataDir(t)
-	cases := map[string]trace.Workload{
-		"mooncake-conversation": readMooncakePrefix(t, "mooncake_conversation_trace.jsonl", n),
-		"mooncake-synthetic":    readMooncakePrefix(t, "mooncake_synthetic_trace.jsonl", n),
+	cases := map[string]trace.Workload{}
+	// The replays are single-goroutine; under the race detector (8-10x
+	// slower) a prefix short enough to run shows no cache reuse to win, so
+	// the Mooncake cases run only without it.
+	if !raceEnabled {
+		cases["mooncake-conversation"] = readMooncakePrefix(t, "mooncake_conversation_trace.jsonl", 500)
+		cases["mooncake-synthetic"] = readMooncakePrefix(t, "mooncake_synthetic_trace.jsonl", 500)
 	}
 	files, err := filepath.Glob(filepath.Join(dir, "claude_code_traces", "trace_*.json"))
 	require.NoError(t, err)
