@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentkv/agentkv/internal/cputime"
 	"github.com/agentkv/agentkv/trace"
 )
 
@@ -195,10 +196,10 @@ func BenchmarkMooncakeConversationKV(b *testing.B) {
 	var last *Result
 	var cpu time.Duration
 	for b.Loop() {
-		c0 := cpuTime()
+		c0 := cputime.Process()
 		r, err := Run(&w, opt)
 		require.NoError(b, err)
-		cpu += cpuTime() - c0
+		cpu += cputime.Process() - c0
 		last = r
 	}
 	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package cputime
+
+import "time"
+
+func process() time.Duration { return 0 }
+
+func thread() time.Duration { return -1 }
