@@ -80,13 +80,14 @@ func (h *headerFlags) Set(v string) error {
 }
 
 type replayFlags struct {
-	endpoint, workload, format, model, api, harness, traceOut, prefix string
-	sessions, tile, concurrency, maxRequests                          int
-	seed, promptSeed                                                  uint64
-	speed                                                             float64
-	timeout                                                           time.Duration
-	ignoreEOS, progress                                               bool
-	headers                                                           headerFlags
+	workloadFlags
+	endpoint, model, api, harness, traceOut, prefix string
+	concurrency, maxRequests                        int
+	promptSeed                                      uint64
+	speed                                           float64
+	timeout                                         time.Duration
+	ignoreEOS, progress                             bool
+	headers                                         headerFlags
 }
 
 func runReplay(env *cmdEnv, args []string) error {
@@ -119,7 +120,7 @@ func runReplay(env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	w, err := loadReplayWorkload(&f)
+	w, err := f.workloadFlags.load("replay")
 	if err != nil {
 		return err
 	}
@@ -251,34 +252,6 @@ func replayConfig(fs *flag.FlagSet, f *replayFlags) (loadgen.Config, error) {
 		return cfg, usagef("replay: %v", err)
 	}
 	return cfg, nil
-}
-
-func loadReplayWorkload(f *replayFlags) (trace.Workload, error) {
-	var w trace.Workload
-	if f.workload == "" {
-		sc := trace.DefaultSyntheticConfig()
-		sc.Sessions, sc.Seed = f.sessions, f.seed
-		w = trace.Synthetic(sc)
-	} else {
-		format, err := trace.ParseFormat(f.format)
-		if err != nil {
-			return w, usagef("replay: %v", err)
-		}
-		if w, err = trace.ReadFile(f.workload, trace.ReadOptions{Format: format}); err != nil {
-			return w, err
-		}
-	}
-	if f.tile > 1 {
-		tiled, err := trace.Tile(&w, trace.TileConfig{Copies: f.tile, Stagger: time.Second, Seed: f.seed})
-		if err != nil {
-			return w, err
-		}
-		w = tiled
-	}
-	if len(w.Sessions) == 0 {
-		return w, fmt.Errorf("%s holds no requests", w.Name)
-	}
-	return w, nil
 }
 
 // openTraceOut creates path and a Writer compressing by its extension.

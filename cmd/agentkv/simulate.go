@@ -45,17 +45,13 @@ request traces, Mooncake JSONL, Claude Code session files).`,
 }
 
 type simulateFlags struct {
-	workload     string
-	format       string
-	tile         int
-	sessions     int
+	workloadFlags
 	workers      int
 	blockSize    int
 	deviceBlocks int
 	hostBlocks   int
 	policies     string
 	levels       string
-	seed         uint64
 	jsonOut      string
 	plotOut      string
 	parallel     int
@@ -117,7 +113,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 		return usagef("simulate: --host-blocks must be ≥ 0, got %d", f.hostBlocks)
 	}
 
-	w, err := loadSimWorkload(&f)
+	w, err := f.workloadFlags.load("simulate")
 	if err != nil {
 		return err
 	}
@@ -186,32 +182,6 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-func loadSimWorkload(f *simulateFlags) (trace.Workload, error) {
-	var w trace.Workload
-	if f.workload == "" {
-		cfg := trace.DefaultSyntheticConfig()
-		cfg.Sessions = f.sessions
-		cfg.Seed = f.seed
-		w = trace.Synthetic(cfg)
-	} else {
-		format, err := trace.ParseFormat(f.format)
-		if err != nil {
-			return w, usagef("simulate: %v", err)
-		}
-		if w, err = trace.ReadFile(f.workload, trace.ReadOptions{Format: format}); err != nil {
-			return w, err
-		}
-	}
-	if f.tile > 1 {
-		tiled, err := trace.Tile(&w, trace.TileConfig{Copies: f.tile, Stagger: time.Second, Seed: f.seed})
-		if err != nil {
-			return w, err
-		}
-		w = tiled
-	}
-	return w, nil
 }
 
 func isTerminal(w io.Writer) bool {
