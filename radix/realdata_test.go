@@ -2,6 +2,7 @@ package radix
 
 import (
 	"encoding/json"
+	"github.com/agentkv/agentkv/internal/shareddata"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,26 +10,6 @@ import (
 
 	"github.com/agentkv/agentkv/flashindex"
 )
-
-// sharedData finds ../shared/data above the package directory.
-func sharedData(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		p := filepath.Join(dir, "..", "shared", "data")
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			return p
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			t.Skip("shared/data not found (a fresh clone has no traces); skipping the real-trace test")
-		}
-		dir = up
-	}
-}
 
 type ccRequest struct {
 	Type     string      `json:"type"`
@@ -42,7 +23,7 @@ type ccRequest struct {
 // must agree, every lineage must equal the request's chain, and the
 // shared/unique split must match.
 func TestClaudeCodeTraces(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join(sharedData(t), "claude_code_traces", "trace_*.json"))
+	files, _ := filepath.Glob(filepath.Join(shareddata.Dir(t), "claude_code_traces", "trace_*.json"))
 	if len(files) == 0 {
 		t.Skip("no claude_code_traces in shared/data")
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentkv/agentkv/internal/shareddata"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -117,7 +118,7 @@ func TestMooncakeRealRoundTrip(t *testing.T) {
 	if raceEnabled {
 		t.Skip("single-goroutine 12k-request round trip; too slow under -race")
 	}
-	path := filepath.Join(dataDir(t), "mooncake_conversation_trace.jsonl")
+	path := filepath.Join(shareddata.Dir(t), "mooncake_conversation_trace.jsonl")
 	w, err := ReadFile(path, ReadOptions{})
 	require.NoError(t, err)
 	var buf bytes.Buffer

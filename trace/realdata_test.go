@@ -1,7 +1,7 @@
 package trace
 
 import (
-	"os"
+	"github.com/agentkv/agentkv/internal/shareddata"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -10,25 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// dataDir finds ../shared/data from the project root (walking up from the
-// package directory) or skips the test.
-func dataDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for range 6 {
-		p := filepath.Join(dir, "..", "shared", "data")
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			return p
-		}
-		dir = filepath.Dir(dir)
-	}
-	t.Skip("real traces not found: ../shared/data is absent (a fresh clone); skipping")
-	return ""
-}
-
 func claudeFiles(t testing.TB) []string {
-	files, err := filepath.Glob(filepath.Join(dataDir(t), "claude_code_traces", "trace_*.json"))
+	files, err := filepath.Glob(filepath.Join(shareddata.Dir(t), "claude_code_traces", "trace_*.json"))
 	require.NoError(t, err)
 	if len(files) == 0 {
 		t.Skip("no Claude Code traces in ../shared/data/claude_code_traces")
@@ -38,7 +21,7 @@ func claudeFiles(t testing.TB) []string {
 }
 
 func TestRealMooncakeTraces(t *testing.T) {
-	dir := dataDir(t)
+	dir := shareddata.Dir(t)
 	for _, tc := range []struct {
 		file          string
 		requests      int
@@ -92,7 +75,7 @@ func TestRealClaudeCodeTraces(t *testing.T) {
 }
 
 func TestRealClaudeSubagents(t *testing.T) {
-	dir := dataDir(t)
+	dir := shareddata.Dir(t)
 	w, err := ReadFile(filepath.Join(dir, "claude_code_traces", "trace_0277.json"), ReadOptions{})
 	require.NoError(t, err)
 	require.Len(t, w.Sessions, 5)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/agentkv/agentkv/internal/shareddata"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -410,7 +411,7 @@ func TestPlanAndRecordSpans(t *testing.T) {
 }
 
 func BenchmarkReadMooncakeConversation(b *testing.B) {
-	path := filepath.Join(dataDir(b), "mooncake_conversation_trace.jsonl")
+	path := filepath.Join(shareddata.Dir(b), "mooncake_conversation_trace.jsonl")
 	b.ReportAllocs()
 	cpu0 := processCPU()
 	for i := 0; i < b.N; i++ {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/agentkv/agentkv/internal/shareddata"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,20 +21,6 @@ func writeTemp(t *testing.T, name, content string) string {
 	p := filepath.Join(t.TempDir(), name)
 	require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
 	return p
-}
-
-func sharedData(t *testing.T) string {
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for range 6 {
-		p := filepath.Join(dir, "..", "shared", "data")
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			return p
-		}
-		dir = filepath.Dir(dir)
-	}
-	t.Skip("real traces not found: ../shared/data is absent; skipping")
-	return ""
 }
 
 func TestTraceInspect(t *testing.T) {
@@ -55,7 +42,7 @@ func TestTraceInspect(t *testing.T) {
 }
 
 func TestTraceInspectRealMooncake(t *testing.T) {
-	path := filepath.Join(sharedData(t), "mooncake_conversation_trace.jsonl")
+	path := filepath.Join(shareddata.Dir(t), "mooncake_conversation_trace.jsonl")
 	code, out, stderr := runCLI(t, "", "trace", "inspect", path)
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "cache ceiling  36.6% of blocks")
@@ -65,7 +52,7 @@ func TestTraceInspectRealMooncake(t *testing.T) {
 }
 
 func TestTraceInspectClaudeAndTotal(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join(sharedData(t), "claude_code_traces", "trace_*.json"))
+	files, _ := filepath.Glob(filepath.Join(shareddata.Dir(t), "claude_code_traces", "trace_*.json"))
 	require.NotEmpty(t, files)
 	code, out, stderr := runCLI(t, "", append([]string{"trace", "inspect"}, files...)...)
 	require.Equal(t, 0, code, stderr)

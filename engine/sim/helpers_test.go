@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/agentkv/agentkv/internal/shareddata"
 	"math/bits"
 	"os"
 	"path/filepath"
@@ -189,30 +190,12 @@ func (n *naiveIndex) hashes(t flashindex.Tier) []uint64 {
 	return out
 }
 
-// dataDir finds shared/data by walking up from the package directory.
-func dataDir(t testing.TB) string {
-	t.Helper()
-	dir, _ := filepath.Abs(".")
-	for {
-		for _, c := range []string{filepath.Join(dir, "shared", "data"), filepath.Join(dir, "..", "shared", "data")} {
-			if st, err := os.Stat(c); err == nil && st.IsDir() {
-				return c
-			}
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			t.Skip("shared/data not found: the real traces are not available in this checkout")
-		}
-		dir = up
-	}
-}
-
 // readMooncake is a tiny local reader of the Mooncake JSONL format (the
 // trace package's readers are built elsewhere): one open-loop session per
 // line, 512-token blocks. limit ≤ 0 reads everything.
 func readMooncake(t testing.TB, name string, limit int) *trace.Workload {
 	t.Helper()
-	f, err := os.Open(filepath.Join(dataDir(t), name))
+	f, err := os.Open(filepath.Join(shareddata.Dir(t), name))
 	if err != nil {
 		t.Skipf("mooncake trace: %v", err)
 	}

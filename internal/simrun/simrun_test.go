@@ -2,7 +2,7 @@ package simrun
 
 import (
 	"encoding/json"
-	"os"
+	"github.com/agentkv/agentkv/internal/shareddata"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,24 +12,6 @@ import (
 	"github.com/agentkv/agentkv/internal/cputime"
 	"github.com/agentkv/agentkv/trace"
 )
-
-// dataDir finds ../shared/data above the package, or skips the test.
-func dataDir(t testing.TB) string {
-	t.Helper()
-	dir, err := filepath.Abs(".")
-	require.NoError(t, err)
-	for {
-		p := filepath.Join(dir, "..", "shared", "data")
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			return p
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("../shared/data (public traces) not found: skipping the real-data check")
-		}
-		dir = parent
-	}
-}
 
 func smallSynthetic(sessions int) trace.Workload {
 	cfg := trace.DefaultSyntheticConfig()
@@ -100,7 +82,7 @@ func TestSweepOrderAndProgress(t *testing.T) {
 }
 
 func readMooncakePrefix(t testing.TB, file string, n int) trace.Workload {
-	w, err := trace.ReadFile(filepath.Join(dataDir(t), file), trace.ReadOptions{})
+	w, err := trace.ReadFile(filepath.Join(shareddata.Dir(t), file), trace.ReadOptions{})
 	require.NoError(t, err)
 	// Keep the first n turns by arrival; Mooncake turns are sessions of
 	// their own unless the trace names sessions.
@@ -144,7 +126,7 @@ func TestMooncakeAmpleCacheReachesCeiling(t *testing.T) {
 // TestKVBeatsRoundRobinOnRealTraces replays the start of both Mooncake
 // traces and tiled Claude Code sessions through the real router.
 func TestKVBeatsRoundRobinOnRealTraces(t *testing.T) {
-	dir := dataDir(t)
+	dir := shareddata.Dir(t)
 	cases := map[string]trace.Workload{}
 	// The replays are single-goroutine; under the race detector (8-10x
 	// slower) a prefix short enough to run shows no cache reuse to win, so
@@ -190,7 +172,7 @@ func TestKVBeatsRoundRobinOnRealTraces(t *testing.T) {
 // trace (12,031 requests) on 8 simulated workers through the real router
 // with the KV-aware policy. cpu-s/op is process CPU time per replay.
 func BenchmarkMooncakeConversationKV(b *testing.B) {
-	w, err := trace.ReadFile(filepath.Join(dataDir(b), "mooncake_conversation_trace.jsonl"), trace.ReadOptions{})
+	w, err := trace.ReadFile(filepath.Join(shareddata.Dir(b), "mooncake_conversation_trace.jsonl"), trace.ReadOptions{})
 	require.NoError(b, err)
 	opt := Options{Cluster: Cluster{Workers: 8}, Policy: mustPolicy(b, "kv"), Seed: 1}
 	var last *Result
