@@ -271,6 +271,9 @@ type gen struct {
 	r        *rand.Rand
 	universe []PageHash
 	seq      uint64
+	// maxEvents bounds the events per batch (0: 5); maxRejected bounds the
+	// rejections per batch (0: at most one, one batch in 15).
+	maxEvents, maxRejected int
 }
 
 func (g *gen) key() string {
@@ -317,7 +320,11 @@ func (g *gen) op() op {
 		g.seq++
 	}
 	b := Batch{Seq: g.seq}
-	for range g.r.IntN(6) {
+	maxEvents := g.maxEvents
+	if maxEvents == 0 {
+		maxEvents = 5
+	}
+	for range g.r.IntN(maxEvents + 1) {
 		e := Event{Kind: Store, Key: g.key()}
 		switch x := g.r.IntN(100); {
 		case x < 40:
@@ -336,11 +343,20 @@ func (g *gen) op() op {
 		}
 		b.Events = append(b.Events, e)
 	}
-	if g.r.IntN(15) == 0 {
-		// Positions in the original list, ascending, as the decoder makes them.
-		total := len(b.Events) + 1
-		b.Rejected = append(b.Rejected, Rejection{Index: g.r.IntN(total), Key: g.key(), Err: ErrMalformedEvent})
+	if g.maxRejected == 0 {
+		if g.r.IntN(15) == 0 {
+			// Positions in the original list, ascending, as the decoder makes them.
+			total := len(b.Events) + 1
+			b.Rejected = append(b.Rejected, Rejection{Index: g.r.IntN(total), Key: g.key(), Err: ErrMalformedEvent})
+		}
+		return op{kind: opBatch, batch: b}
 	}
+	nrej := g.r.IntN(g.maxRejected + 1)
+	total := len(b.Events) + nrej
+	for _, pos := range g.r.Perm(total)[:nrej] {
+		b.Rejected = append(b.Rejected, Rejection{Index: pos, Key: g.key(), Err: ErrMalformedEvent})
+	}
+	slices.SortFunc(b.Rejected, func(a, b Rejection) int { return a.Index - b.Index })
 	return op{kind: opBatch, batch: b}
 }
 
@@ -457,6 +473,34 @@ func TestDifferential(t *testing.T) {
 		ops := make([]op, steps)
 		for i := range ops {
 			ops[i] = g.op()
+		}
+		if at, why := runDiff(ops, seed); at >= 0 {
+			reportDiff(t, ops, seed, at, why)
+		}
+	}
+}
+
+// TestDifferentialLargeBatches runs batches of up to 200 events with up
+// to 8 rejections at random positions, so that Apply's parse-ahead chunks
+// (applyChunk events) are crossed by rejections, clears, overflows and
+// table growth in the middle of a batch.
+func TestDifferentialLargeBatches(t *testing.T) {
+	seeds, steps := 60, 40
+	if testing.Short() {
+		seeds = 10
+	}
+	for seed := range uint64(seeds) {
+		g := &gen{r: rand.New(rand.NewPCG(seed, 91)), universe: diffUniverse(), maxEvents: 200, maxRejected: 8}
+		ops := make([]op, steps)
+		long := 0
+		for i := range ops {
+			ops[i] = g.op()
+			if len(ops[i].batch.Events) > 2*applyChunk {
+				long++
+			}
+		}
+		if long == 0 {
+			t.Fatalf("seed %d: no batch spans more than two chunks", seed)
 		}
 		if at, why := runDiff(ops, seed); at >= 0 {
 			reportDiff(t, ops, seed, at, why)

@@ -100,6 +100,9 @@ func FuzzIndex(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 0, 0, 0, 0, 1, 1, 0, 1, 0})
 	f.Add([]byte{0, 1, 5, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 2, 3, 1, 4, 5, 3, 2, 1, 7})
 	f.Add([]byte{1, 2, 0, 1, 3, 0, 0, 0, 2, 9, 3, 0, 0, 1, 1, 1, 1, 1})
+	// A long batch: five events repeated past two parse-ahead chunks, a
+	// rejection in the middle.
+	f.Add([]byte{3, 3, 5, 1, 2, 0, 1, 0, 1, 0, 2, 3, 1, 0, 0, 0, 1, 4, 0, 1, 0, 1, 1, 0, 0, 1, 2, 7, 0, 2, 0, 0, 0, 3, 1, 6, 1, 0, 0, 2, 1, 15, 10, 70})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ops := opsFromBytes(data)
 		if at, why := runDiff(ops, 5); at >= 0 {
@@ -160,8 +163,16 @@ func opsFromBytes(data []byte) []op {
 			e.Tenant = []string{"", "default", "other"}[next()%3]
 			b.Events = append(b.Events, e)
 		}
+		// Repeat the batch's events to make batches longer than Apply's
+		// parse-ahead chunks.
+		if reps := next() % 16; reps > 12 && len(b.Events) > 0 {
+			one := b.Events
+			for range (reps - 12) * applyChunk / len(one) {
+				b.Events = append(b.Events, one...)
+			}
+		}
 		if next()%10 == 0 {
-			b.Rejected = []Rejection{{Key: universe[0].String() + "_0_k"}}
+			b.Rejected = []Rejection{{Index: next() % (len(b.Events) + 1), Key: universe[0].String() + "_0_k"}}
 		}
 		ops = append(ops, op{kind: opBatch, batch: b})
 	}

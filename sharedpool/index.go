@@ -155,6 +155,9 @@ type Index struct {
 	hasSeq  bool
 	lastSeq uint64
 
+	pre   [2][applyChunk]parsedKey // Apply's parse-ahead buffers
+	touch uint64                   // sink for prepare's loads
+
 	stats Stats
 }
 
@@ -326,17 +329,81 @@ func (ix *Index) Apply(b *Batch) Report {
 	ix.hasSeq, ix.lastSeq = true, b.Seq
 	// Events and rejections interleave in publisher order: a rejection
 	// with Index i stood at position i of the original list.
+	//
+	// Events are parsed a chunk ahead of being applied, and the home slots
+	// of the next chunk are loaded before the current chunk is applied, so
+	// the cache misses of a table much larger than the caches overlap
+	// instead of being paid one after another (see prepare).
 	ri := 0
+	cur, next := &ix.pre[0], &ix.pre[1]
+	curStart, nextEnd := 0, ix.prepare(b.Events, 0, cur)
+	curEnd := nextEnd
+	nextEnd = ix.prepare(b.Events, curEnd, next)
 	for pos, ei := 0, 0; ei < len(b.Events) || ri < len(b.Rejected); pos++ {
 		if ri < len(b.Rejected) && (b.Rejected[ri].Index <= pos || ei == len(b.Events)) {
 			ix.reject(&b.Rejected[ri], &rep)
 			ri++
 			continue
 		}
-		ix.applyEvent(&b.Events[ei], &rep)
+		if ei == curEnd {
+			cur, next = next, cur
+			curStart, curEnd = curEnd, nextEnd
+			nextEnd = ix.prepare(b.Events, curEnd, next)
+		}
+		ix.applyEvent(&b.Events[ei], &cur[ei-curStart], &rep)
 		ei++
 	}
 	return rep
+}
+
+// applyChunk is how many events Apply parses, and whose home slots it
+// loads, ahead of applying them.
+const applyChunk = 32
+
+// parsedKey is an event's object key parsed ahead of time: the page digest
+// as table words and the object's slot in the page; ok is false when the
+// event has no key the layout writes (or is not a store or remove).
+type parsedKey struct {
+	d    [4]uint64
+	slot int32
+	ok   bool
+}
+
+// prepare parses the keys of evs[start:start+applyChunk] into dst and
+// loads the home slot of each, returning the end of the chunk. Parsing is
+// pure and the loads only warm the cache, so applying the events later in
+// order gives exactly the result of parsing each as it is applied: the
+// table may grow or be cleared in between, and the real probe recomputes
+// the home slot. The loads are independent of one another, so the CPU
+// keeps many of them in flight at once (memory-level parallelism) instead
+// of waiting for each miss in turn.
+func (ix *Index) prepare(evs []Event, start int, dst *[applyChunk]parsedKey) int {
+	end := min(start+applyChunk, len(evs))
+	if ix.sch == nil {
+		for j := range end - start {
+			dst[j].ok = false
+		}
+		return end
+	}
+	for j, e := range evs[start:end] {
+		p := &dst[j]
+		p.ok = false
+		if (e.Kind == Store || e.Kind == Remove) && e.Key != "" {
+			h, s, ok := ix.sch.parse(e.Key)
+			if ok {
+				p.d, p.slot, p.ok = h.words(), int32(s), true
+			}
+		}
+	}
+	var touch uint64
+	for j := range end - start {
+		if p := &dst[j]; p.ok {
+			s := &ix.slots[ix.home(p.d[0])]
+			touch += s.d[0] + uint64(s.have)
+		}
+	}
+	ix.touch += touch
+	return end
 }
 
 func (ix *Index) reject(r *Rejection, rep *Report) {
@@ -344,7 +411,8 @@ func (ix *Index) reject(r *Rejection, rep *Report) {
 	ix.stats.Malformed++
 	if r.Key != "" && ix.sch != nil {
 		if h, s, ok := ix.sch.parse(r.Key); ok {
-			ix.remove(&h, s, allMedia)
+			d := h.words()
+			ix.remove(&d, s, allMedia)
 		}
 	}
 }
@@ -362,7 +430,8 @@ func (ix *Index) ApplyFrames(frames [][]byte) (Report, error) {
 	return ix.Apply(&b), nil
 }
 
-func (ix *Index) applyEvent(e *Event, rep *Report) {
+// applyEvent applies one event whose key p holds parsed.
+func (ix *Index) applyEvent(e *Event, p *parsedKey, rep *Report) {
 	if (e.Tenant != "" && e.Tenant != ix.tenant) || (ix.cfg.Backend != "" && e.Backend != "" && e.Backend != ix.cfg.Backend) {
 		ix.stats.OtherTenant++
 		rep.Ignored++
@@ -390,8 +459,7 @@ func (ix *Index) applyEvent(e *Event, rep *Report) {
 		rep.Ignored++
 		return
 	}
-	h, s, ok := ix.sch.parse(e.Key)
-	if !ok {
+	if !p.ok {
 		ix.stats.Foreign++
 		rep.Ignored++
 		return
@@ -402,7 +470,7 @@ func (ix *Index) applyEvent(e *Event, rep *Report) {
 	rep.Applied++
 	if e.Kind == Store {
 		ix.stats.Stores++
-		if ix.store(&h, s, ix.mediumBit(e.Medium, true)) {
+		if ix.store(&p.d, int(p.slot), ix.mediumBit(e.Medium, true)) {
 			rep.Overflows++
 		}
 		return
@@ -412,7 +480,7 @@ func (ix *Index) applyEvent(e *Event, rep *Report) {
 	if e.Medium != "" {
 		bitsToClear = ix.mediumBit(e.Medium, false)
 	}
-	if bitsToClear == 0 || !ix.remove(&h, s, bitsToClear) {
+	if bitsToClear == 0 || !ix.remove(&p.d, int(p.slot), bitsToClear) {
 		ix.stats.RemovesUnknown++
 	}
 }
@@ -442,9 +510,8 @@ func (ix *Index) mediumBit(name string, intern bool) uint8 {
 
 // store marks object s of page h present on the media in bit; it reports
 // whether the page bound forced a clear first.
-func (ix *Index) store(h *PageHash, s int, bit uint8) (overflow bool) {
-	d := h.words()
-	i, found := ix.find(&d)
+func (ix *Index) store(d *[4]uint64, s int, bit uint8) (overflow bool) {
+	i, found := ix.find(d)
 	if !found {
 		if ix.pages >= ix.maxPg {
 			ix.stats.Overflows++
@@ -454,9 +521,9 @@ func (ix *Index) store(h *PageHash, s int, bit uint8) (overflow bool) {
 		if (ix.pages+1)*4 > len(ix.slots)*3 {
 			ix.grow()
 		}
-		i, _ = ix.find(&d)
+		i, _ = ix.find(d)
 		rec := ix.newRecord()
-		ix.slots[i] = slot{d: d, rec: rec}
+		ix.slots[i] = slot{d: *d, rec: rec}
 		ix.pages++
 	}
 	sl := &ix.slots[i]
@@ -475,9 +542,8 @@ func (ix *Index) store(h *PageHash, s int, bit uint8) (overflow bool) {
 
 // remove clears the media in bitsToClear for object s of page h; it reports
 // whether the object was present on any of them.
-func (ix *Index) remove(h *PageHash, s int, bitsToClear uint8) bool {
-	d := h.words()
-	i, found := ix.find(&d)
+func (ix *Index) remove(d *[4]uint64, s int, bitsToClear uint8) bool {
+	i, found := ix.find(d)
 	if !found {
 		return false
 	}
