@@ -398,8 +398,9 @@ func (ix *Index) prepare(evs []Event, start int, dst *[applyChunk]parsedKey) int
 	var touch uint64
 	for j := range end - start {
 		if p := &dst[j]; p.ok {
-			s := &ix.slots[ix.home(p.d[0])]
-			touch += s.d[0] + uint64(s.have)
+			i := ix.home(p.d[0])
+			s, t := &ix.slots[i], &ix.slots[(i+2)&ix.mask]
+			touch += s.d[0] + uint64(s.have) + uint64(t.have)
 		}
 	}
 	ix.touch += touch
