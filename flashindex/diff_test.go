@@ -387,6 +387,9 @@ func runDiff(t *testing.T, c diffCase) {
 		}
 		q := g.seqs[g.rng.IntN(len(g.seqs))].seq
 		probes = append(probes, q[:g.rng.IntN(len(q)+1)], append(slices.Clone(q), 12345))
+		if err := checkChanges(ix); err != nil {
+			fail("run change lists: %v", err)
+		}
 		view := ref.view()
 		for _, p := range probes {
 			want := view.find(p)
@@ -519,4 +522,28 @@ func TestDifferential(t *testing.T) {
 			runDiff(t, c)
 		})
 	}
+}
+
+// checkChanges verifies every live node's change list against its runs,
+// recomputed from scratch.
+func checkChanges(ix *Index) error {
+	var err error
+	ix.nodes.each(func(n *node) {
+		d := n.data.Load()
+		if err != nil || d == nil {
+			return
+		}
+		runs := slices.Clone(d.runs)
+		want := seal(runs, nil, 0)
+		for i := range runs {
+			if runs[i].cend != d.runs[i].cend {
+				err = fmt.Errorf("node %d run %d: cend %d, want %d", n.id, i, d.runs[i].cend, runs[i].cend)
+				return
+			}
+		}
+		if !slices.Equal(want, d.chg) {
+			err = fmt.Errorf("node %d: changes %x, want %x", n.id, d.chg, want)
+		}
+	})
+	return err
 }

@@ -117,9 +117,11 @@
 // cannot sit inside another node. A query looks up a node head, compares
 // the request against the node's hashes with a vectorised memory compare,
 // and advances a three-state walk (device, host, disk) over whole runs at
-// once, one bitset word per 64 workers: its cost grows with the number of
-// nodes and runs along the request, not with its length in blocks times
-// workers. Blocks resident nowhere are dropped when they end a node (vLLM
+// once: the first run of each node it enters is read as a whole set (one
+// bitset word per 64 workers), and each later run through its change list,
+// the few workers whose residency differs from the run before. Its cost
+// grows with the number of nodes entered and residency changes along the
+// request, not with its length in blocks times workers. Blocks resident nowhere are dropped when they end a node (vLLM
 // evicts chain tails first); a node with no resident block is freed.
 //
 // Engine-hash maps cost a hash-map probe per stored and removed block.

@@ -137,6 +137,9 @@ func FuzzApply(f *testing.F) {
 					delete(ids, w)
 				}
 			}
+			if err := checkChanges(ix); err != nil {
+				t.Fatalf("op %d: %v", op, err)
+			}
 			view := ref.view()
 			for _, p := range probes {
 				got := ix.FindMatches(p, nil)

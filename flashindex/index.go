@@ -657,8 +657,9 @@ func (ix *Index) insertBlocks(pn *node, poff int, refs []blockRef, bits []uint64
 			}
 			runs := make([]run, len(d.runs), len(d.runs)+1)
 			copy(runs, d.runs)
+			k := len(runs)
 			runs = appendRun(runs, uint32(len(hashes)), bits)
-			n.data.Store(&nodeData{hashes: hashes, runs: runs})
+			n.data.Store(&nodeData{hashes: hashes, runs: runs, chg: seal(runs, d.chg, k)})
 		}
 	}
 	if n == nil {
@@ -723,7 +724,24 @@ func (ix *Index) updateRange(n *node, a, b int, op setOp) {
 		hashes = hashes[:keep:keep]
 		out = out[:k-1]
 	}
-	n.data.Store(&nodeData{hashes: hashes, runs: slices.Clone(out)})
+	// Runs before the change keep their sets and predecessors, so their
+	// change entries carry over.
+	same := 0
+	for same < len(out) && same < len(d.runs) && out[same].end == d.runs[same].end && sameSet(out[same].bits, d.runs[same].bits) {
+		out[same].cend = d.runs[same].cend
+		same++
+	}
+	runs := slices.Clone(out)
+	n.data.Store(&nodeData{hashes: hashes, runs: runs, chg: seal(runs, d.chg, same)})
+}
+
+// sameSet reports whether a and b are the same published set (the same
+// backing array, or both empty).
+func sameSet(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return len(a) == 0 || &a[0] == &b[0]
 }
 
 func (ix *Index) applyRemoved(ws *workerState, ev *Event) error {

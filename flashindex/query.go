@@ -82,6 +82,7 @@ func (ix *Index) find(seq []uint64, dst []Match, early bool) []Match {
 	// written at the end in slot order, reading the workers and counters
 	// sequentially.
 	started := false
+	walking := 0 // slots still walking
 	pos := 0
 walk:
 	for pos < len(seq) {
@@ -93,15 +94,14 @@ walk:
 		if d == nil || len(d.hashes) == 0 || d.hashes[0] != seq[pos] {
 			break // the node changed under us; treat as the end of the match
 		}
-		const off = 0 // see headMap: a query enters nodes at their start
-		m := matchLen(seq[pos:], d.hashes[off:])
-		stop := off + m
-		for ri, o := 0, off; o < stop; ri++ {
+		// A query enters nodes at their start (see headMap).
+		m := matchLen(seq[pos:], d.hashes)
+		for ri, o := 0, 0; o < m; ri++ {
 			r := &d.runs[ri]
-			p := pos + o - off
-			if !started {
+			p := pos + o
+			switch {
+			case !started:
 				started = true
-				any := uint64(0)
 				for i := 0; i < W; i++ {
 					dw := word(r.bits, i, planeDevice) | word(r.bits, i, planeApprox)
 					hw := word(r.bits, i, planeHost)
@@ -111,17 +111,15 @@ walk:
 					host[i] = hw &^ dw & mk
 					disk[i] = kw &^ (dw | hw) & mk
 					matched[i] = dev[i] | host[i] | disk[i]
-					any |= matched[i]
+					walking += bits.OnesCount64(matched[i])
 					for x := host[i] | disk[i]; x != 0; x &= x - 1 {
 						s := i<<6 | bits.TrailingZeros64(x)
 						devEnd[s], hostEnd[s] = 0, 0
 					}
 				}
-				if any == 0 {
-					break walk
-				}
-			} else {
-				any := uint64(0)
+			case ri == 0:
+				// First run of a node: compare the whole set.
+				walking = 0
 				for i := 0; i < W; i++ {
 					dw := word(r.bits, i, planeDevice) | word(r.bits, i, planeApprox)
 					hw := word(r.bits, i, planeHost)
@@ -134,7 +132,7 @@ walk:
 					k2 := disk[i] | dh
 					dk := k2 &^ kw
 					disk[i] = k2 & kw
-					any |= dev[i] | host[i] | disk[i]
+					walking += bits.OnesCount64(dev[i] | host[i] | disk[i])
 					for x := dd; x != 0; x &= x - 1 {
 						devEnd[i<<6|bits.TrailingZeros64(x)] = int32(p)
 					}
@@ -145,21 +143,56 @@ walk:
 						end[i<<6|bits.TrailingZeros64(x)] = int32(p)
 					}
 				}
-				if any == 0 {
-					pos = p
-					break walk
+			default:
+				// Later runs: only slots whose planes changed since the
+				// previous run can change state.
+				for _, c := range d.chg[d.runs[ri-1].cend:r.cend] {
+					s := int(c >> 4)
+					i := s >> 6
+					if i >= W {
+						continue // a slot newer than this query's table
+					}
+					bit := uint64(1) << (uint(s) & 63)
+					switch {
+					case dev[i]&bit != 0:
+						if c&(1<<planeDevice|1<<planeApprox) != 0 {
+							continue
+						}
+						dev[i] &^= bit
+						devEnd[s] = int32(p)
+						if c&(1<<planeHost) != 0 {
+							host[i] |= bit
+							continue
+						}
+						hostEnd[s] = int32(p)
+					case host[i]&bit != 0:
+						if c&(1<<planeHost) != 0 {
+							continue
+						}
+						host[i] &^= bit
+						hostEnd[s] = int32(p)
+					case disk[i]&bit != 0:
+					default:
+						continue
+					}
+					// The slot leaves the host run (or is on disk already).
+					if c&(1<<planeDisk) != 0 {
+						disk[i] |= bit
+						continue
+					}
+					disk[i] &^= bit
+					end[s] = int32(p)
+					walking--
 				}
 			}
-			o = min(int(r.end), stop)
-			if early {
-				left := 0
-				for i := 0; i < W; i++ {
-					left += bits.OnesCount64(dev[i] | host[i] | disk[i])
-				}
-				if left <= 1 {
-					pos += o - off
-					break walk
-				}
+			if walking == 0 {
+				pos = p
+				break walk
+			}
+			o = min(int(r.end), m)
+			if early && walking <= 1 {
+				pos += o
+				break walk
 			}
 		}
 		pos += m

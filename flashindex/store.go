@@ -3,6 +3,7 @@ package flashindex
 import (
 	"bytes"
 	"math/bits"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 )
@@ -119,6 +120,7 @@ func bitsEqual(a, b []uint64) bool {
 // (exclusive offset) at end and starts where the previous run ended.
 type run struct {
 	end  uint32
+	cend uint32   // end of this run's entries in nodeData.chg
 	bits []uint64 // immutable once published
 }
 
@@ -128,6 +130,55 @@ type run struct {
 type nodeData struct {
 	hashes []uint64
 	runs   []run // cover [0, len(hashes)) in order
+	// chg lists, run by run, the slots whose residency differs from the
+	// previous run of the node: run i's entries are chg[runs[i-1].cend :
+	// runs[i].cend] (none for run 0), each slot<<4 | the slot's planes in
+	// run i. A query that walked run i-1 needs only these to walk run i,
+	// so it reads a few bytes per run instead of the whole set. Built by
+	// seal; immutable once published.
+	chg []uint32
+}
+
+// seal fills in cend of runs[from:] and returns the node's change list:
+// the entries of runs[:from] are taken from old (they must describe the
+// same sets as when old was built), the rest computed. old is never
+// written.
+func seal(runs []run, old []uint32, from int) []uint32 {
+	chg := old[:0:0]
+	if from > 0 {
+		chg = slices.Clip(old[:runs[from-1].cend])
+	} else {
+		from = 1
+		if len(runs) > 0 {
+			runs[0].cend = 0
+		}
+	}
+	for i := from; i < len(runs); i++ {
+		chg = appendChanges(chg, runs[i-1].bits, runs[i].bits)
+		runs[i].cend = uint32(len(chg))
+	}
+	return chg
+}
+
+// appendChanges appends slot<<4 | planes-in-cur for every slot whose
+// planes differ between the sets prev and cur.
+func appendChanges(chg []uint32, prev, cur []uint64) []uint32 {
+	groups := (max(len(prev), len(cur)) + numPlanes - 1) / numPlanes
+	for g := 0; g < groups; g++ {
+		var x uint64
+		for p := 0; p < numPlanes; p++ {
+			x |= word(prev, g, p) ^ word(cur, g, p)
+		}
+		for ; x != 0; x &= x - 1 {
+			b := uint(bits.TrailingZeros64(x))
+			var m uint32
+			for p := 0; p < numPlanes; p++ {
+				m |= uint32(word(cur, g, p)>>b&1) << p
+			}
+			chg = append(chg, uint32(g<<6|int(b))<<4|m)
+		}
+	}
+	return chg
 }
 
 // runAt returns the index of the run holding offset off.
