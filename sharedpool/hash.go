@@ -68,6 +68,47 @@ func decodeLowerHex(h *PageHash, s string) bool {
 	return bad&0xf0 == 0
 }
 
+// hexWords decodes 64 lowercase hex characters straight into the four
+// little-endian digest words the index keys on (the words of the PageHash
+// decodeLowerHex would produce), eight characters at a time.
+func hexWords(s string) (d [4]uint64, ok bool) {
+	if len(s) != 64 {
+		return d, false
+	}
+	bad := uint64(0)
+	for w := range d {
+		lo, b0 := hex8(s[16*w:])
+		hi, b1 := hex8(s[16*w+8:])
+		d[w] = uint64(lo) | uint64(hi)<<32
+		bad |= b0 | b1
+	}
+	return d, bad == 0
+}
+
+// hex8 decodes s[:8], lowercase hex, into four digest bytes (the first
+// pair of characters in the low byte); bad is non-zero when a character is
+// not lowercase hex.
+func hex8(s string) (v uint32, bad uint64) {
+	_ = s[7]
+	x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+	const ones, high = 0x0101010101010101, 0x8080808080808080
+	// Per byte below 0x80 (others are rejected, whatever the carries do):
+	// the high bit of b+(0x80-lo) is set iff b >= lo, with no carry out.
+	ge30 := (x + 0x50*ones) & high
+	ge3a := (x + 0x46*ones) & high
+	ge61 := (x + 0x1f*ones) & high
+	ge67 := (x + 0x19*ones) & high
+	bad = (x & high) | (high &^ (ge30&^ge3a | ge61&^ge67))
+	// Nibble values: the low four bits, plus 9 for letters (bit 6 set).
+	n := x&(0x0f*ones) + 9*(x>>6&ones)
+	// Pair the nibbles (first character high), then pack the four bytes.
+	t := (n<<4 | n>>8) & 0x00ff00ff00ff00ff
+	t = (t | t>>8) & 0x0000ffff0000ffff
+	t = (t | t>>16) & 0xffffffff
+	return uint32(t), bad
+}
+
 // HashPage returns the hash of one page: SHA-256 over the previous page's
 // digest (omitted for the first page, prev == nil) followed by the page's
 // token ids as little-endian u32. This is SGLang's get_hash_str for a page

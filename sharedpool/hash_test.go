@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -125,5 +126,35 @@ func TestParsePageHash(t *testing.T) {
 		if _, err := ParsePageHash(bad); !errors.Is(err, ErrInvalidPageHash) {
 			t.Errorf("%q: err %v", bad, err)
 		}
+	}
+}
+
+// TestHexWords checks the eight-at-a-time decoder against the byte table
+// decoder: every byte value at every position of a valid digest, and
+// random digests.
+func TestHexWords(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		var h PageHash
+		wantOK := decodeLowerHex(&h, s)
+		d, ok := hexWords(s)
+		if ok != wantOK || (ok && d != h.words()) {
+			t.Fatalf("hexWords(%q) = %x, %v; want %x, %v", s, d, ok, h.words(), wantOK)
+		}
+	}
+	for _, p := range randomPages(64, 8) {
+		check(p.String())
+	}
+	base := []byte(randomPages(1, 9)[0].String())
+	for pos := range base {
+		orig := base[pos]
+		for c := range 256 {
+			base[pos] = byte(c)
+			check(string(base))
+		}
+		base[pos] = orig
+	}
+	for _, s := range []string{"", "0", strings.Repeat("0", 63), strings.Repeat("0", 65), strings.Repeat("f", 64), strings.Repeat("F", 64)} {
+		check(s)
 	}
 }

@@ -389,10 +389,8 @@ func (ix *Index) prepare(evs []Event, start int, dst *[applyChunk]parsedKey) int
 		p := &dst[j]
 		p.ok = false
 		if (e.Kind == Store || e.Kind == Remove) && e.Key != "" {
-			h, s, ok := ix.sch.parse(e.Key)
-			if ok {
-				p.d, p.slot, p.ok = h.words(), int32(s), true
-			}
+			d, s, ok := ix.sch.parseWords(e.Key)
+			p.d, p.slot, p.ok = d, int32(s), ok
 		}
 	}
 	var touch uint64
@@ -411,8 +409,7 @@ func (ix *Index) reject(r *Rejection, rep *Report) {
 	rep.Rejected++
 	ix.stats.Malformed++
 	if r.Key != "" && ix.sch != nil {
-		if h, s, ok := ix.sch.parse(r.Key); ok {
-			d := h.words()
+		if d, s, ok := ix.sch.parseWords(r.Key); ok {
 			ix.remove(&d, s, allMedia)
 		}
 	}

@@ -1,6 +1,7 @@
 package sharedpool
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -266,9 +267,8 @@ func Consensus(workers map[uint64]Layout) (Layout, error) {
 // the object's slot within the page.
 type schema struct {
 	layout   Layout
-	prefix   string            // "<prefix>_" or ""
-	suffixes []string          // slot -> suffix
-	slot     map[string]uint16 // suffix -> slot
+	prefix   string   // "<prefix>_" or ""
+	suffixes []string // slot -> suffix
 	minSuf   int
 }
 
@@ -281,10 +281,8 @@ func compile(l Layout) (*schema, error) {
 	if p := l.Prefix(); p != "" {
 		s.prefix = p + "_"
 	}
-	s.slot = make(map[string]uint16, len(s.suffixes))
 	s.minSuf = len(s.suffixes[0])
-	for i, suf := range s.suffixes {
-		s.slot[suf] = uint16(i)
+	for _, suf := range s.suffixes {
 		s.minSuf = min(s.minSuf, len(suf))
 	}
 	return s, nil
@@ -296,15 +294,89 @@ func (s *schema) n() int { return len(s.suffixes) }
 // parse maps an object key to its page and slot; ok is false for a key this
 // layout never writes (another prefix, pool or rank, uppercase hex, ...).
 func (s *schema) parse(key string) (h PageHash, slot int, ok bool) {
-	if len(key) < len(s.prefix)+64+s.minSuf || !strings.HasPrefix(key, s.prefix) {
+	d, slot, ok := s.parseWords(key)
+	if !ok {
 		return h, 0, false
+	}
+	for w := range d {
+		binary.LittleEndian.PutUint64(h[8*w:], d[w])
+	}
+	return h, slot, true
+}
+
+// parseWords is parse giving the page as the index's digest words: the hex
+// is decoded straight into them, and the suffix is read arithmetically and
+// then confirmed against the layout's own suffix for that slot, so exactly
+// the keys of [Layout.AppendObjectKeys] are accepted. It allocates nothing.
+func (s *schema) parseWords(key string) (d [4]uint64, slot int, ok bool) {
+	if len(key) < len(s.prefix)+64+s.minSuf || key[:len(s.prefix)] != s.prefix {
+		return d, 0, false
 	}
 	rest := key[len(s.prefix):]
-	if !decodeLowerHex(&h, rest[:64]) {
-		return h, 0, false
+	if d, ok = hexWords(rest[:64]); !ok {
+		return d, 0, false
 	}
-	i, found := s.slot[rest[64:]]
-	return h, int(i), found
+	slot = s.suffixSlot(rest[64:])
+	if slot < 0 || slot >= len(s.suffixes) || s.suffixes[slot] != rest[64:] {
+		return d, 0, false
+	}
+	return d, slot, true
+}
+
+// suffixSlot returns the slot that suffix would be if it were canonical, or
+// -1; the caller confirms it by comparing with s.suffixes[slot]. Suffixes
+// are "__k" (MLA, PP 1), "_<pp>_k" (MLA), "_<rank>_k|v" and
+// "_<rank>_<pp>_k|v" (PP > 1); slots are ordered by PP rank, then rank,
+// then K before V.
+func (s *schema) suffixSlot(suf string) int {
+	l := &s.layout
+	if len(suf) < 3 || suf[0] != '_' {
+		return -1
+	}
+	if l.MLA && l.PPSize == 1 {
+		return 0
+	}
+	a, rest := leadingNumber(suf[1:])
+	if a < 0 {
+		return -1
+	}
+	if l.MLA {
+		return a
+	}
+	p := 0
+	if l.PPSize > 1 {
+		if len(rest) == 0 || rest[0] != '_' {
+			return -1
+		}
+		if p, _ = leadingNumber(rest[1:]); p < 0 {
+			return -1
+		}
+	}
+	ranks := l.ranks()
+	if a >= ranks || p >= l.PPSize {
+		return -1
+	}
+	slot := 2 * (p*ranks + a)
+	if suf[len(suf)-1] == 'v' {
+		slot++
+	}
+	return slot
+}
+
+// leadingNumber reads up to five leading decimal digits (larger numbers
+// exceed any rank a valid layout has); -1 when there are none or too many.
+func leadingNumber(s string) (int, string) {
+	n, i := 0, 0
+	for ; i < len(s) && '0' <= s[i] && s[i] <= '9'; i++ {
+		if i == 5 {
+			return -1, s
+		}
+		n = 10*n + int(s[i]-'0')
+	}
+	if i == 0 {
+		return -1, s
+	}
+	return n, s[i:]
 }
 
 // groupMatches reports whether a group id names the page of key, i.e. is

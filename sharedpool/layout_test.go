@@ -205,3 +205,54 @@ func TestConsensus(t *testing.T) {
 		}
 	}
 }
+
+// TestParseMatchesSuffixSet compares the arithmetic suffix parser with the
+// plain definition (the set of the layout's suffixes) on every canonical
+// key and on near misses: each suffix character replaced, dropped or
+// doubled, extra digits, leading zeros.
+func TestParseMatchesSuffixSet(t *testing.T) {
+	layouts := []Layout{
+		{PageSize: 1, MLA: true},
+		{PageSize: 1, MLA: true, PPSize: 3},
+		{PageSize: 1, MLA: true, PPSize: 12, ExtraBackendTag: "t"},
+		{PageSize: 1, TPSize: 1},
+		{PageSize: 1, TPSize: 2, PPSize: 2},
+		{PageSize: 1, TPSize: 12, PPSize: 11, KeyPrefix: "a_b"},
+		{PageSize: 1, TPSize: 2, TPLCMSize: 12, SplitHeads: true},
+	}
+	h := randomPages(1, 5)[0]
+	repl := "_0123456789kvxK-"
+	for _, l := range layouts {
+		sch, err := compile(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int{}
+		for i, s := range l.Suffixes() {
+			want[s] = i
+		}
+		logical := l.LogicalKey(h)
+		check := func(suf string) {
+			t.Helper()
+			gotH, gotSlot, ok := sch.parse(logical + suf)
+			wantSlot, wantOK := want[suf]
+			if ok != wantOK || (ok && (gotSlot != wantSlot || gotH != h)) {
+				t.Fatalf("%+v: parse(...%q) = slot %d, %v; want %d, %v", l, suf, gotSlot, ok, wantSlot, wantOK)
+			}
+		}
+		for s := range want {
+			check(s)
+			for i := range len(s) + 1 {
+				check(s[:i] + s[min(i+1, len(s)):])
+				check(s[:i] + "0" + s[i:])
+				check(s[:i] + "99999" + s[i:])
+				if i < len(s) {
+					check(s[:i] + s[i:i+1] + s[i:])
+					for _, c := range repl {
+						check(s[:i] + string(c) + s[i+1:])
+					}
+				}
+			}
+		}
+	}
+}
