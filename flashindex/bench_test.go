@@ -226,14 +226,26 @@ func threadCPUOverhead() int64 {
 // wall-clock p50/p99 and, where the thread CPU clock is readable, p50/p99
 // of the thread's CPU time per query (time preempted by other processes
 // not counted: the figure a loaded shared machine can still measure).
+//
+// Each query is followed by a control: a memory-free arithmetic spin
+// calibrated to the query's median, timed the same way (ctl-p50/p99). The
+// control's work never varies and touches no memory, so its tail is the
+// machine's (interrupts, a busy sibling hyperthread, a descheduled vCPU),
+// measured under the same conditions as the queries, interleaved.
 func benchQueries(b *testing.B, ix *Index, queries [][]uint64, naive *naiveIndex) {
 	var dst []Match
-	var lat, cpuLat latency
+	var lat, cpuLat, ctl latency
 	lat.ns = make([]int64, 0, b.N)
 	cpuLat.ns = make([]int64, 0, b.N)
+	ctl.ns = make([]int64, 0, b.N)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	over := threadCPUOverhead()
+	spins := calibrateSpin(func() {
+		for i := 0; i < 64; i++ {
+			dst = ix.FindMatches(queries[i%len(queries)], dst)
+		}
+	}, 64)
 	hits := 0
 	runtime.GC() // no collection of the setup's garbage running during the timed loop
 	b.ResetTimer()
@@ -247,12 +259,18 @@ func benchQueries(b *testing.B, ix *Index, queries [][]uint64, naive *naiveIndex
 			cpuLat.ns = append(cpuLat.ns, max(0, threadCPU()-c0-over))
 		}
 		hits += len(dst)
+		b.StopTimer()
+		t0 = time.Now()
+		spin(spins)
+		ctl.ns = append(ctl.ns, int64(time.Since(t0)))
+		b.StartTimer()
 	}
 	b.StopTimer()
 	p50, _ := lat.report(b, "")
 	if len(cpuLat.ns) > 0 {
 		cpuLat.report(b, "cpu-")
 	}
+	ctl.report(b, "ctl-")
 	b.ReportMetric(float64(hits)/float64(b.N), "workers/op")
 	if naive != nil {
 		var nl latency
@@ -414,4 +432,72 @@ func (n *naiveIndex) find(seq []uint64) []Match {
 		}
 	}
 	return out
+}
+
+// BenchmarkTimingControl times a fixed, memory-free arithmetic loop of
+// about the length of a query with the same harness as BenchmarkFindMatches
+// (wall and thread CPU time per call, goroutine locked to its thread). Its
+// work never changes and touches no memory, so any spread between its p50
+// and p99 comes from the machine (preemption, interrupts, a sibling
+// hyperthread, steal), not from cache misses: the floor under the query
+// percentiles on the box the run is on.
+func BenchmarkTimingControl(b *testing.B) {
+	for _, n := range []int{5000, 20000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			var lat, cpuLat latency
+			lat.ns = make([]int64, 0, b.N)
+			cpuLat.ns = make([]int64, 0, b.N)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			over := threadCPUOverhead()
+			x := uint64(1)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				c0 := threadCPU()
+				t0 := time.Now()
+				x += spin(n)
+				lat.ns = append(lat.ns, int64(time.Since(t0)))
+				if c0 >= 0 {
+					cpuLat.ns = append(cpuLat.ns, max(0, threadCPU()-c0-over))
+				}
+			}
+			b.StopTimer()
+			lat.report(b, "")
+			if len(cpuLat.ns) > 0 {
+				cpuLat.report(b, "cpu-")
+			}
+			benchSink = x
+		})
+	}
+}
+
+var benchSink uint64
+
+// spin does n dependent multiply-adds: fixed work, no memory.
+func spin(n int) uint64 {
+	x := uint64(1)
+	for j := 0; j < n; j++ {
+		x = x*0x9E3779B97F4A7C15 + uint64(j)
+	}
+	benchSink += x
+	return x
+}
+
+// calibrateSpin returns the spin count that takes as long as one of
+// calls f makes (f makes calls calls), from medians of a few trials.
+func calibrateSpin(f func(), calls int) int {
+	med := func(g func()) int64 {
+		var l latency
+		for i := 0; i < 15; i++ {
+			t0 := time.Now()
+			g()
+			l.ns = append(l.ns, int64(time.Since(t0)))
+		}
+		slices.Sort(l.ns)
+		return l.ns[len(l.ns)/2]
+	}
+	const probe = 100000
+	perSpin := float64(med(func() { spin(probe) })) / probe
+	perCall := float64(med(f)) / float64(calls)
+	return max(1, int(perCall/perSpin))
 }
