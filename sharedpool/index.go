@@ -385,8 +385,8 @@ func (ix *Index) prepare(evs []Event, start int, dst *[applyChunk]parsedKey) int
 		}
 		return end
 	}
-	for j, e := range evs[start:end] {
-		p := &dst[j]
+	for j := range end - start {
+		e, p := &evs[start+j], &dst[j]
 		p.ok = false
 		if (e.Kind == Store || e.Kind == Remove) && e.Key != "" {
 			d, s, ok := ix.sch.parseWords(e.Key)
