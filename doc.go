@@ -1,3 +1,79 @@
 // Package agentkv composes the agentkv packages into an in-process,
 // session-aware KV router for agentic LLM inference.
+//
+// # The request lifecycle
+//
+// A [Router] holds the KV block index (flashindex), the session table
+// (session), the session-prefix lineage (radix), optionally program-aware
+// admission (admission), a shared-pool index (sharedpool), hint policies
+// (kvhint) and a trace sink (trace). A serving stack uses it in four calls:
+//
+//  1. [Router.AddWorker] for each engine: a [Worker] reports its ID, DP ranks,
+//     block size (which must equal Config.BlockSize: a mismatch is an error,
+//     never silent zero overlap) and KV capacity per rank. Each DP rank is a
+//     separate routing candidate.
+//  2. [Router.ApplyEvent] for every KV event the engine adapters decode
+//     (engine/vllm, engine/sglang, engine/sim): the index learns which
+//     blocks each worker holds on which tier.
+//  3. [Router.Route] (blocking) or [Router.TryRoute] (non-blocking) for each
+//     model call, with its tokens (or precomputed sequence hashes) and its
+//     session.AgentContext. The [Decision] names the worker and explains why
+//     (cached tokens per tier, shared-pool credit, the cost breakdown, the
+//     admission outcome). Call [Decision.FirstToken] when the first token
+//     streams, [Decision.Progress] while it streams, and [Decision.Done] with
+//     the engine's usage when it ends: admission, the session table and the
+//     trace learn from real numbers.
+//  4. [Router.Tick] every few seconds (5 s by default): admission pauses and
+//     resumes programs, hint policies run for sessions between turns, and
+//     expired sessions, silent requests and approximate index entries are
+//     swept. A request that keeps streaming is never swept.
+//
+// # Choosing a worker
+//
+// With the KVAware policy each candidate's cost is Dynamo's default
+// selector, in blocks:
+//
+//	prefill = (active_prefill_tokens + prompt_tokens) / block_size
+//	credit  = w·device + 0.75·host + 0.25·disk + w_shared·shared_beyond_tiers
+//	logit   = max(0, prefill − credit) + decode_blocks + w_req·requests
+//
+// where device, host and disk are the worker's exclusive prefix depths and
+// shared_beyond_tiers counts shared-pool pages beyond all three (so a host
+// or disk hit is never credited twice). Temperature 0 takes the argmin with
+// uniform ties; above 0 a softmax over min-max normalised costs. Session
+// affinity (soft or hard, with a TTL), per-request overrides (weights,
+// allowed workers) and a busy filter adjust the candidates. RoundRobin and
+// Random ignore the cache and exist for comparison.
+//
+// An agent turn resends its context plus an append. The router keeps each
+// session's last prompt (bounded by Config.HashCacheTokens), verifies the
+// resent prefix with one memory compare and hashes only the new blocks.
+//
+// # Admission
+//
+// With Config.Admission set, each session is a program (its ProgramID when
+// the client sends one). A turn of a paused program, or a new program with
+// no room, is held: Route blocks until a Tick resumes it (or ctx ends: the
+// turn is withdrawn and Route returns ctx.Err()); TryRoute returns ErrHeld
+// and the caller learns of the release through Config.OnRelease or
+// TickResult.Released, then retries with the same Request.ID. A held request
+// whose session ends is reported with ErrDropped. New programs are offered
+// the workers in cost order, so they land where their prefix is cached.
+//
+// # Concurrency and ownership
+//
+// A Router is safe for concurrent use. Route may block on admission; every
+// other method returns promptly. The router never calls a Worker, hint sink,
+// trace sink or OnRelease while holding its own lock. Hint sinks are called
+// on the request path and must not block (wrap them in kvhint.NewQueue).
+// The Request's slices are only read during the call; a Decision is owned
+// by the caller, and its methods may be called from any goroutine.
+//
+// # Metrics
+//
+// [NewMetrics] registers Prometheus metrics: router overhead per stage
+// (hash, match, schedule, total), prompt and cached tokens by tier,
+// shared-pool credit, admission decisions and queue depth, KV events per
+// worker by result (applied or the rejection reason), event gaps, and hint
+// actions sent. Warnings go to Config.Logger (log/slog).
 package agentkv
