@@ -3,6 +3,7 @@ package kvhint
 import (
 	"encoding/json"
 	"errors"
+	"github.com/agentkv/agentkv/internal/jsonenc"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -275,7 +276,7 @@ func TestEncodeRejectsOutOfRange(t *testing.T) {
 
 func TestJSONStringEscaping(t *testing.T) {
 	for _, s := range []string{"", "plain", "q\"b\\s", "\x00\x1f\x7f", "é→🙂", "bad\xffutf8\xc3", "\u2028", strings.Repeat("x", 1000)} {
-		got := appendJSONString(nil, s)
+		got := jsonenc.AppendString(nil, s)
 		want, _ := json.Marshal(s) // encoding/json: the reference
 		var a, b string
 		if err := json.Unmarshal(got, &a); err != nil {

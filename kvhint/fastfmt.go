@@ -46,33 +46,3 @@ func appendUint64(dst []byte, v uint64) []byte {
 	}
 	return append(dst, buf[i:]...)
 }
-
-const (
-	lsb = 0x0101010101010101
-	msb = 0x8080808080808080
-)
-
-// jsonSafe8 reports whether the 8 bytes of x (little-endian) need no JSON
-// escaping: all are ASCII, >= 0x20, and neither '"' nor '\\'.
-func jsonSafe8(x uint64) bool {
-	ctl := (x - lsb*0x20) & ^x // high bit set where a byte < 0x20 (or >= 0x80)
-	q := x ^ (lsb * '"')       // zero bytes where '"'
-	bs := x ^ (lsb * '\\')     // zero bytes where '\\'
-	hasQ := (q - lsb) & ^q     // high bit where q byte was zero (or >= 0x80)
-	hasBS := (bs - lsb) & ^bs  // likewise for '\\'
-	return (ctl|hasQ|hasBS|x)&msb == 0
-}
-
-// safePrefix returns the length of the longest prefix of s, a multiple of 8
-// bytes, that needs no escaping.
-func safePrefix(s string) int {
-	i := 0
-	for ; i+8 <= len(s); i += 8 {
-		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		if !jsonSafe8(x) {
-			break
-		}
-	}
-	return i
-}

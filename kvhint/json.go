@@ -3,10 +3,10 @@ package kvhint
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/agentkv/agentkv/internal/jsonenc"
 	"math"
 	"strconv"
 	"time"
-	"unicode/utf8"
 )
 
 // JSON layout (field names follow Dynamo's kv_hints envelope; see doc.go):
@@ -56,12 +56,12 @@ func (e *Envelope) AppendJSON(dst []byte) ([]byte, error) {
 		pv = ProtocolVersion
 	}
 	dst = append(dst, `{"protocol_version":`...)
-	dst = appendJSONString(dst, pv)
+	dst = jsonenc.AppendString(dst, pv)
 	dst = append(dst, `,"message_id":`...)
-	dst = appendJSONString(dst, e.MessageID)
+	dst = jsonenc.AppendString(dst, e.MessageID)
 	if e.SessionID != "" {
 		dst = append(dst, `,"session_id":`...)
-		dst = appendJSONString(dst, e.SessionID)
+		dst = jsonenc.AppendString(dst, e.SessionID)
 	}
 	dst = append(dst, `,"actions":[`...)
 	for i := range e.Actions {
@@ -103,14 +103,14 @@ func appendActionJSON(dst []byte, a *Action, i int) ([]byte, error) {
 		return dst, err
 	}
 	dst = append(dst, `{"action_id":`...)
-	dst = appendJSONString(dst, a.ID)
+	dst = jsonenc.AppendString(dst, a.ID)
 	dst = append(dst, `,"action_type":"`...)
 	dst = append(dst, a.Kind.ActionType()...)
 	dst = append(dst, `","action_version":"`+ActionVersion+`","payload":{`...)
 	comma := false
 	if a.SessionID != "" {
 		dst, comma = appendKey(dst, comma, `"session_id":`)
-		dst = appendJSONString(dst, a.SessionID)
+		dst = jsonenc.AppendString(dst, a.SessionID)
 	}
 	if len(a.Target.Blocks) > 0 {
 		dst, comma = appendKey(dst, comma, `"block_hashes":`)
@@ -155,7 +155,7 @@ func appendActionJSON(dst []byte, a *Action, i int) ([]byte, error) {
 		// Dynamo's kv.fetch payload names a single endpoint; older
 		// consumers read only this field.
 		dst, comma = appendKey(dst, comma, `"source_control_endpoint":`)
-		dst = appendJSONString(dst, a.Sources[0].Endpoint)
+		dst = jsonenc.AppendString(dst, a.Sources[0].Endpoint)
 		dst, comma = appendKey(dst, comma, `"sources":`)
 		dst = append(dst, '[')
 		for j := range a.Sources {
@@ -168,7 +168,7 @@ func appendActionJSON(dst []byte, a *Action, i int) ([]byte, error) {
 			dst = append(dst, `,"dp_rank":`...)
 			dst = strconv.AppendUint(dst, uint64(s.Worker.DPRank), 10)
 			dst = append(dst, `,"endpoint":`...)
-			dst = appendJSONString(dst, s.Endpoint)
+			dst = jsonenc.AppendString(dst, s.Endpoint)
 			if s.Tier != TierNone {
 				dst = append(dst, `,"tier":"`...)
 				dst = append(dst, s.Tier.String()...)
@@ -212,51 +212,6 @@ func secondsToDuration(s float64) (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Duration(math.Round(s * 1e9)), true
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string: '"', '\\' and control
-// characters escaped, invalid UTF-8 replaced by U+FFFD.
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := safePrefix(s); i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
 
 // Wire shapes for decoding. Pointers distinguish absent from zero where the

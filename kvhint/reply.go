@@ -2,6 +2,7 @@ package kvhint
 
 import (
 	"encoding/json"
+	"github.com/agentkv/agentkv/internal/jsonenc"
 	"math"
 	"strconv"
 )
@@ -128,9 +129,9 @@ func (r *Reply) AppendJSON(dst []byte) ([]byte, error) {
 		pv = ProtocolVersion
 	}
 	dst = append(dst, `{"protocol_version":`...)
-	dst = appendJSONString(dst, pv)
+	dst = jsonenc.AppendString(dst, pv)
 	dst = append(dst, `,"message_id":`...)
-	dst = appendJSONString(dst, r.MessageID)
+	dst = jsonenc.AppendString(dst, r.MessageID)
 	dst = append(dst, `,"results":[`...)
 	for i := range r.Results {
 		res := &r.Results[i]
@@ -141,14 +142,14 @@ func (r *Reply) AppendJSON(dst []byte) ([]byte, error) {
 			dst = append(dst, ',')
 		}
 		dst = append(dst, `{"action_id":`...)
-		dst = appendJSONString(dst, res.ActionID)
+		dst = jsonenc.AppendString(dst, res.ActionID)
 		dst = append(dst, `,"outcome":"`...)
 		dst = append(dst, res.Outcome.String()...)
 		dst = append(dst, `","blocks":`...)
 		dst = strconv.AppendUint(dst, uint64(res.Blocks), 10)
 		if res.Reason != "" {
 			dst = append(dst, `,"reason":`...)
-			dst = appendJSONString(dst, res.Reason)
+			dst = jsonenc.AppendString(dst, res.Reason)
 		}
 		dst = append(dst, '}')
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentkv/agentkv/internal/jsonenc"
 	"io"
 	"math"
 	"sort"
@@ -267,7 +268,7 @@ func WriteMooncake(out io.Writer, w *Workload) error {
 		s := &w.Sessions[rf.s]
 		t := &s.Turns[rf.t]
 		line = append(line[:0], `{"session_id":`...)
-		line = appendString(line, s.ID)
+		line = jsonenc.AppendString(line, s.ID)
 		switch {
 		case w.OpenLoop:
 			line = append(line, `,"timestamp":`...)

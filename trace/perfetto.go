@@ -3,6 +3,7 @@ package trace
 import (
 	"bufio"
 	"fmt"
+	"github.com/agentkv/agentkv/internal/jsonenc"
 	"io"
 	"sort"
 	"strconv"
@@ -255,7 +256,7 @@ func WriteChromeTrace(w io.Writer, spans []Span) error {
 		b = append(b, `,{"name":"thread_name","ph":"M","pid":1,"tid":`...)
 		b = strconv.AppendInt(b, int64(tid), 10)
 		b = append(b, `,"args":{"name":`...)
-		b = appendString(b, names[tid])
+		b = jsonenc.AppendString(b, names[tid])
 		b = append(b, `}},{"name":"thread_sort_index","ph":"M","pid":1,"tid":`...)
 		b = strconv.AppendInt(b, int64(tid), 10)
 		b = append(b, `,"args":{"sort_index":`...)
@@ -273,7 +274,7 @@ func WriteChromeTrace(w io.Writer, spans []Span) error {
 			name = sp.Kind.String()
 		}
 		b = append(b, `,{"name":`...)
-		b = appendString(b, name)
+		b = jsonenc.AppendString(b, name)
 		b = append(b, `,"cat":"agentkv.`...)
 		b = append(b, sp.Kind.String()...)
 		b = append(b, `","ph":"X","pid":1,"tid":`...)
@@ -287,7 +288,7 @@ func WriteChromeTrace(w io.Writer, spans []Span) error {
 			n := len(b)
 			if sp.RequestID != "" {
 				b = append(b, `,"request_id":`...)
-				b = appendString(b, sp.RequestID)
+				b = jsonenc.AppendString(b, sp.RequestID)
 			}
 			if sp.Tokens != 0 {
 				b = append(b, `,"tokens":`...)

@@ -3,10 +3,10 @@ package trace
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/agentkv/agentkv/internal/jsonenc"
 	"math"
 	"math/bits"
 	"strconv"
-	"unicode/utf8"
 )
 
 // SchemaV1 is the schema tag of every record, the same as NVIDIA Dynamo's
@@ -215,21 +215,21 @@ func (r *Record) AppendJSON(dst []byte, content bool) []byte {
 		ev = EventRequestEnd
 	}
 	dst = append(dst, `{"schema":`...)
-	dst = appendString(dst, schema)
+	dst = jsonenc.AppendString(dst, schema)
 	dst = append(dst, `,"event_type":`...)
-	dst = appendString(dst, ev)
+	dst = jsonenc.AppendString(dst, ev)
 	dst = append(dst, `,"event_time_unix_ms":`...)
 	dst = strconv.AppendUint(dst, r.EventTimeUnixMs, 10)
 	if r.EventSource != "" {
 		dst = append(dst, `,"event_source":`...)
-		dst = appendString(dst, r.EventSource)
+		dst = jsonenc.AppendString(dst, r.EventSource)
 	}
 	if a := &r.AgentContext; a.SessionID != "" {
 		dst = append(dst, `,"agent_context":{"session_id":`...)
-		dst = appendString(dst, a.SessionID)
+		dst = jsonenc.AppendString(dst, a.SessionID)
 		if a.ParentSessionID != "" {
 			dst = append(dst, `,"parent_session_id":`...)
-			dst = appendString(dst, a.ParentSessionID)
+			dst = jsonenc.AppendString(dst, a.ParentSessionID)
 		}
 		if a.SessionFinal {
 			dst = append(dst, `,"session_final":true`...)
@@ -242,9 +242,9 @@ func (r *Record) AppendJSON(dst []byte, content bool) []byte {
 	}
 	if t := &r.Tool; t.ToolCallID != "" {
 		dst = append(dst, `,"tool":{"tool_call_id":`...)
-		dst = appendString(dst, t.ToolCallID)
+		dst = jsonenc.AppendString(dst, t.ToolCallID)
 		dst = append(dst, `,"tool_class":`...)
-		dst = appendString(dst, t.ToolClass)
+		dst = jsonenc.AppendString(dst, t.ToolClass)
 		dst = appendUintField(dst, "started_at_unix_ms", t.StartedAtUnixMs)
 		dst = appendUintField(dst, "ended_at_unix_ms", t.EndedAtUnixMs)
 		dst = appendStringField(dst, "status", t.Status)
@@ -257,7 +257,7 @@ func (r *Record) AppendJSON(dst []byte, content bool) []byte {
 	if content && r.Payload != nil {
 		p := r.Payload
 		dst = append(dst, `,"payload":{"request_id":`...)
-		dst = appendString(dst, p.RequestID)
+		dst = jsonenc.AppendString(dst, p.RequestID)
 		dst = appendStringField(dst, "endpoint", p.Endpoint)
 		dst = appendStringField(dst, "model", p.Model)
 		dst = appendRawField(dst, "request", p.Request)
@@ -274,7 +274,7 @@ func (r *Record) AppendJSON(dst []byte, content bool) []byte {
 
 func (q *Request) appendJSON(dst []byte) []byte {
 	dst = append(dst, `{"request_id":`...)
-	dst = appendString(dst, q.RequestID)
+	dst = jsonenc.AppendString(dst, q.RequestID)
 	dst = appendStringField(dst, "x_request_id", q.XRequestID)
 	dst = appendStringField(dst, "model", q.Model)
 	dst = appendUintField(dst, "input_tokens", q.InputTokens)
@@ -367,7 +367,7 @@ func appendStringField(dst []byte, name, v string) []byte {
 	dst = append(dst, ',', '"')
 	dst = append(dst, name...)
 	dst = append(dst, '"', ':')
-	return appendString(dst, v)
+	return jsonenc.AppendString(dst, v)
 }
 
 func appendUintField(dst []byte, name string, v uint64) []byte {
@@ -404,62 +404,9 @@ func appendRawField(dst []byte, name string, v json.RawMessage) []byte {
 	dst = append(dst, '"', ':')
 	if !json.Valid(v) {
 		// Never write invalid JSON: keep the bytes as a string instead.
-		return appendString(dst, string(v))
+		return jsonenc.AppendString(dst, string(v))
 	}
 	return append(dst, v...)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string, escaping quotes, backslashes and
-// control characters and replacing invalid UTF-8 with U+FFFD, as
-// encoding/json does (but without escaping <, > and &).
-func appendString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, "\uFFFD"...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
 
 func truncate(b []byte, n int) string {
