@@ -2,6 +2,7 @@ package agentkv
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -216,4 +217,37 @@ func TestTraceRecords(t *testing.T) {
 	require.Equal(t, flashindex.NextSequenceHash(seq[1], h.LocalHash(prompt[8:])), rec.Request.Replay.InputSequenceHashes[2])
 	require.Equal(t, testBS, rec.Request.Replay.TraceBlockSize)
 	require.Nil(t, rec.Payload, "content-free")
+}
+
+// TestPrefixPinSeesSharedRefs: once enough live sessions share a system
+// prompt, the lineage view reports how many reference each shared block and
+// the prefix-pin policy pins it on the chosen worker.
+func TestPrefixPinSeesSharedRefs(t *testing.T) {
+	pin, err := kvhint.NewPrefixPin(kvhint.PrefixPinConfig{MinSessions: 3})
+	require.NoError(t, err)
+	clk := newFakeClock()
+	r, err := New(Config{BlockSize: testBS, Now: clk.Now, Hints: []kvhint.Policy{pin}})
+	require.NoError(t, err)
+	w := &hintWorker{id: 1}
+	require.NoError(t, r.AddWorker(w))
+	sys := tokens(32, 1) // 8 shared blocks
+	var pinned []kvhint.Action
+	for i := 0; i < 4; i++ {
+		prompt := append(append([]uint32{}, sys...), tokens(8, uint32(10+i))...)
+		d, err := r.TryRoute(&Request{Tokens: prompt, Agent: session.AgentContext{SessionID: fmt.Sprintf("s%d", i)}})
+		require.NoError(t, err)
+		d.Done(Usage{})
+		for _, a := range w.take() {
+			if a.Kind == kvhint.KindPin {
+				pinned = append(pinned, a)
+			}
+		}
+		view := r.sessionView(fmt.Sprintf("s%d", i), "", flashindex.Worker{ID: 1})
+		require.Len(t, view.Shared, min(i, 1)*8, "session %d", i)
+		for _, n := range view.SharedRefs {
+			require.EqualValues(t, i+1, n, "every shared block is referenced by all live sessions")
+		}
+	}
+	require.NotEmpty(t, pinned, "the shared prompt was pinned once 3 sessions referenced it")
+	require.Len(t, pinned[0].Target.Blocks, 8)
 }

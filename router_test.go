@@ -538,3 +538,68 @@ func TestHeldRequestCountsOnceAndDropIsReported(t *testing.T) {
 	require.NoError(t, got["b1"])
 	mu.Unlock()
 }
+
+func TestParsePolicy(t *testing.T) {
+	for _, p := range []Policy{KVAware, RoundRobin, Random} {
+		got, err := ParsePolicy(p.String())
+		require.NoError(t, err)
+		require.Equal(t, p, got)
+	}
+	_, err := ParsePolicy("fastest")
+	require.Error(t, err)
+	require.Contains(t, Policy(9).String(), "9")
+}
+
+// TestCloseDropsHeldRequests: Close wakes a blocked Route with ErrDropped
+// and refuses new requests.
+func TestCloseDropsHeldRequests(t *testing.T) {
+	clk := newFakeClock()
+	r, err := New(Config{BlockSize: testBS, Now: clk.Now, Admission: &admission.Config{}})
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(worker(1, 1000)))
+	_, err = r.TryRoute(&Request{ID: "a1", Tokens: tokens(600, 1), Agent: session.AgentContext{SessionID: "a"}})
+	require.NoError(t, err)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.Route(context.Background(), &Request{ID: "b1", Tokens: tokens(600, 2), Agent: session.AgentContext{SessionID: "b"}})
+		errc <- err
+	}()
+	waitHeld(t, r, "b1")
+	require.NoError(t, r.Close())
+	require.ErrorIs(t, <-errc, ErrDropped)
+	_, err = r.TryRoute(&Request{Tokens: tokens(8, 3)})
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, r.AddWorker(worker(2, 1000)), ErrClosed)
+	require.NoError(t, r.Close(), "a second Close is harmless")
+}
+
+// TestMetricsAdmissionAndGaps: holds, admission decisions, the queue depth
+// and event-id gaps reach their metrics.
+func TestMetricsAdmissionAndGaps(t *testing.T) {
+	m, err := NewMetrics(nil)
+	require.NoError(t, err)
+	clk := newFakeClock()
+	r, err := New(Config{BlockSize: testBS, Now: clk.Now, Admission: &admission.Config{}, Metrics: m})
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(worker(1, 1000)))
+	da, err := r.TryRoute(&Request{ID: "a1", Tokens: tokens(600, 1), Agent: session.AgentContext{SessionID: "a"}})
+	require.NoError(t, err)
+	_, err = r.TryRoute(&Request{ID: "b1", Tokens: tokens(600, 2), Agent: session.AgentContext{SessionID: "b"}})
+	require.ErrorIs(t, err, ErrHeld)
+	r.Tick()
+	require.Equal(t, 1.0, testutil.ToFloat64(m.held))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.waiting))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.decisions.WithLabelValues("admit")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.decisions.WithLabelValues("queue")))
+	da.Done(Usage{PromptTokens: 600, Failed: true})
+	require.Equal(t, 1.0, testutil.ToFloat64(m.finished.WithLabelValues("failed")))
+
+	store(t, r, 1, flashindex.Device, tokens(8, 5), 1)
+	store(t, r, 1, flashindex.Device, tokens(8, 6), 5) // ids 2-4 never arrived
+	require.Equal(t, 1.0, testutil.ToFloat64(m.gaps.WithLabelValues("1/0")))
+	err = r.ApplyEvent(&flashindex.Event{Worker: flashindex.Worker{ID: 1}, EventID: 6, Kind: flashindex.Stored, BlockSize: 16,
+		Blocks: []flashindex.StoredBlock{{EngineHash: 1, Tokens: tokens(16, 7)}}})
+	var bse *flashindex.BlockSizeError
+	require.ErrorAs(t, err, &bse)
+	require.Equal(t, 1.0, testutil.ToFloat64(m.events.WithLabelValues("1/0", "block_size")))
+}
