@@ -399,7 +399,7 @@ func (g *synth) root(r *rand.Rand, i int) []Session {
 	}
 	nturns := clampRound(c.Turns.Sample(r), 1, c.MaxTurns)
 	ctx := &promptState{g: g, shared: 0, nshared: g.rootSys}
-	ctx.extend(c.SystemTokens + clampRound(c.FirstPrompt.Sample(r), 1, MaxTokens))
+	ctx.extend(c.SystemTokens + clampRound(c.FirstPrompt.Sample(r), 1, c.MaxContextTokens-c.SystemTokens))
 	ses := Session{ID: id, ParentTurn: -1, Start: start, SystemTokens: c.SystemTokens, Agent: "synthetic"}
 	var children []Session
 	var waitFor []string
@@ -440,7 +440,7 @@ func (g *synth) root(r *rand.Rand, i int) []Session {
 func (g *synth) subagent(r *rand.Rand, id, parent string, parentTurn int) Session {
 	c := &g.c
 	ctx := &promptState{g: g, shared: g.rootSys, nshared: g.subSys}
-	ctx.extend(c.SubagentSystemTokens + clampRound(c.SubagentPrompt.Sample(r), 1, MaxTokens))
+	ctx.extend(c.SubagentSystemTokens + clampRound(c.SubagentPrompt.Sample(r), 1, c.MaxContextTokens-c.SubagentSystemTokens))
 	nturns := clampRound(c.SubagentTurns.Sample(r), 1, c.MaxTurns)
 	s := Session{ID: id, Parent: parent, ParentTurn: parentTurn, Start: c.SubagentLaunch,
 		SystemTokens: c.SubagentSystemTokens, Agent: "synthetic-subagent"}

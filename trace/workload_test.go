@@ -431,3 +431,20 @@ func BenchmarkSynthetic(b *testing.B) {
 		Synthetic(SyntheticConfig{Seed: uint64(i)})
 	}
 }
+
+// TestSyntheticRespectsMaxContext: no turn, first turns included, exceeds
+// MaxContextTokens, even when the heavy-tailed first prompt draws high.
+func TestSyntheticRespectsMaxContext(t *testing.T) {
+	for seed := uint64(0); seed < 20; seed++ {
+		c := DefaultSyntheticConfig()
+		c.Sessions, c.Seed, c.MaxContextTokens = 64, seed, 48_000
+		w := Synthetic(c)
+		for _, s := range w.Sessions {
+			for i, tr := range s.Turns {
+				if tr.InputTokens > c.MaxContextTokens {
+					t.Fatalf("seed %d session %s turn %d: %d input tokens > MaxContextTokens %d", seed, s.ID, i, tr.InputTokens, c.MaxContextTokens)
+				}
+			}
+		}
+	}
+}
