@@ -42,15 +42,16 @@ func (r *Router) updateLineage(ac session.AgentContext, seq []uint64) {
 
 // sessionView builds the kvhint view of a session from the lineage tree.
 // SharedRefs are filled per radix segment when hints need them.
-func (r *Router) sessionView(id, parent string, w flashindex.Worker) kvhint.Session {
+// It also returns the session's whole chain (Shared then Unique, one slice).
+func (r *Router) sessionView(id, parent string, w flashindex.Worker) (kvhint.Session, []uint64) {
 	s := kvhint.Session{ID: id, Parent: parent, Worker: kvhint.WorkerID{ID: w.ID, DPRank: w.DPRank}}
 	chain, err := r.tree.Lineage(id, nil)
 	if err != nil || len(chain) == 0 {
-		return s
+		return s, nil
 	}
 	split, err := r.tree.Split(id)
 	if err != nil {
-		return s
+		return s, nil
 	}
 	s.Shared, s.Unique = chain[:split.Shared], chain[split.Shared:]
 	if split.Shared > 0 {
@@ -69,7 +70,7 @@ func (r *Router) sessionView(id, parent string, w flashindex.Worker) kvhint.Sess
 			}
 		}
 	}
-	return s
+	return s, chain
 }
 
 // evaluateHints runs the hint policies and delivers the hints, outside the
@@ -122,7 +123,7 @@ func (r *Router) hintsOnRoute(d *Decision, seq []uint64, matches []flashindex.Ma
 	if d.Waited > 0 {
 		in.Event = kvhint.EventResume
 	}
-	in.Session = r.sessionView(d.agent.SessionID, d.agent.ParentSessionID, d.Worker)
+	in.Session, _ = r.sessionView(d.agent.SessionID, d.agent.ParentSessionID, d.Worker)
 	in.Cached = r.residencies(in.Cached, matches)
 	d.Hints = r.evaluateHints(&in)
 }
@@ -150,10 +151,9 @@ func (r *Router) hintsOnTick(now time.Time) {
 			continue
 		}
 		in := kvhint.Input{Event: kvhint.EventTick, Worker: kvhint.WorkerID{ID: it.a.worker.ID, DPRank: it.a.worker.DPRank}}
-		in.Session = r.sessionView(it.id, info.Parent, it.a.worker)
+		in.Session, in.Prefix = r.sessionView(it.id, info.Parent, it.a.worker)
 		in.Session.Phase = kvhint.PhaseActing
 		in.Session.Acting = now.Sub(it.a.since)
-		in.Prefix = append(append([]uint64(nil), in.Session.Shared...), in.Session.Unique...)
 		in.Cached = r.residencies(in.Cached, r.index.FindMatches(in.Prefix, nil))
 		r.evaluateHints(&in)
 	}
@@ -169,9 +169,8 @@ func (r *Router) hintsOnFinish(id, parent string) {
 	a := r.acting[id]
 	r.mu.Unlock()
 	in := kvhint.Input{Event: kvhint.EventFinish, Worker: kvhint.WorkerID{ID: a.worker.ID, DPRank: a.worker.DPRank}}
-	in.Session = r.sessionView(id, parent, a.worker)
+	in.Session, in.Prefix = r.sessionView(id, parent, a.worker)
 	in.Session.Finished = true
-	in.Prefix = append(append([]uint64(nil), in.Session.Shared...), in.Session.Unique...)
 	in.Cached = r.residencies(nil, r.index.FindMatches(in.Prefix, nil))
 	r.evaluateHints(&in)
 }

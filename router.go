@@ -390,20 +390,21 @@ func (r *Router) AddWorker(w Worker) error {
 			ws := r.workers[i]
 			ws.info, ws.adapter, ws.capBlock = info, w, capTokens/r.cfg.BlockSize
 			if r.adm != nil {
-				if err := r.adm.SetCapacity(r.admID(key), int64(capTokens)); err != nil {
+				if err := r.adm.SetCapacity(ws.admID, int64(capTokens)); err != nil {
 					return err
 				}
 			}
 			continue
 		}
 		r.byKey[key] = len(r.workers)
-		r.workers = append(r.workers, &workerState{key: key, info: info, adapter: w, capBlock: capTokens / r.cfg.BlockSize})
+		ws := &workerState{key: key, info: info, adapter: w, capBlock: capTokens / r.cfg.BlockSize}
+		r.workers = append(r.workers, ws)
 		r.loads.addWorker(key)
 		if r.adm != nil {
-			id := r.nextAdm
+			ws.admID = r.nextAdm
 			r.nextAdm++
-			r.byAdm[id] = key
-			if err := r.adm.AddWorker(id, int64(max(capTokens, 1))); err != nil {
+			r.byAdm[ws.admID] = key
+			if err := r.adm.AddWorker(ws.admID, int64(max(capTokens, 1))); err != nil {
 				return err
 			}
 		}
@@ -411,26 +412,16 @@ func (r *Router) AddWorker(w Worker) error {
 	return nil
 }
 
-// admID returns the admission id of a worker key. Callers hold r.mu.
-func (r *Router) admID(key flashindex.Worker) admission.WorkerID {
-	for id, k := range r.byAdm {
-		if k == key {
-			return id
-		}
-	}
-	return ^admission.WorkerID(0)
-}
-
 // RemoveWorker removes every DP rank of worker id: its index entries, its
 // load, and (with admission) its programs, which are paused and resumed
 // elsewhere by later ticks.
 func (r *Router) RemoveWorker(id uint64) {
 	r.mu.Lock()
-	var removed []flashindex.Worker
+	var removed []*workerState
 	kept := r.workers[:0]
 	for _, ws := range r.workers {
 		if ws.key.ID == id {
-			removed = append(removed, ws.key)
+			removed = append(removed, ws)
 			continue
 		}
 		kept = append(kept, ws)
@@ -442,18 +433,17 @@ func (r *Router) RemoveWorker(id uint64) {
 		r.byKey[ws.key] = i
 	}
 	now := r.cfg.Now()
-	for _, key := range removed {
-		r.loads.removeWorker(key)
+	for _, ws := range removed {
+		r.loads.removeWorker(ws.key)
 		if r.adm != nil {
-			aid := r.admID(key)
-			_ = r.adm.RemoveWorker(now, aid)
-			delete(r.byAdm, aid)
+			_ = r.adm.RemoveWorker(now, ws.admID)
+			delete(r.byAdm, ws.admID)
 		}
 	}
 	rel := r.drainAdmissionLocked()
 	r.mu.Unlock()
-	for _, key := range removed {
-		r.index.RemoveWorker(key)
+	for _, ws := range removed {
+		r.index.RemoveWorker(ws.key)
 	}
 	r.notify(rel)
 }
@@ -837,7 +827,7 @@ func (r *Router) preferenceLocked(cands []candidate) []admission.WorkerID {
 	})
 	out := make([]admission.WorkerID, 0, len(cands))
 	for _, i := range order {
-		out = append(out, r.admID(cands[i].ws.key))
+		out = append(out, cands[i].ws.admID)
 	}
 	return out
 }

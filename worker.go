@@ -3,6 +3,7 @@ package agentkv
 import (
 	"fmt"
 
+	"github.com/agentkv/agentkv/admission"
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/kvhint"
 )
@@ -71,5 +72,6 @@ type workerState struct {
 	key      flashindex.Worker
 	info     WorkerInfo
 	adapter  Worker
-	capBlock int // KV capacity in blocks
+	capBlock int                // KV capacity in blocks
+	admID    admission.WorkerID // the rank's admission id (with admission)
 }
