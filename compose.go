@@ -194,18 +194,23 @@ func (r *Router) residencies(dst []kvhint.Residency, matches []flashindex.Match)
 	return dst
 }
 
-// sharedCredit queries the shared pool for the request's pages and returns
-// the hits (nil when there is no pool or no tokens).
+// sharedHits queries the shared pool for the request's pages and returns
+// the hits (nil when there is no pool, no tokens, no layout yet, or a
+// layout whose page size is not the router's block size: its pages would
+// never line up with the blocks, so that is logged rather than credited).
 func (r *Router) sharedHits(tokens []uint32) *sharedpool.Hits {
 	if r.cfg.SharedPool == nil || len(tokens) == 0 {
 		return nil
 	}
 	l, err := r.cfg.SharedPool.Layout()
-	if err != nil || l.PageSize <= 0 {
+	if err == nil {
+		err = l.CheckPageSize(r.cfg.BlockSize)
+	}
+	if err != nil {
+		r.log.Debug("agentkv: no shared-pool credit", "err", err)
 		return nil
 	}
-	pages := sharedpool.PageHashes(tokens, l.PageSize, l.Eagle, nil)
-	h, err := r.cfg.SharedPool.Query(pages)
+	h, err := r.cfg.SharedPool.Query(sharedpool.PageHashes(tokens, l.PageSize, l.Eagle, nil))
 	if err != nil {
 		r.log.Debug("agentkv: shared pool query failed", "err", err)
 		return nil
@@ -213,21 +218,13 @@ func (r *Router) sharedHits(tokens []uint32) *sharedpool.Hits {
 	return &h
 }
 
-// sharedBlocks converts a worker's exclusive tier depths (blocks) to pages,
-// credits only shared pages beyond all of them, and returns the credit in
-// router blocks.
-func (r *Router) sharedBlocks(h *sharedpool.Hits, m flashindex.Match) int {
+// sharedBlocks is the shared-pool credit of a worker: pages (one per block)
+// beyond everything the worker holds on device, host and disk.
+func sharedBlocks(h *sharedpool.Hits, m flashindex.Match) int {
 	if h == nil {
 		return 0
 	}
-	l, _ := r.cfg.SharedPool.Layout()
-	bs := r.cfg.BlockSize
-	toPages := func(blocks int) int { return blocks * bs / l.PageSize }
-	dev := toPages(m.Device)
-	host := toPages(m.Device+m.Host) - dev
-	disk := toPages(m.Device+m.Host+m.Disk) - dev - host
-	pages := h.SharedBeyondTiers(dev, host, disk)
-	return pages * l.PageSize / bs
+	return h.SharedBeyondTiers(m.Device, m.Host, m.Disk)
 }
 
 // traceRecord writes the request_end record of a finished request.

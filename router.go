@@ -650,7 +650,7 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 	for i := range sc.cands {
 		c := &sc.cands[i]
 		l := r.loads.load(c.ws.key)
-		c.shared = r.sharedBlocks(hits, c.match)
+		c.shared = sharedBlocks(hits, c.match)
 		c.cost = cost.cost(costInput{
 			blockSize: r.cfg.BlockSize, requestTokens: promptTokens,
 			device: c.match.Device, host: c.match.Host, disk: c.match.Disk, shared: c.shared,
