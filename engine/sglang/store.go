@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
+	"github.com/agentkv/agentkv/internal/reconnect"
 	"github.com/agentkv/agentkv/sharedpool"
 )
 
@@ -172,27 +173,14 @@ func (s *StoreSubscriber) Handle(frames [][]byte) {
 var quietStoreZMQ = zmq4.WithLogger(log.New(io.Discard, "", 0))
 
 func (s *StoreSubscriber) run(ctx context.Context) {
-	backoff := s.cfg.ReconnectMin
-	for ctx.Err() == nil {
+	reconnect.Loop(ctx, s.cfg.ReconnectMin, s.cfg.ReconnectMax, func(ctx context.Context) (bool, error) {
 		got, err := s.session(ctx)
 		s.connected.Store(false)
-		if ctx.Err() != nil {
-			return
-		}
+		return got, err
+	}, func(err error, wait time.Duration) {
 		s.reconnects.Add(1)
-		s.cfg.Logger.Warn("sglang: store event connection lost", "endpoint", s.cfg.Endpoint, "err", err, "retry_in", backoff)
-		if got {
-			backoff = s.cfg.ReconnectMin
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, s.cfg.ReconnectMax)
-	}
+		s.cfg.Logger.Warn("sglang: store event connection lost", "endpoint", s.cfg.Endpoint, "err", err, "retry_in", wait)
+	})
 }
 
 // session connects once and handles messages until the connection fails.

@@ -16,6 +16,8 @@ import (
 
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/agentkv/agentkv/internal/reconnect"
 )
 
 // Default subscriber settings.
@@ -251,57 +253,40 @@ func (s *Subscriber) Close() error {
 var quietZMQ = zmq4.WithLogger(log.New(io.Discard, "", 0))
 
 func (s *Subscriber) run(ctx context.Context, rank int) {
-	backoff := s.cfg.ReconnectMin
 	st := s.streams[rank]
-	for ctx.Err() == nil {
-		err := s.session(ctx, rank, st)
+	reconnect.Loop(ctx, s.cfg.ReconnectMin, s.cfg.ReconnectMax, func(ctx context.Context) (bool, error) {
+		got, err := s.session(ctx, rank, st)
 		s.conns[rank].Store(false)
-		if ctx.Err() != nil {
-			return
-		}
+		return got, err
+	}, func(err error, wait time.Duration) {
 		s.reconnects[rank].Add(1)
-		s.cfg.Logger.Warn("vllm: event connection lost", "endpoint", s.eps[rank], "err", err, "retry_in", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, s.cfg.ReconnectMax)
-		if err == errSessionHadData {
-			backoff = s.cfg.ReconnectMin
-		}
-	}
+		s.cfg.Logger.Warn("vllm: event connection lost", "endpoint", s.eps[rank], "err", err, "retry_in", wait)
+	})
 }
 
-var errSessionHadData = errors.New("vllm: connection dropped after receiving data")
-
 // session connects once and handles messages until the connection fails.
-func (s *Subscriber) session(ctx context.Context, rank int, st *Stream) error {
+// It reports whether any message arrived.
+func (s *Subscriber) session(ctx context.Context, rank int, st *Stream) (gotData bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sub := zmq4.NewSub(sctx, quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout))
 	defer sub.Close()
 	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
-		return err
+		return false, err
 	}
 	if err := sub.Dial(s.eps[rank]); err != nil {
-		return err
+		return false, err
 	}
 	s.conns[rank].Store(true)
 	got := false
 	for {
 		msg, err := sub.Recv()
 		if err != nil {
-			if got {
-				return errSessionHadData
-			}
-			return err
+			return got, err
 		}
 		got = true
 		if err := st.Handle(ctx, msg.Frames); err != nil {
-			return err
+			return got, err
 		}
 	}
 }

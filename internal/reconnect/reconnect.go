@@ -1,0 +1,46 @@
+// Package reconnect runs a connection loop with exponential backoff, shared
+// by the ZeroMQ subscribers of the engine adapters.
+package reconnect
+
+import (
+	"context"
+	"time"
+)
+
+// Loop calls session until ctx ends. session runs one connection and
+// returns when it fails, saying whether any data arrived on it. Between
+// attempts Loop waits a backoff that starts at min, doubles up to max after
+// each failure, and starts over from min after a connection that delivered
+// data. onRetry, if set, is told of each failure and the wait before the
+// next attempt.
+func Loop(ctx context.Context, min, max time.Duration, session func(context.Context) (gotData bool, err error),
+	onRetry func(err error, wait time.Duration)) {
+	backoff := min
+	for ctx.Err() == nil {
+		got, err := session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if got {
+			backoff = min
+		}
+		if onRetry != nil {
+			onRetry(err, backoff)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = nextBackoff(backoff, max)
+	}
+}
+
+func nextBackoff(d, max time.Duration) time.Duration {
+	if d >= max/2 {
+		return max
+	}
+	return 2 * d
+}
