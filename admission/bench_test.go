@@ -60,8 +60,8 @@ func BenchmarkTick(b *testing.B) {
 		c := buildLoaded(b, n, w, 1000, Config{})
 		now := epoch
 		lat := make([]time.Duration, 0, b.N)
-		lockThread()
-		defer unlockThread()
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		cpu0, ok := threadCPU()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
@@ -85,8 +85,8 @@ func BenchmarkTick(b *testing.B) {
 		}
 		c.Drain(nil)
 		now := epoch
-		lockThread()
-		defer unlockThread()
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		cpu0, ok := threadCPU()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
@@ -101,8 +101,8 @@ func BenchmarkTick(b *testing.B) {
 		var paused, marked int
 		var cpu time.Duration
 		ok := true
-		lockThread()
-		defer unlockThread()
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		for i := 0; i < b.N; i++ {
 			b.StopTimer()
 			c := buildLoaded(b, n, w, 0, Config{})

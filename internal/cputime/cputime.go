@@ -9,6 +9,10 @@ import "time"
 // read.
 func Process() time.Duration { return process() }
 
+// System returns the kernel part of Process (page faults on fresh memory,
+// mostly); 0 where it cannot be read.
+func System() time.Duration { return system() }
+
 // Thread returns the calling thread's CPU time, or -1 where it cannot be
 // read. Callers lock the goroutine to its thread (runtime.LockOSThread);
 // time spent preempted is not counted, which is the point.

@@ -14,6 +14,14 @@ func process() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+func system() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Stime.Nano())
+}
+
 func thread() time.Duration {
 	var ts syscall.Timespec
 	const clockThreadCPUTime = 3 // CLOCK_THREAD_CPUTIME_ID
