@@ -4,9 +4,10 @@ import (
 	"bufio"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/agentkv/agentkv/internal/shareddata"
 )
 
 // The Mooncake conversation trace (../shared/data relative to the project
@@ -21,27 +22,6 @@ const (
 	traceBlockSize = 16
 	traceSubBlocks = traceIDTokens / traceBlockSize
 )
-
-// sharedData walks up from the package directory to the folder holding
-// shared/data and returns the path of name in it, or skips the test.
-func sharedData(tb testing.TB, name string) string {
-	tb.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		tb.Skipf("shared data: %v", err)
-	}
-	for {
-		p := filepath.Join(dir, "shared", "data", name)
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			tb.Skipf("shared data %s not found above the package directory (../shared/data from the project root); skipping", name)
-		}
-		dir = parent
-	}
-}
 
 type mooncakeRequest struct {
 	Timestamp   int64    `json:"timestamp"`
@@ -61,7 +41,7 @@ var (
 // trace order.
 func traceSequences(tb testing.TB) (local, seq [][]uint64) {
 	tb.Helper()
-	path := sharedData(tb, traceFile)
+	path := shareddata.Path(tb, traceFile)
 	traceOnce.Do(func() {
 		f, err := os.Open(path)
 		if err != nil {

@@ -3,11 +3,12 @@ package kvhint
 import (
 	"encoding/json"
 	"errors"
-	"github.com/agentkv/agentkv/internal/jsonenc"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentkv/agentkv/internal/jsonenc"
 )
 
 // TestRoundTripProperty: for random valid envelopes, decode(encode(e)) == e

@@ -3,10 +3,11 @@ package kvhint
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/agentkv/agentkv/internal/jsonenc"
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/agentkv/agentkv/internal/jsonenc"
 )
 
 // JSON layout (field names follow Dynamo's kv_hints envelope; see doc.go):

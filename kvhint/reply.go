@@ -2,9 +2,10 @@ package kvhint
 
 import (
 	"encoding/json"
-	"github.com/agentkv/agentkv/internal/jsonenc"
 	"math"
 	"strconv"
+
+	"github.com/agentkv/agentkv/internal/jsonenc"
 )
 
 // Outcome is what an engine did with one action. Engines own their memory:

@@ -2,13 +2,13 @@ package radix
 
 import (
 	"encoding/json"
-	"github.com/agentkv/agentkv/internal/shareddata"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/internal/shareddata"
 )
 
 type ccRequest struct {

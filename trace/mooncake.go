@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentkv/agentkv/internal/jsonenc"
 	"io"
 	"math"
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/agentkv/agentkv/internal/jsonenc"
 )
 
 // MaxTokens bounds the token counts a reader accepts (2^32 tokens, far

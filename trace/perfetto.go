@@ -3,12 +3,13 @@ package trace
 import (
 	"bufio"
 	"fmt"
-	"github.com/agentkv/agentkv/internal/jsonenc"
 	"io"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentkv/agentkv/internal/jsonenc"
 )
 
 // SpanKind is what a session is doing during a Span.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentkv/agentkv/internal/shareddata"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv/internal/shareddata"
 )
 
 // randWorkload makes a small valid workload without subagents.

@@ -1,13 +1,14 @@
 package trace
 
 import (
-	"github.com/agentkv/agentkv/internal/shareddata"
 	"path/filepath"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv/internal/shareddata"
 )
 
 func claudeFiles(t testing.TB) []string {

@@ -3,10 +3,11 @@ package trace
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/agentkv/agentkv/internal/jsonenc"
 	"math"
 	"math/bits"
 	"strconv"
+
+	"github.com/agentkv/agentkv/internal/jsonenc"
 )
 
 // SchemaV1 is the schema tag of every record, the same as NVIDIA Dynamo's

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/agentkv/agentkv/internal/shareddata"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv/internal/shareddata"
 )
 
 // naiveCeiling is the reference: each turn, in plan order, hits the longest

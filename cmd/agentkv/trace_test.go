@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/agentkv/agentkv/internal/shareddata"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentkv/agentkv/internal/shareddata"
 	"github.com/agentkv/agentkv/trace"
 )
 

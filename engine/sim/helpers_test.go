@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/agentkv/agentkv/internal/shareddata"
 	"math/bits"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/internal/shareddata"
 	"github.com/agentkv/agentkv/trace"
 )
 

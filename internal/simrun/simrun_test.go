@@ -2,7 +2,6 @@ package simrun
 
 import (
 	"encoding/json"
-	"github.com/agentkv/agentkv/internal/shareddata"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentkv/agentkv/internal/cputime"
+	"github.com/agentkv/agentkv/internal/shareddata"
 	"github.com/agentkv/agentkv/trace"
 )
 
