@@ -111,18 +111,22 @@
 // approximate). The writer finds any block through a block map (sequence
 // hash -> node, offset); blocks never move once indexed, so it is written
 // only when blocks are created or dropped. Queries need only a head map
-// (first hash of a node -> node), one entry per node: a request's first
-// block is a chain root, which can only start a node, and where a request
-// leaves a node it continues with a child of a block it matched, which
-// cannot sit inside another node. A query looks up a node head, compares
-// the request against the node's hashes with a vectorised memory compare,
-// and advances a three-state walk (device, host, disk) over whole runs at
-// once: the first run of each node it enters is read as a whole set (one
-// bitset word per 64 workers), and each later run through its change list,
-// the few workers whose residency differs from the run before. Its cost
-// grows with the number of nodes entered and residency changes along the
-// request, not with its length in blocks times workers. Blocks resident nowhere are dropped when they end a node (vLLM
-// evicts chain tails first); a node with no resident block is freed.
+// (first hash of a node -> the node's current contents), one entry per
+// node: a request's first block is a chain root, which can only start a
+// node, and where a request leaves a node it continues with a child of a
+// block it matched, which cannot sit inside another node. A query looks up
+// a node head and finds how far the request follows the node from a few
+// sampled positions (in a chain, equal hashes at a position mean equal
+// blocks before it: one comparison when the request runs through the node,
+// an 8-way search where it leaves it), then advances a three-state walk
+// (device, host, disk) over whole runs at once: the first run of each node
+// it enters is read as a whole set (one bitset word per 64 workers), and
+// each later run through its change list, the few workers whose residency
+// differs from the run before. Its cost grows with the number of nodes
+// entered and residency changes along the request, not with its length in
+// blocks times workers. Blocks resident nowhere are dropped when they end a
+// node (vLLM evicts chain tails first); a node with no resident block is
+// freed.
 //
 // Engine-hash maps cost a hash-map probe per stored and removed block.
 // While a worker's engine hashes on a tier equal the index's own hashes

@@ -5,8 +5,9 @@ import (
 	"sync/atomic"
 )
 
-// headMap maps the first sequence hash of every node to the node's id. It
-// is all a query needs to find its way: a request's first block is a chain
+// headMap maps the first sequence hash of every node to the node's current
+// contents (the snapshot the writer last published for it). It is all a
+// query needs to find its way: a request's first block is a chain
 // root, which can only start a node, and a request that leaves a node (at
 // its end, or where it diverges inside it) continues with a child of the
 // node's block, which cannot be inside another node (its parent would then
@@ -18,7 +19,12 @@ import (
 // that take no lock: the writer makes seq odd, changes the table with
 // atomic stores and makes seq even again; a reader probes with atomic loads
 // and retries if seq was odd or moved meanwhile (a sequence lock). Readers
-// write nothing shared, so they scale with cores.
+// write nothing shared, so they scale with cores. Publishing a node's new
+// contents (update) swaps one pointer in place without touching seq: a
+// reader sees the old or the new snapshot, each consistent.
+//
+// Keeping the contents pointer in the slot, rather than a node id to look
+// up elsewhere, saves a query one dependent cache miss per node it enters.
 type headMap struct {
 	seq atomic.Uint64 // odd while the writer changes the table
 	tab atomic.Pointer[headTable]
@@ -31,10 +37,13 @@ type headMap struct {
 type headTable struct {
 	slots []headSlot // power-of-two length
 	shift uint
-	zero  atomic.Uint64 // value+1 for key 0; 0 = absent
+	zero  atomic.Pointer[nodeData] // the node of key 0; nil = absent
 }
 
-type headSlot struct{ k, v atomic.Uint64 }
+type headSlot struct {
+	k atomic.Uint64
+	d atomic.Pointer[nodeData]
+}
 
 func newHeadTable(size int) *headTable {
 	t := &headTable{slots: make([]headSlot, size), shift: 64}
@@ -48,12 +57,9 @@ func (t *headTable) home(k uint64) uint64 { return ((k ^ k>>32) * 0xd6e8feb86659
 
 // lookup probes t; under concurrent change it may answer wrong, which the
 // caller's sequence check catches. It never loops more than the table size.
-func (t *headTable) lookup(k uint64) (uint64, bool) {
+func (t *headTable) lookup(k uint64) *nodeData {
 	if k == 0 {
-		if z := t.zero.Load(); z != 0 {
-			return z - 1, true
-		}
-		return 0, false
+		return t.zero.Load()
 	}
 	mask := uint64(len(t.slots) - 1)
 	i := t.home(k)
@@ -61,33 +67,41 @@ func (t *headTable) lookup(k uint64) (uint64, bool) {
 		s := &t.slots[i]
 		switch s.k.Load() {
 		case k:
-			return s.v.Load(), true
+			return s.d.Load()
 		case 0:
-			return 0, false
+			return nil
 		}
 		i = (i + 1) & mask
 	}
-	return 0, false
+	return nil
 }
 
-// get returns the id of the node that starts with k. Lock-free.
-func (h *headMap) get(k uint64) (uint32, bool) {
+// slot returns the slot holding k (k != 0), or nil. Writer-only.
+func (t *headTable) slot(k uint64) *headSlot {
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(k); ; i = (i + 1) & mask {
+		switch t.slots[i].k.Load() {
+		case k:
+			return &t.slots[i]
+		case 0:
+			return nil
+		}
+	}
+}
+
+// get returns the contents of the node that starts with k, or nil.
+// Lock-free.
+func (h *headMap) get(k uint64) *nodeData {
 	for {
 		s := h.seq.Load()
 		if s&1 == 0 {
-			v, ok := h.tab.Load().lookup(k)
+			d := h.tab.Load().lookup(k)
 			if h.seq.Load() == s {
-				return uint32(v), ok
+				return d
 			}
 		}
 		runtime.Gosched() // the writer is mid-change
 	}
-}
-
-// peek is get for the writer, which needs no sequence check.
-func (h *headMap) peek(k uint64) (uint32, bool) {
-	v, ok := h.tab.Load().lookup(k)
-	return uint32(v), ok
 }
 
 func newHeadMap() *headMap {
@@ -96,16 +110,16 @@ func newHeadMap() *headMap {
 	return h
 }
 
-// put maps k to id. Writer-only.
-func (h *headMap) put(k uint64, id uint32) {
+// put maps k to d. Writer-only.
+func (h *headMap) put(k uint64, d *nodeData) {
 	h.seq.Add(1)
 	defer h.seq.Add(1)
 	t := h.tab.Load()
 	if k == 0 {
-		if t.zero.Load() == 0 {
+		if t.zero.Load() == nil {
 			h.n++
 		}
-		t.zero.Store(uint64(id) + 1)
+		t.zero.Store(d)
 		return
 	}
 	if (h.n+1)*4 > len(t.slots)*3 {
@@ -113,28 +127,41 @@ func (h *headMap) put(k uint64, id uint32) {
 		g.zero.Store(t.zero.Load())
 		for i := range t.slots {
 			if sk := t.slots[i].k.Load(); sk != 0 {
-				g.insert(sk, t.slots[i].v.Load())
+				g.insert(sk, t.slots[i].d.Load())
 			}
 		}
 		h.tab.Store(g)
 		t = g
 	}
-	if t.insert(k, uint64(id)) {
+	if t.insert(k, d) {
 		h.n++
 	}
 }
 
-// insert sets k to v and reports whether k is new. Writer-only.
-func (t *headTable) insert(k, v uint64) bool {
+// update replaces the contents of k, which must be present, in place:
+// no sequence change, since a reader may see either snapshot. Writer-only.
+func (h *headMap) update(k uint64, d *nodeData) {
+	t := h.tab.Load()
+	if k == 0 {
+		t.zero.Store(d)
+		return
+	}
+	if s := t.slot(k); s != nil {
+		s.d.Store(d)
+	}
+}
+
+// insert sets k to d and reports whether k is new. Writer-only.
+func (t *headTable) insert(k uint64, d *nodeData) bool {
 	mask := uint64(len(t.slots) - 1)
 	for i := t.home(k); ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		switch s.k.Load() {
 		case k:
-			s.v.Store(v)
+			s.d.Store(d)
 			return false
 		case 0:
-			s.v.Store(v)
+			s.d.Store(d)
 			s.k.Store(k)
 			return true
 		}
@@ -147,10 +174,10 @@ func (h *headMap) del(k uint64) {
 	defer h.seq.Add(1)
 	t := h.tab.Load()
 	if k == 0 {
-		if t.zero.Load() != 0 {
+		if t.zero.Load() != nil {
 			h.n--
 		}
-		t.zero.Store(0)
+		t.zero.Store(nil)
 		return
 	}
 	mask := uint64(len(t.slots) - 1)
@@ -176,12 +203,12 @@ func (h *headMap) del(k uint64) {
 		}
 		hm := t.home(sk)
 		if (j > i && (hm <= i || hm > j)) || (j < i && hm <= i && hm > j) {
-			t.slots[i].v.Store(t.slots[j].v.Load())
+			t.slots[i].d.Store(t.slots[j].d.Load())
 			t.slots[i].k.Store(sk)
 			i = j
 		}
 	}
 	t.slots[i].k.Store(0)
-	t.slots[i].v.Store(0)
+	t.slots[i].d.Store(nil)
 	h.n--
 }

@@ -659,7 +659,7 @@ func (ix *Index) insertBlocks(pn *node, poff int, refs []blockRef, bits []uint64
 			copy(runs, d.runs)
 			k := len(runs)
 			runs = appendRun(runs, uint32(len(hashes)), bits)
-			n.data.Store(&nodeData{hashes: hashes, runs: runs, chg: seal(runs, d.chg, k)})
+			ix.nodes.publish(n, newNodeData(hashes, runs, seal(runs, d.chg, k)))
 		}
 	}
 	if n == nil {
@@ -667,7 +667,7 @@ func (ix *Index) insertBlocks(pn *node, poff int, refs []blockRef, bits []uint64
 		for i := range refs {
 			hashes[i] = refs[i].seq
 		}
-		n = ix.nodes.alloc(&nodeData{hashes: hashes, runs: []run{{end: uint32(len(hashes)), bits: bits}}})
+		n = ix.nodes.alloc(newNodeData(hashes, []run{{end: uint32(len(hashes)), bits: bits}}, nil))
 	}
 	for i := range refs {
 		refs[i].node, refs[i].off = n, base+i
@@ -732,7 +732,7 @@ func (ix *Index) updateRange(n *node, a, b int, op setOp) {
 		same++
 	}
 	runs := slices.Clone(out)
-	n.data.Store(&nodeData{hashes: hashes, runs: runs, chg: seal(runs, d.chg, same)})
+	ix.nodes.publish(n, newNodeData(hashes, runs, seal(runs, d.chg, same)))
 }
 
 // sameSet reports whether a and b are the same published set (the same

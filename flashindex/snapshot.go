@@ -434,7 +434,7 @@ func restoreBody(d *decoder, cfg Config) (*Index, error) {
 			d.fail("runs do not cover the node, or its tail is empty")
 			break
 		}
-		n := ix.nodes.alloc(&nodeData{hashes: hashes, runs: runs, chg: seal(runs, nil, 0)})
+		n := ix.nodes.alloc(newNodeData(hashes, runs, seal(runs, nil, 0)))
 		for j, h := range hashes {
 			if _, dup := ix.blocks.peek(h); dup {
 				d.fail("block %#x indexed twice", h)

@@ -15,8 +15,9 @@ import (
 //   - nodes: a run of sequence hashes stored contiguously (a chain segment)
 //     with its residency as runs of identical sets; a node's content is an
 //     immutable nodeData swapped atomically (copy-on-write);
-//   - the arena: node id -> node contents, readable without locks;
-//   - the head map: first hash of a node -> node id, for queries (heads.go);
+//   - the arena: node id -> node, for the writer;
+//   - the head map: first hash of a node -> its current contents, read
+//     without locks by queries (heads.go);
 //   - the block map: sequence hash -> (node id, offset), for the writer.
 //
 // A block (sequence hash) lives at exactly one (node, offset) for as long as
@@ -137,6 +138,10 @@ type nodeData struct {
 	// so it reads a few bytes per run instead of the whole set. Built by
 	// seal; immutable once published.
 	chg []uint32
+	// bits0 is runs[0].bits, so that a query entering the node reads its
+	// first set without first loading the runs array (one dependent cache
+	// miss fewer per node).
+	bits0 []uint64
 }
 
 // seal fills in cend of runs[from:] and returns the node's change list:
@@ -200,38 +205,29 @@ func (d *nodeData) bitsAt(off int) []uint64 {
 	return d.runs[d.runAt(off)].bits
 }
 
-// node is one chain segment, as the writer sees it. data points at the
-// node's slot in the arena, where readers load it by id.
+// node is one chain segment, as the writer sees it. Readers never see a
+// node: they find its current contents through the head map.
 type node struct {
 	id   uint32
-	data *atomic.Pointer[nodeData]
+	data atomic.Pointer[nodeData]
 }
 
-const chunkBits = 10
+// newNodeData builds a node snapshot; bits0 caches the first run's set.
+func newNodeData(hashes []uint64, runs []run, chg []uint32) *nodeData {
+	return &nodeData{hashes: hashes, runs: runs, chg: chg, bits0: runs[0].bits}
+}
 
-type nodeChunk [1 << chunkBits]atomic.Pointer[nodeData]
-
-// arena maps node ids to node contents. load is lock-free; alloc and
-// release are writer-only (the Index's writer mutex). Every node's first
-// hash is registered in heads, for queries.
+// arena holds the writer's nodes by id (the block map's values name nodes
+// by id). It is writer-only (the Index's writer mutex); every node's first
+// hash and current contents are registered in heads, for queries.
 type arena struct {
-	chunks atomic.Pointer[[]*nodeChunk]
-	heads  *headMap
-	byID   []*node  // writer-only: id -> node
-	free   []uint32 // writer-only: released ids for reuse
-	live   int      // writer-only: nodes in use
+	heads *headMap
+	byID  []*node  // id -> node
+	free  []uint32 // released ids for reuse
+	live  int      // nodes in use
 }
 
-// load returns the current contents of node id, or nil. Lock-free.
-func (a *arena) load(id uint32) *nodeData {
-	cs := a.chunks.Load()
-	if cs == nil || int(id>>chunkBits) >= len(*cs) {
-		return nil
-	}
-	return (*cs)[id>>chunkBits][id&(1<<chunkBits-1)].Load()
-}
-
-// get returns node id for the writer.
+// get returns node id.
 func (a *arena) get(id uint32) *node { return a.byID[id] }
 
 func (a *arena) alloc(d *nodeData) *node {
@@ -242,24 +238,21 @@ func (a *arena) alloc(d *nodeData) *node {
 	} else {
 		id = uint32(len(a.byID))
 		a.byID = append(a.byID, nil)
-		cs := a.chunks.Load()
-		var cur []*nodeChunk
-		if cs != nil {
-			cur = *cs
-		}
-		if int(id>>chunkBits) >= len(cur) {
-			grown := make([]*nodeChunk, len(cur)+1)
-			copy(grown, cur)
-			grown[len(cur)] = new(nodeChunk)
-			a.chunks.Store(&grown)
-		}
 	}
-	n := &node{id: id, data: &(*a.chunks.Load())[id>>chunkBits][id&(1<<chunkBits-1)]}
+	n := &node{id: id}
 	n.data.Store(d)
 	a.byID[id] = n
-	a.heads.put(d.hashes[0], id)
+	a.heads.put(d.hashes[0], d)
 	a.live++
 	return n
+}
+
+// publish makes d the contents of n for queries. A node's first hash never
+// changes (appends extend it, garbage collection trims its tail), so its
+// head entry stays where it is and only the contents pointer moves.
+func (a *arena) publish(n *node, d *nodeData) {
+	n.data.Store(d)
+	a.heads.update(d.hashes[0], d)
 }
 
 func (a *arena) release(n *node) {

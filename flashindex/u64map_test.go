@@ -2,6 +2,7 @@ package flashindex
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,23 +61,34 @@ func TestU64Map(t *testing.T) {
 }
 
 // TestHeadMap checks the sequence-locked head map against a Go map under
-// the same churn, through both the reader (get) and writer (peek) paths.
+// the same churn of inserts, in-place updates and deletes.
 func TestHeadMap(t *testing.T) {
+	vals := make([]*nodeData, 64)
+	for i := range vals {
+		vals[i] = &nodeData{}
+	}
 	for seed := uint64(0); seed < 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 2))
 		h := newHeadMap()
-		ref := map[uint64]uint32{}
+		ref := map[uint64]*nodeData{}
 		space := uint64(1 + rng.IntN(300))
 		for i := 0; i < 5000; i++ {
 			k := rng.Uint64N(space) // includes key 0
 			if rng.IntN(10) == 0 {
 				k <<= 40
 			}
-			if rng.IntN(3) < 2 {
-				v := rng.Uint32()
+			switch op := rng.IntN(6); {
+			case op < 3:
+				v := vals[rng.IntN(len(vals))]
 				h.put(k, v)
 				ref[k] = v
-			} else {
+			case op == 3:
+				if _, ok := ref[k]; ok {
+					v := vals[rng.IntN(len(vals))]
+					h.update(k, v)
+					ref[k] = v
+				}
+			default:
 				h.del(k)
 				delete(ref, k)
 			}
@@ -87,11 +99,8 @@ func TestHeadMap(t *testing.T) {
 				t.Fatalf("seed %d step %d: sequence left odd", seed, i)
 			}
 			probe := rng.Uint64N(space)
-			rv, rok := ref[probe]
-			for _, get := range []func(uint64) (uint32, bool){h.get, h.peek} {
-				if v, ok := get(probe); ok != rok || v != rv {
-					t.Fatalf("seed %d step %d: get(%d) = %d,%v want %d,%v", seed, i, probe, v, ok, rv, rok)
-				}
+			if v := h.get(probe); v != ref[probe] {
+				t.Fatalf("seed %d step %d: get(%d) = %p, want %p", seed, i, probe, v, ref[probe])
 			}
 		}
 	}
@@ -99,15 +108,19 @@ func TestHeadMap(t *testing.T) {
 
 // TestHeadMapConcurrent runs lock-free readers against a writer that
 // inserts and deletes keys around a fixed set (so backward shifts and
-// growth move the fixed keys under the readers): readers must always find
-// every fixed key with its value and never a key that was never inserted.
-// Run with -race.
+// growth move the fixed keys under the readers) and swaps the fixed keys'
+// contents between two versions in place: readers must always find every
+// fixed key with one of its versions and never a key that was never
+// inserted. Run with -race.
 func TestHeadMapConcurrent(t *testing.T) {
 	h := newHeadMap()
 	const fixed = 200
+	var versions [fixed + 1][2]*nodeData
 	for k := uint64(1); k <= fixed; k++ {
-		h.put(k<<40, uint32(k))
+		versions[k] = [2]*nodeData{{}, {}}
+		h.put(k<<40, versions[k][0])
 	}
+	other := &nodeData{}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	errs := make(chan string, 2)
@@ -118,11 +131,11 @@ func TestHeadMapConcurrent(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(r), 3))
 			for !stop.Load() {
 				k := 1 + rng.Uint64N(fixed)
-				if v, ok := h.get(k << 40); !ok || v != uint32(k) {
+				if v := h.get(k << 40); v == nil || (v != versions[k][0] && v != versions[k][1]) {
 					errs <- "fixed key lost or wrong under concurrent writes"
 					return
 				}
-				if _, ok := h.get(k<<40 | 1); ok {
+				if h.get(k<<40|1) != nil {
 					errs <- "found a key never inserted"
 					return
 				}
@@ -132,10 +145,14 @@ func TestHeadMapConcurrent(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	for i := 0; i < 20000; i++ {
 		k := (1+rng.Uint64N(fixed))<<40 | 2 + rng.Uint64N(8)<<1 // never a fixed key nor k|1
-		if rng.IntN(2) == 0 {
-			h.put(k, 7)
-		} else {
+		switch rng.IntN(3) {
+		case 0:
+			h.put(k, other)
+		case 1:
 			h.del(k)
+		default:
+			f := 1 + rng.Uint64N(fixed)
+			h.update(f<<40, versions[f][rng.IntN(2)])
 		}
 	}
 	stop.Store(true)
@@ -144,5 +161,35 @@ func TestHeadMapConcurrent(t *testing.T) {
 	case e := <-errs:
 		t.Fatal(e)
 	default:
+	}
+}
+
+// TestChainMatchLen checks the sampled comparison against a full compare
+// (matchLen) on chains that share a prefix of every length up to 5,000
+// blocks and then diverge, and on one chain that is a prefix of the other.
+func TestChainMatchLen(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	for trial := 0; trial < 3000; trial++ {
+		n := 1 + rng.IntN(5000)
+		common := 1 + rng.IntN(n)
+		local := make([]uint64, n)
+		for i := range local {
+			local[i] = rng.Uint64()
+		}
+		a := AppendSequenceHashes(nil, local)
+		other := slices.Clone(local)
+		if common < n {
+			other[common] ^= 1 + rng.Uint64N(1<<32) // diverge at block common
+		}
+		b := AppendSequenceHashes(nil, other)
+		if cut := rng.IntN(3); cut == 1 {
+			b = b[:common+rng.IntN(n-common+1)]
+		} else if cut == 2 {
+			a = a[:common+rng.IntN(n-common+1)]
+		}
+		want := matchLen(a, b)
+		if got := chainMatchLen(a, b); got != want {
+			t.Fatalf("trial %d: chainMatchLen over %d/%d blocks = %d, want %d", trial, len(a), len(b), got, want)
+		}
 	}
 }
