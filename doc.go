@@ -46,8 +46,10 @@
 // Random ignore the cache and exist for comparison.
 //
 // An agent turn resends its context plus an append. The router keeps each
-// session's last prompt (bounded by Config.HashCacheTokens), verifies the
-// resent prefix with one memory compare and hashes only the new blocks.
+// session's last block hashes and a keyed XXH3 fingerprint of every
+// 1,024-token chunk of its last prompt (bounded by Config.HashCacheTokens),
+// verifies the resent prefix chunk by chunk, reading the new prompt once,
+// and hashes only from the first chunk that changed.
 //
 // # Admission
 //

@@ -2,92 +2,163 @@ package agentkv
 
 import (
 	"container/list"
+	"crypto/rand"
+	"encoding/binary"
 	"sync"
 	"unsafe"
+
+	"github.com/zeebo/xxh3"
 
 	"github.com/agentkv/agentkv/flashindex"
 )
 
-// hashCache remembers each session's last prompt and its block hashes, so
-// an agent turn that resends its context plus an append hashes only the
-// appended blocks. The prefix is verified token for token (a memory compare,
-// several times cheaper than hashing) before its hashes are reused, so an
-// edited context is rehashed from the first changed block.
+// hashCache remembers, per session, the block hashes of its last prompt and
+// a fingerprint of every chunk of that prompt's tokens, so an agent turn
+// that resends its context plus an append hashes only the blocks past the
+// resent prefix.
 //
-// It is bounded by the total tokens it holds (least recently used sessions
-// out). It is safe for concurrent use.
+// A chunk is fingerprintTokens tokens rounded down to whole blocks (64
+// blocks of 16 tokens). A new prompt's chunks are fingerprinted with
+// XXH3-64 under a per-router random seed and compared with the stored ones;
+// the prefix up to the first chunk that differs keeps its hashes, and
+// hashing restarts at that chunk. The last prompt's final partial chunk has
+// a fingerprint too, so a pure append reuses everything it resent. This
+// reads the new prompt once at memory speed (the vectorised XXH3 runs
+// faster than memory) and never the old one, which is not kept: comparing
+// token for token would read both, twice the memory traffic, and keep a copy
+// of every prompt. Two different chunks share a fingerprint with
+// probability 2^-64 (the seed is secret, so a client cannot aim for it),
+// the same odds the block hashes themselves take; a collision would only
+// make the router believe a session's cache holds more than it does.
+//
+// It is bounded by the prompt tokens it covers (least recently used
+// sessions out); an entry costs 8 bytes per block plus 8 per chunk. It is
+// safe for concurrent use.
 type hashCache struct {
-	mu       sync.Mutex // guards all fields
+	bs          int    // tokens per block (every hasher of the router shares it)
+	seed        uint64 // fingerprint seed, random per cache
+	chunkBlocks int    // blocks per fingerprinted chunk
+
+	mu       sync.Mutex // guards the fields below
 	max      int        // token budget
-	tokens   int
+	tokens   int        // tokens covered by all entries
+	hashed   uint64     // blocks hashed from tokens (not reused), for tests and stats
 	sessions map[hashKey]*list.Element
 	lru      list.List // of *hashEntry, most recent at the front
 }
+
+// fingerprintTokens is the chunk size in tokens, rounded down to whole
+// blocks (at least one).
+const fingerprintTokens = 1024
 
 type hashKey struct {
 	session, lora string
 }
 
 type hashEntry struct {
-	key    hashKey
-	tokens []uint32
-	seq    []uint64
+	key hashKey
+	// seq holds the sequence hashes of the last prompt's full blocks; fps
+	// the fingerprint of each of its chunks of chunkBlocks blocks, the last
+	// one possibly shorter (its final partial chunk).
+	seq []uint64
+	fps []uint64
 }
 
-func newHashCache(maxTokens int) *hashCache {
-	return &hashCache{max: maxTokens, sessions: map[hashKey]*list.Element{}}
+func newHashCache(maxTokens, blockSize int) *hashCache {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails on supported platforms
+	return &hashCache{
+		bs:          blockSize,
+		seed:        binary.LittleEndian.Uint64(b[:]),
+		chunkBlocks: max(1, fingerprintTokens/blockSize),
+		max:         maxTokens,
+		sessions:    map[hashKey]*list.Element{},
+	}
+}
+
+// cost is the prompt tokens an entry covers, what the budget counts.
+func (c *hashCache) cost(e *hashEntry) int { return len(e.seq) * c.bs }
+
+// fingerprint hashes tokens as bytes.
+func (c *hashCache) fingerprint(tokens []uint32) uint64 {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tokens))), 4*len(tokens))
+	return xxh3.HashSeed(b, c.seed)
 }
 
 // hash returns the sequence hashes of tokens' full blocks, appended to
 // dst[:0], reusing the session's previous prompt where tokens extends it.
+// h must hash blocks of the cache's block size.
 func (c *hashCache) hash(h *flashindex.Hasher, session, lora string, tokens []uint32, dst []uint64) []uint64 {
 	dst = dst[:0]
 	if c == nil || session == "" || len(tokens) > c.max {
 		_, dst = h.AppendHashes(nil, dst, tokens, 0, false)
+		if c != nil {
+			c.mu.Lock()
+			c.hashed += uint64(len(dst))
+			c.mu.Unlock()
+		}
 		return dst
 	}
 	key := hashKey{session, lora}
-	bs := h.BlockSize()
 	c.mu.Lock()
 	var e *hashEntry
 	if el := c.sessions[key]; el != nil {
 		e = el.Value.(*hashEntry)
 		c.lru.Remove(el)
 		delete(c.sessions, key)
-		c.tokens -= cap(e.tokens)
+		c.tokens -= c.cost(e)
 	}
 	c.mu.Unlock()
-
-	reuse := 0
-	if e != nil {
-		reuse = commonBlocks(e.tokens, tokens, bs)
-		reuse = min(reuse, len(e.seq))
-		dst = append(dst, e.seq[:reuse]...)
-	} else {
+	if e == nil {
 		e = &hashEntry{key: key}
 	}
-	var parent uint64
-	if reuse > 0 {
-		parent = dst[reuse-1]
-	}
-	_, dst = h.AppendHashes(nil, dst, tokens[reuse*bs:], parent, reuse > 0)
 
-	// The verified prefix is already in place: copy only the rest.
-	e.tokens = append(e.tokens[:reuse*bs], tokens[reuse*bs:]...)
-	e.seq = append(e.seq[:reuse], dst[reuse:]...)
+	// Verify the resent prefix chunk by chunk.
+	bs := c.bs
+	ct := c.chunkBlocks * bs // tokens per chunk
+	full := len(e.seq) * bs  // tokens the old prompt's full blocks cover
+	reuse, kept := 0, 0      // tokens verified; fingerprints still valid
+	for k, fp := range e.fps {
+		end := min((k+1)*ct, full)
+		if end > len(tokens) || c.fingerprint(tokens[k*ct:end]) != fp {
+			break
+		}
+		reuse = end
+		if end-k*ct == ct {
+			kept = k + 1 // a whole chunk: its fingerprint stays valid
+		}
+	}
+	rb := reuse / bs
+	dst = append(dst, e.seq[:rb]...)
+	var parent uint64
+	if rb > 0 {
+		parent = dst[rb-1]
+	}
+	_, dst = h.AppendHashes(nil, dst, tokens[reuse:], parent, rb > 0)
+
+	// Remember this prompt: its hashes, and fingerprints from the first
+	// chunk not known to be whole and unchanged.
+	e.seq = append(e.seq[:rb], dst[rb:]...)
+	e.fps = e.fps[:kept]
+	newFull := len(dst) * bs
+	for start := kept * ct; start < newFull; start += ct {
+		e.fps = append(e.fps, c.fingerprint(tokens[start:min(start+ct, newFull)]))
+	}
+
 	c.mu.Lock()
+	c.hashed += uint64(len(dst) - rb)
 	if old := c.sessions[key]; old != nil { // a concurrent request of the session
-		c.tokens -= cap(old.Value.(*hashEntry).tokens)
+		c.tokens -= c.cost(old.Value.(*hashEntry))
 		c.lru.Remove(old)
 	}
 	c.sessions[key] = c.lru.PushFront(e)
-	c.tokens += cap(e.tokens)
+	c.tokens += c.cost(e)
 	for c.tokens > c.max && c.lru.Len() > 0 {
 		last := c.lru.Back()
 		le := last.Value.(*hashEntry)
 		c.lru.Remove(last)
 		delete(c.sessions, le.key)
-		c.tokens -= cap(le.tokens)
+		c.tokens -= c.cost(le)
 	}
 	c.mu.Unlock()
 	return dst
@@ -102,38 +173,9 @@ func (c *hashCache) forget(session string) {
 	defer c.mu.Unlock()
 	for k, el := range c.sessions {
 		if k.session == session {
-			c.tokens -= cap(el.Value.(*hashEntry).tokens)
+			c.tokens -= c.cost(el.Value.(*hashEntry))
 			c.lru.Remove(el)
 			delete(c.sessions, k)
 		}
 	}
-}
-
-// commonBlocks returns how many leading full blocks a and b share exactly.
-// It compares in large chunks (one memory compare each) and only the first
-// differing chunk block by block, so the cost is about one pass over the
-// shared prefix.
-func commonBlocks(a, b []uint32, bs int) int {
-	n := min(len(a), len(b)) / bs * bs
-	chunk := max(bs, 4096/bs*bs) // whole blocks, ~16 KiB
-	i := 0
-	for i < n {
-		end := min(i+chunk, n)
-		if asBytes(a[i:end]) != asBytes(b[i:end]) {
-			break
-		}
-		i = end
-	}
-	for i < n && asBytes(a[i:i+bs]) == asBytes(b[i:i+bs]) {
-		i += bs
-	}
-	return i / bs
-}
-
-// asBytes views tokens as a string for a fast memory compare (no copy).
-func asBytes(t []uint32) string {
-	if len(t) == 0 {
-		return ""
-	}
-	return unsafe.String((*byte)(unsafe.Pointer(unsafe.SliceData(t))), 4*len(t))
 }

@@ -71,6 +71,11 @@ const (
 	AffinityHard
 )
 
+// DefaultHashCacheTokens is the default Config.HashCacheTokens: 64M prompt
+// tokens, 32 MiB of hashes at block size 16 (two thousand 32K-token
+// sessions).
+const DefaultHashCacheTokens = 64 << 20
+
 // Config configures a Router. Zero fields mean the documented defaults.
 type Config struct {
 	// BlockSize is the KV block size in tokens, shared by every worker.
@@ -128,9 +133,12 @@ type Config struct {
 	SharedPool *sharedpool.Pool
 	// Trace, if set, receives a request_end record per finished request.
 	Trace TraceSink
-	// HashCacheTokens bounds the per-session prompt cache that lets an agent
-	// turn hash only the blocks it appended (the prefix is verified token
-	// for token first). 0 means 16M tokens (64 MiB); negative disables it.
+	// HashCacheTokens bounds, in prompt tokens covered, the per-session
+	// prompt cache that lets an agent turn hash only the blocks it appended
+	// (the resent prefix is verified first, by a keyed fingerprint per
+	// 1,024-token chunk). An entry costs 8 bytes per block (0.5 B per token
+	// at block size 16). 0 means DefaultHashCacheTokens; negative disables
+	// it.
 	HashCacheTokens int
 	// Logger receives warnings (rejected events, gaps); nil discards.
 	Logger *slog.Logger
@@ -321,9 +329,9 @@ func New(cfg Config) (*Router, error) {
 	}
 	switch {
 	case cfg.HashCacheTokens == 0:
-		r.hashes = newHashCache(16 << 20)
+		r.hashes = newHashCache(DefaultHashCacheTokens, cfg.BlockSize)
 	case cfg.HashCacheTokens > 0:
-		r.hashes = newHashCache(cfg.HashCacheTokens)
+		r.hashes = newHashCache(cfg.HashCacheTokens, cfg.BlockSize)
 	}
 	var err error
 	r.index, err = flashindex.New(flashindex.Config{
