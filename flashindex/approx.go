@@ -62,6 +62,13 @@ func (h *approxHeap) remove(e *approxEntry) {
 // entries are dropped by the next Record, Apply or Expire call, so an index
 // that sees no writes should have Expire called periodically. seq is not
 // retained.
+//
+// seq must be a chain, as a request's sequence hashes are; for another
+// list, later answers about these entries are unspecified (never a panic,
+// and residency from events is unaffected). Once Record has indexed a new
+// block, Apply checks stored blocks against the block map rather than
+// trusting chain structure (see Index.head), which makes stores somewhat
+// slower for the index's lifetime.
 func (ix *Index) Record(w Worker, seq []uint64, ttl time.Duration) {
 	if len(seq) == 0 {
 		return

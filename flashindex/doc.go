@@ -110,7 +110,13 @@
 // bitset over worker slots with four planes (device, host, disk,
 // approximate). The writer finds any block through a block map (sequence
 // hash -> node, offset); blocks never move once indexed, so it is written
-// only when blocks are created or dropped. Queries need only a head map
+// only when blocks are created or dropped. A Stored event rarely needs to
+// look in it: its blocks continue a chain, so each is found next to its
+// predecessor or, by the same chain argument, can only be the first block
+// of a node, which the small head map answers (see Index.head); new blocks
+// are then inserted a batch at a time, their slots loaded ahead. The maps
+// grow fourfold, so an entry moves a third as often as with doubling.
+// Queries need only a head map
 // (first hash of a node -> the node's current contents), one entry per
 // node: a request's first block is a chain root, which can only start a
 // node, and where a request leaves a node it continues with a child of a

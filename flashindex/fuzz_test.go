@@ -141,6 +141,9 @@ func FuzzApply(f *testing.F) {
 			if err := checkChanges(ix); err != nil {
 				t.Fatalf("op %d: %v", op, err)
 			}
+			if err := checkMaps(ix); err != nil {
+				t.Fatalf("op %d: %v", op, err)
+			}
 			view := ref.view()
 			for _, p := range probes {
 				got := ix.FindMatches(p, nil)

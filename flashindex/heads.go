@@ -29,6 +29,22 @@ type headMap struct {
 	seq atomic.Uint64 // odd while the writer changes the table
 	tab atomic.Pointer[headTable]
 	n   int // writer-only: entries
+	// filter counts the keys per bucket (saturating: a full counter is
+	// never decremented), for the writer: most blocks it asks about are
+	// no node's head, and a zero counter says so from 64 KB that stay in
+	// cache, without probing the table.
+	filter [1 << headFilterBits]uint8
+}
+
+const headFilterBits = 16
+
+func headBucket(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> (64 - headFilterBits) }
+
+func (h *headMap) count(k uint64, d int) {
+	c := &h.filter[headBucket(k)]
+	if *c != 255 {
+		*c = uint8(int(*c) + d)
+	}
 }
 
 // headTable is an open-addressing table with linear probing and
@@ -89,6 +105,14 @@ func (t *headTable) slot(k uint64) *headSlot {
 	}
 }
 
+// peek is get for the writer, which needs no sequence check.
+func (h *headMap) peek(k uint64) *nodeData {
+	if h.filter[headBucket(k)] == 0 {
+		return nil
+	}
+	return h.tab.Load().lookup(k)
+}
+
 // get returns the contents of the node that starts with k, or nil.
 // Lock-free.
 func (h *headMap) get(k uint64) *nodeData {
@@ -118,6 +142,7 @@ func (h *headMap) put(k uint64, d *nodeData) {
 	if k == 0 {
 		if t.zero.Load() == nil {
 			h.n++
+			h.count(k, 1)
 		}
 		t.zero.Store(d)
 		return
@@ -135,6 +160,7 @@ func (h *headMap) put(k uint64, d *nodeData) {
 	}
 	if t.insert(k, d) {
 		h.n++
+		h.count(k, 1)
 	}
 }
 
@@ -176,6 +202,7 @@ func (h *headMap) del(k uint64) {
 	if k == 0 {
 		if t.zero.Load() != nil {
 			h.n--
+			h.count(k, -1)
 		}
 		t.zero.Store(nil)
 		return
@@ -211,4 +238,5 @@ func (h *headMap) del(k uint64) {
 	t.slots[i].k.Store(0)
 	t.slots[i].d.Store(nil)
 	h.n--
+	h.count(k, -1)
 }

@@ -381,6 +381,14 @@ func (ix *Index) eventTier(t Tier) (int, error) {
 // locate finds seq, trying the blocks next to (hint, hintOff) first: events
 // list chains in order (stores) or in reverse (evictions).
 func (ix *Index) locate(seq uint64, hint *node, hintOff int) (*node, int, bool) {
+	if n, off, ok := nextTo(seq, hint, hintOff); ok {
+		return n, off, true
+	}
+	return ix.locateMap(seq)
+}
+
+// nextTo reports whether seq is the block after or before (hint, hintOff).
+func nextTo(seq uint64, hint *node, hintOff int) (*node, int, bool) {
 	if hint != nil {
 		d := hint.data.Load()
 		if hintOff+1 < len(d.hashes) && d.hashes[hintOff+1] == seq {
@@ -390,6 +398,50 @@ func (ix *Index) locate(seq uint64, hint *node, hintOff int) (*node, int, bool) 
 			return hint, hintOff - 1, true
 		}
 	}
+	return nil, 0, false
+}
+
+// repeatsUnindexed reports whether seq, a block of the event being
+// validated that the index does not hold, repeats an earlier block of the
+// event that it does not hold either (refs are the earlier blocks).
+func (ix *Index) repeatsUnindexed(identity, repeat bool, seq uint64, refs []blockRef) bool {
+	if !identity {
+		return !ix.dupS.add(seq)
+	}
+	if !repeat { // dupE has seen every earlier hash
+		return false
+	}
+	for _, o := range refs {
+		if o.seq == seq && o.node == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// head finds seq when it can only be the first block of a node or not
+// indexed at all, through the small head map instead of the block map.
+//
+// That is the case for a block of a Stored event that is not next to its
+// chain predecessor (the parent, or the event's previous block) while every
+// node holds chain segments, which events guarantee: a block at offset k > 0
+// of a node has its chain predecessor at offset k-1, so a block found
+// anywhere but right after its predecessor starts a node; and a block whose
+// predecessor is not indexed is not inside a node either, since the index
+// drops only node tails, a block never before its successors. Record takes
+// hash lists it cannot check, so once it has built anything (approxSeq > 0)
+// stores look blocks up in the block map instead. A 64-bit hash collision,
+// the odds every lookup here takes, could break the argument.
+func (ix *Index) head(seq uint64) (*node, int, bool) {
+	d := ix.nodes.heads.peek(seq)
+	if d == nil {
+		return nil, 0, false
+	}
+	return ix.nodes.get(d.id), 0, true
+}
+
+// locateMap finds seq through the block map.
+func (ix *Index) locateMap(seq uint64) (*node, int, bool) {
 	v, ok := ix.blocks.peek(seq)
 	if !ok {
 		return nil, 0, false
@@ -520,14 +572,27 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 	ix.dupE.reset(len(seqs))
 	ix.dupS.reset(len(seqs))
 	added := 0
+	touched := 0 // seqs[:touched] had their block-map slots loaded ahead
+	// While every block so far carries its own hash as engine hash (the
+	// common case), dupE holds every sequence hash seen, and dupS, the
+	// unindexed ones among them, is kept only from the first block that
+	// differs.
+	identity := true
 	for i, seq := range seqs {
-		if i%touchBatch == 0 {
-			ix.blocks.touch(seqs[i:min(i+touchBatch, len(seqs))])
-		}
 		b := &ev.Blocks[i]
 		r := blockRef{engine: b.EngineHash, seq: seq}
-		if b.EngineHash != seq && !ws.full[plane] {
-			ix.materializeEngine(ws, plane)
+		if b.EngineHash != seq {
+			if !ws.full[plane] {
+				ix.materializeEngine(ws, plane)
+			}
+			if identity {
+				identity = false
+				for _, o := range refs {
+					if o.node == nil {
+						ix.dupS.add(o.seq)
+					}
+				}
+			}
 		}
 		var have uint64
 		var mapped bool
@@ -538,7 +603,8 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 			ix.st.rejected.Conflict++
 			return &HashConflictError{Worker: ws.w, Tier: ev.Tier, EngineHash: b.EngineHash, Have: have, Got: seq}
 		}
-		if !ix.dupE.add(b.EngineHash) {
+		repeat := !ix.dupE.add(b.EngineHash)
+		if repeat {
 			for _, o := range refs {
 				if o.engine == b.EngineHash && o.seq != seq {
 					ix.st.rejected.Conflict++
@@ -547,7 +613,23 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 			}
 			mapped = true // a repeat of an earlier block of this event
 		}
-		n, off, found := ix.locate(seq, pn, poff)
+		// Blocks that continue a chain the index holds are found next to
+		// the previous one. Any other block is the first of a node or not
+		// indexed (see Index.head), unless Record has built nodes from
+		// hash lists it cannot check; then the block map says, its slots
+		// loaded a batch ahead (the loads overlap their cache misses).
+		n, off, found := nextTo(seq, pn, poff)
+		if !found {
+			if ix.approxSeq == 0 {
+				n, off, found = ix.head(seq)
+			} else {
+				if i >= touched {
+					touched = min(i+touchBatch, len(seqs))
+					ix.blocks.touch(seqs[i:touched])
+				}
+				n, off, found = ix.locateMap(seq)
+			}
+		}
 		if found {
 			r.node, r.off = n, off
 			r.had = slotMask(n.data.Load().bitsAt(off), ws.slot)
@@ -557,7 +639,7 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 			}
 		}
 		r.mapped = mapped
-		if !found && !ix.dupS.add(seq) {
+		if !found && ix.repeatsUnindexed(identity, repeat, seq, refs) {
 			ix.st.rejected.Malformed++
 			return fmt.Errorf("%w: worker %v block %d repeats a block of the same event", ErrNoContent, ws.w, i)
 		}

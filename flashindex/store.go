@@ -142,6 +142,7 @@ type nodeData struct {
 	// first set without first loading the runs array (one dependent cache
 	// miss fewer per node).
 	bits0 []uint64
+	id    uint32 // the node's id, for the writer
 }
 
 // seal fills in cend of runs[from:] and returns the node's change list:
@@ -213,6 +214,7 @@ type node struct {
 }
 
 // newNodeData builds a node snapshot; bits0 caches the first run's set.
+// The arena fills in id when it publishes it.
 func newNodeData(hashes []uint64, runs []run, chg []uint32) *nodeData {
 	return &nodeData{hashes: hashes, runs: runs, chg: chg, bits0: runs[0].bits}
 }
@@ -240,6 +242,7 @@ func (a *arena) alloc(d *nodeData) *node {
 		a.byID = append(a.byID, nil)
 	}
 	n := &node{id: id}
+	d.id = id
 	n.data.Store(d)
 	a.byID[id] = n
 	a.heads.put(d.hashes[0], d)
@@ -251,6 +254,7 @@ func (a *arena) alloc(d *nodeData) *node {
 // changes (appends extend it, garbage collection trims its tail), so its
 // head entry stays where it is and only the contents pointer moves.
 func (a *arena) publish(n *node, d *nodeData) {
+	d.id = n.id
 	n.data.Store(d)
 	a.heads.update(d.hashes[0], d)
 }
@@ -284,13 +288,20 @@ type blockMap struct {
 	sink   uint64 // keeps touch's loads alive
 }
 
-func newBlockMap() *blockMap { return &blockMap{} }
+func newBlockMap() *blockMap {
+	b := &blockMap{}
+	for i := range b.shards {
+		b.shards[i].skip = shardBits
+	}
+	return b
+}
 
 func (b *blockMap) shard(h uint64) *u64map { return &b.shards[b.shardIndex(h)] }
 
-// shardIndex picks a shard. Sequence hashes are XXH3 outputs, uniform in
-// every bit; mix anyway so test hashes with equal high bits still spread.
-func (b *blockMap) shardIndex(h uint64) int { return int((h * 0x9E3779B97F4A7C15) >> (64 - shardBits)) }
+// shardIndex picks a shard from the leading bits of the mixed key; each
+// shard's home slots come from the bits after them, so keys of one shard
+// still spread over its whole table, and touch mixes each key once.
+func (b *blockMap) shardIndex(h uint64) int { return int(mix(h) >> (64 - shardBits)) }
 
 func (b *blockMap) peek(h uint64) (uint64, bool) { return b.shard(h).get(h) }
 
@@ -318,19 +329,38 @@ const touchBatch = 256
 func (b *blockMap) touch(keys []uint64) {
 	var acc uint64
 	for _, k := range keys {
-		m := &b.shards[b.shardIndex(k)]
+		h := mix(k)
+		m := &b.shards[h>>(64-shardBits)]
 		if len(m.slots) != 0 {
-			acc += m.slots[m.home(k)&uint64(len(m.slots)-1)].k
+			acc += m.slots[h<<shardBits>>m.shift].k
 		}
 	}
 	b.sink += acc
 }
 
-// putMany indexes the blocks of refs at their (node, off).
-// Their probe slots were touched when the event was validated.
+// putMany indexes the blocks of refs at their (node, off): batch by batch,
+// it mixes the keys and loads their first probe slots (the loads overlap
+// their cache misses), then inserts them.
 func (b *blockMap) putMany(refs []blockRef) {
-	for i := range refs {
-		b.put(refs[i].seq, loc(refs[i].node.id, refs[i].off))
+	var hs [touchBatch]uint64
+	for len(refs) > 0 {
+		chunk := refs[:min(len(refs), touchBatch)]
+		refs = refs[len(chunk):]
+		var acc uint64
+		for i := range chunk {
+			h := mix(chunk[i].seq)
+			hs[i] = h
+			if m := &b.shards[h>>(64-shardBits)]; len(m.slots) != 0 {
+				acc += m.slots[h<<shardBits>>m.shift].k
+			}
+		}
+		b.sink += acc
+		for i := range chunk {
+			m := &b.shards[hs[i]>>(64-shardBits)]
+			if m.putMixed(hs[i], chunk[i].seq, loc(chunk[i].node.id, chunk[i].off)) {
+				b.n++
+			}
+		}
 	}
 }
 

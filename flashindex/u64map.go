@@ -10,16 +10,20 @@ type u64map struct {
 	slots   []u64slot // power-of-two length; k == 0 means empty
 	n       int       // entries in slots
 	shift   uint      // 64 - log2(len(slots))
+	skip    uint      // leading bits of the mixed key taken by a caller (blockMap's shard)
 	hasZero bool
 	zero    uint64
 }
 
 type u64slot struct{ k, v uint64 }
 
-// home is the key's first slot. Its multiplier differs from the block
-// map's shard selector, which uses the top bits of another product: keys of
-// one shard must still spread over the shard's whole table.
-func (m *u64map) home(k uint64) uint64 { return ((k ^ k>>32) * 0xd6e8feb86659fd93) >> m.shift }
+// home is the key's first slot: the leading bits of the mixed key after the
+// skip bits.
+func (m *u64map) home(k uint64) uint64 { return mix(k) << m.skip >> m.shift }
+
+// mix scrambles a key for home slots (and blockMap's shard choice, which
+// takes its leading bits).
+func mix(k uint64) uint64 { return (k ^ k>>32) * 0xd6e8feb86659fd93 }
 
 // Len returns the number of entries.
 func (m *u64map) Len() int {
@@ -48,33 +52,43 @@ func (m *u64map) get(k uint64) (uint64, bool) {
 	}
 }
 
-func (m *u64map) put(k, v uint64) {
+func (m *u64map) put(k, v uint64) { m.putMixed(mix(k), k, v) }
+
+// putMixed is put for a caller that has mix(k) at hand already. It reports
+// whether k is new.
+func (m *u64map) putMixed(h, k, v uint64) bool {
 	if k == 0 {
+		had := m.hasZero
 		m.zero, m.hasZero = v, true
-		return
+		return !had
 	}
 	if (m.n+1)*4 > len(m.slots)*3 {
 		m.grow()
 	}
 	mask := uint64(len(m.slots) - 1)
-	for i := m.home(k); ; i = (i + 1) & mask {
+	for i := h << m.skip >> m.shift; ; i = (i + 1) & mask {
 		s := &m.slots[i]
 		if s.k == k {
 			s.v = v
-			return
+			return false
 		}
 		if s.k == 0 {
 			s.k, s.v = k, v
 			m.n++
-			return
+			return true
 		}
 	}
 }
 
+// grow quadruples the table. Rehashing is most of what inserts into a
+// large table cost (every entry moves, into memory the kernel has never
+// mapped), so growing by four moves each entry a third as often as
+// doubling would, for a table between 19 % and 75 % full rather than 37 %
+// and 75 % (16 to 85 bytes per entry).
 func (m *u64map) grow() {
 	size := 8
 	if len(m.slots) > 0 {
-		size = 2 * len(m.slots)
+		size = 4 * len(m.slots)
 	}
 	old := m.slots
 	m.slots = make([]u64slot, size)
@@ -134,7 +148,7 @@ func (m *u64map) del(k uint64) bool {
 	m.slots[i] = u64slot{}
 	m.n--
 	if m.n == 0 && len(m.slots) > 1024 {
-		*m = u64map{hasZero: m.hasZero, zero: m.zero}
+		*m = u64map{hasZero: m.hasZero, zero: m.zero, skip: m.skip}
 	}
 	return true
 }

@@ -102,6 +102,9 @@ func TestHeadMap(t *testing.T) {
 			if v := h.get(probe); v != ref[probe] {
 				t.Fatalf("seed %d step %d: get(%d) = %p, want %p", seed, i, probe, v, ref[probe])
 			}
+			if v := h.peek(probe); v != ref[probe] { // through the writer's filter
+				t.Fatalf("seed %d step %d: peek(%d) = %p, want %p", seed, i, probe, v, ref[probe])
+			}
 		}
 	}
 }
@@ -191,5 +194,35 @@ func TestChainMatchLen(t *testing.T) {
 		if got := chainMatchLen(a, b); got != want {
 			t.Fatalf("trial %d: chainMatchLen over %d/%d blocks = %d, want %d", trial, len(a), len(b), got, want)
 		}
+	}
+}
+
+// TestHeadFilterSaturates: more than 255 heads in one filter bucket
+// saturate its counter, which then stays set, so removing most of them
+// never hides the rest.
+func TestHeadFilterSaturates(t *testing.T) {
+	var keys []uint64
+	for k := uint64(1); len(keys) < 300; k++ {
+		if headBucket(k) == 7 {
+			keys = append(keys, k)
+		}
+	}
+	h := newHeadMap()
+	d := &nodeData{}
+	for _, k := range keys {
+		h.put(k, d)
+	}
+	for _, k := range keys[1:] {
+		h.del(k)
+	}
+	if h.peek(keys[0]) != d {
+		t.Fatal("a head hidden by its saturated filter bucket")
+	}
+	if h.peek(keys[1]) != nil {
+		t.Fatal("a removed head still found")
+	}
+	h.del(keys[0])
+	if h.peek(keys[0]) != nil || h.n != 0 {
+		t.Fatal("last head not removed")
 	}
 }
