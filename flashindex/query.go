@@ -220,15 +220,18 @@ walk:
 	dst = slices.Grow(dst, n)[:n]
 	k := 0
 	for i := 0; i < W; i++ {
+		totals := &st.counts[i].total // the word's 64 slots
 		for x := matched[i]; x != 0; x &= x - 1 {
-			s := i<<6 | bits.TrailingZeros64(x)
+			b := bits.TrailingZeros64(x)
+			s := i<<6 | b
 			d, h := int(devEnd[s]), int(hostEnd[s])
 			// Field by field: a composite literal is built in a stack
 			// temporary and copied with wide loads that straddle its
 			// narrow stores (a store-forwarding stall per match).
 			m := &dst[k]
-			m.Worker.ID, m.Worker.DPRank = st.workers[s].ID, st.workers[s].DPRank
-			m.Device, m.Host, m.Disk, m.Resident = d, h-d, int(end[s])-h, st.total(s)
+			w := &st.workers[s]
+			m.Worker.ID, m.Worker.DPRank = w.ID, w.DPRank
+			m.Device, m.Host, m.Disk, m.Resident = d, h-d, int(end[s])-h, int(totals[b].Load())
 			k++
 		}
 	}
