@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/zeebo/xxh3"
@@ -35,14 +36,14 @@ import (
 // sessions out); an entry costs 8 bytes per block plus 8 per chunk. It is
 // safe for concurrent use.
 type hashCache struct {
-	bs          int    // tokens per block (every hasher of the router shares it)
-	seed        uint64 // fingerprint seed, random per cache
-	chunkBlocks int    // blocks per fingerprinted chunk
+	bs          int           // tokens per block (every hasher of the router shares it)
+	seed        uint64        // fingerprint seed, random per cache
+	chunkBlocks int           // blocks per fingerprinted chunk
+	hashed      atomic.Uint64 // blocks hashed from tokens (not reused), for tests and stats
 
 	mu       sync.Mutex // guards the fields below
 	max      int        // token budget
 	tokens   int        // tokens covered by all entries
-	hashed   uint64     // blocks hashed from tokens (not reused), for tests and stats
 	sessions map[hashKey]*list.Element
 	lru      list.List // of *hashEntry, most recent at the front
 }
@@ -93,9 +94,7 @@ func (c *hashCache) hash(h *flashindex.Hasher, session, lora string, tokens []ui
 	if c == nil || session == "" || len(tokens) > c.max {
 		_, dst = h.AppendHashes(nil, dst, tokens, 0, false)
 		if c != nil {
-			c.mu.Lock()
-			c.hashed += uint64(len(dst))
-			c.mu.Unlock()
+			c.hashed.Add(uint64(len(dst)))
 		}
 		return dst
 	}
@@ -145,8 +144,8 @@ func (c *hashCache) hash(h *flashindex.Hasher, session, lora string, tokens []ui
 		e.fps = append(e.fps, c.fingerprint(tokens[start:min(start+ct, newFull)]))
 	}
 
+	c.hashed.Add(uint64(len(dst) - rb))
 	c.mu.Lock()
-	c.hashed += uint64(len(dst) - rb)
 	if old := c.sessions[key]; old != nil { // a concurrent request of the session
 		c.tokens -= c.cost(old.Value.(*hashEntry))
 		c.lru.Remove(old)

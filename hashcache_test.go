@@ -61,7 +61,7 @@ func TestHashCacheMatchesFullHash(t *testing.T) {
 			if len(p) <= c.max { // longer prompts bypass the cache
 				last[key] = slices.Clone(p)
 			}
-			before := c.hashed
+			before := c.hashed.Load()
 			dst = c.hash(h, sid, lora, p, dst)
 			_, want := h.AppendHashes(nil, nil, p, 0, false)
 			require.Equal(t, len(want), len(dst), "seed %d step %d", seed, step)
@@ -72,7 +72,7 @@ func TestHashCacheMatchesFullHash(t *testing.T) {
 			if appendOnly && sid != "" {
 				limit := (len(p)-len(prev))/bs + 1 + c.chunkBlocks
 				appends++
-				require.LessOrEqual(t, int(c.hashed-before), limit, "seed %d step %d: an append rehashed the prefix", seed, step)
+				require.LessOrEqual(t, int(c.hashed.Load()-before), limit, "seed %d step %d: an append rehashed the prefix", seed, step)
 			}
 		}
 	}
@@ -91,16 +91,16 @@ func TestHashCacheReusesAcrossTurns(t *testing.T) {
 		p[i] = rng.Uint32()
 	}
 	c.hash(h, "s", "", p, nil)
-	require.EqualValues(t, 2048, c.hashed)
+	require.EqualValues(t, 2048, c.hashed.Load())
 	for i := 32768 - 512; i < len(p); i++ {
 		p[i] = rng.Uint32()
 	}
 	got := c.hash(h, "s", "", p, nil)
 	_, want := h.AppendHashes(nil, nil, p, 0, false)
 	require.Equal(t, want, got)
-	require.EqualValues(t, 2048+64, c.hashed, "the last 1,024-token chunk (64 blocks) is rehashed, nothing else")
+	require.EqualValues(t, 2048+64, c.hashed.Load(), "the last 1,024-token chunk (64 blocks) is rehashed, nothing else")
 	p = append(p, make([]uint32, 100)...) // a pure append of 6 blocks and a partial one
 	c.hash(h, "s", "", p, nil)
-	require.EqualValues(t, 2048+64+6, c.hashed)
+	require.EqualValues(t, 2048+64+6, c.hashed.Load())
 	require.Equal(t, (32768+100)/bs*bs, c.tokens)
 }

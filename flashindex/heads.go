@@ -12,8 +12,8 @@ import (
 // its end, or where it diverges inside it) continues with a child of the
 // node's block, which cannot be inside another node (its parent would then
 // be indexed twice) and so starts one too. It holds one entry per node, not
-// per block, so it stays small and cache-resident, and it changes only when
-// a node is created or freed.
+// per block, so it stays small and cache-resident; its layout changes only
+// when a node is created or freed.
 //
 // One writer (holding the Index's writer mutex) and any number of readers
 // that take no lock: the writer makes seq odd, changes the table with
@@ -92,19 +92,6 @@ func (t *headTable) lookup(k uint64) *nodeData {
 	return nil
 }
 
-// slot returns the slot holding k (k != 0), or nil. Writer-only.
-func (t *headTable) slot(k uint64) *headSlot {
-	mask := uint64(len(t.slots) - 1)
-	for i := t.home(k); ; i = (i + 1) & mask {
-		switch t.slots[i].k.Load() {
-		case k:
-			return &t.slots[i]
-		case 0:
-			return nil
-		}
-	}
-}
-
 // peek is get for the writer, which needs no sequence check.
 func (h *headMap) peek(k uint64) *nodeData {
 	if h.filter[headBucket(k)] == 0 {
@@ -172,9 +159,7 @@ func (h *headMap) update(k uint64, d *nodeData) {
 		t.zero.Store(d)
 		return
 	}
-	if s := t.slot(k); s != nil {
-		s.d.Store(d)
-	}
+	t.insert(k, d) // present: only its contents pointer is stored
 }
 
 // insert sets k to d and reports whether k is new. Writer-only.

@@ -329,13 +329,17 @@ const touchBatch = 256
 func (b *blockMap) touch(keys []uint64) {
 	var acc uint64
 	for _, k := range keys {
-		h := mix(k)
-		m := &b.shards[h>>(64-shardBits)]
-		if len(m.slots) != 0 {
-			acc += m.slots[h<<shardBits>>m.shift].k
-		}
+		acc += b.firstSlot(mix(k))
 	}
 	b.sink += acc
+}
+
+// firstSlot loads the key in the first probe slot of the mixed key h.
+func (b *blockMap) firstSlot(h uint64) uint64 {
+	if m := &b.shards[h>>(64-shardBits)]; len(m.slots) != 0 {
+		return m.slots[h<<shardBits>>m.shift].k
+	}
+	return 0
 }
 
 // putMany indexes the blocks of refs at their (node, off): batch by batch,
@@ -348,11 +352,8 @@ func (b *blockMap) putMany(refs []blockRef) {
 		refs = refs[len(chunk):]
 		var acc uint64
 		for i := range chunk {
-			h := mix(chunk[i].seq)
-			hs[i] = h
-			if m := &b.shards[h>>(64-shardBits)]; len(m.slots) != 0 {
-				acc += m.slots[h<<shardBits>>m.shift].k
-			}
+			hs[i] = mix(chunk[i].seq)
+			acc += b.firstSlot(hs[i])
 		}
 		b.sink += acc
 		for i := range chunk {
