@@ -3,6 +3,7 @@ package flashindex
 import (
 	"runtime"
 	"sync/atomic"
+	"unsafe"
 )
 
 // headMap maps the first sequence hash of every node to the node's current
@@ -24,7 +25,11 @@ import (
 // reader sees the old or the new snapshot, each consistent.
 //
 // Keeping the contents pointer in the slot, rather than a node id to look
-// up elsewhere, saves a query one dependent cache miss per node it enters.
+// up elsewhere, saves a query one dependent cache miss per node it enters;
+// keeping copies of the contents' hashes and first set there too (see
+// headSlot) saves two more. Since update rewrites a slot in place, each
+// slot carries its own sequence counter, so that a reader never pairs the
+// hashes of one snapshot with the runs of another.
 type headMap struct {
 	seq atomic.Uint64 // odd while the writer changes the table
 	tab atomic.Pointer[headTable]
@@ -53,12 +58,77 @@ func (h *headMap) count(k uint64, d int) {
 type headTable struct {
 	slots []headSlot // power-of-two length
 	shift uint
-	zero  atomic.Pointer[nodeData] // the node of key 0; nil = absent
+	zero  atomic.Pointer[view] // the node of key 0; nil = absent
 }
 
+// headKids is how many child offsets a head slot lists.
+const headKids = 7
+
+// kidList lists the smallest n distinct offsets of a node at which other
+// nodes continue its chain (see node.kids), ascending.
+type kidList struct {
+	n   uint32
+	off [headKids]uint32
+}
+
+// headSlot is one entry, 64 bytes (one cache line): the node's first hash,
+// its contents d, and copies of what a query needs before d itself: the
+// node's hashes, to compare, and where other nodes continue it (kids), to
+// find the node the request continues into without comparing. ver is odd
+// while the writer rewrites the slot (a per-slot sequence lock: see load).
 type headSlot struct {
-	k atomic.Uint64
-	d atomic.Pointer[nodeData]
+	ver  atomic.Uint32
+	n    atomic.Uint32 // len(d.hashes)
+	k    atomic.Uint64
+	h    atomic.Pointer[uint64] // d.hashes
+	d    atomic.Pointer[nodeData]
+	nk   atomic.Uint32
+	kids [headKids]atomic.Uint32
+}
+
+// view is what a query reads of a node through its head slot, all from one
+// snapshot: the contents d, d.hashes, and the node's kid list.
+type view struct {
+	d      *nodeData
+	hashes []uint64
+	kids   kidList
+}
+
+// set stores d and kids in s. Writer-only.
+func (s *headSlot) set(d *nodeData, kids *kidList) {
+	s.ver.Add(1)
+	s.d.Store(d)
+	var hs []uint64
+	if d != nil {
+		hs = d.hashes
+	}
+	s.h.Store(unsafe.SliceData(hs))
+	s.n.Store(uint32(len(hs)))
+	nk := uint32(0)
+	if kids != nil {
+		nk = min(kids.n, headKids)
+		for i := uint32(0); i < nk; i++ {
+			s.kids[i].Store(kids.off[i])
+		}
+	}
+	s.nk.Store(nk)
+	s.ver.Add(1)
+}
+
+// load returns the view of s, from one snapshot.
+func (s *headSlot) load() view {
+	for {
+		ver := s.ver.Load()
+		v := view{d: s.d.Load(), hashes: unsafe.Slice(s.h.Load(), s.n.Load())}
+		v.kids.n = min(s.nk.Load(), headKids)
+		for i := uint32(0); i < v.kids.n; i++ {
+			v.kids.off[i] = s.kids[i].Load()
+		}
+		if ver&1 == 0 && s.ver.Load() == ver {
+			return v
+		}
+		runtime.Gosched() // the writer is rewriting this slot
+	}
 }
 
 func newHeadTable(size int) *headTable {
@@ -71,19 +141,18 @@ func newHeadTable(size int) *headTable {
 
 func (t *headTable) home(k uint64) uint64 { return ((k ^ k>>32) * 0xd6e8feb86659fd93) >> t.shift }
 
-// lookup probes t; under concurrent change it may answer wrong, which the
-// caller's sequence check catches. It never loops more than the table size.
-func (t *headTable) lookup(k uint64) *nodeData {
-	if k == 0 {
-		return t.zero.Load()
-	}
+// find returns the slot of k, or nil (and for key 0, nil and whether it is
+// present). Under concurrent structural change it may answer wrong, which
+// the caller's sequence check catches. It never loops more than the table
+// size.
+func (t *headTable) find(k uint64) *headSlot {
 	mask := uint64(len(t.slots) - 1)
 	i := t.home(k)
 	for range t.slots {
 		s := &t.slots[i]
 		switch s.k.Load() {
 		case k:
-			return s.d.Load()
+			return s
 		case 0:
 			return nil
 		}
@@ -92,23 +161,48 @@ func (t *headTable) lookup(k uint64) *nodeData {
 	return nil
 }
 
+// lookup returns the view of the node that starts with k (zero if there
+// is none); see find.
+func (t *headTable) lookup(k uint64) view {
+	if k == 0 {
+		if v := t.zero.Load(); v != nil {
+			return *v
+		}
+		return view{}
+	}
+	if s := t.find(k); s != nil {
+		return s.load()
+	}
+	return view{}
+}
+
 // peek is get for the writer, which needs no sequence check.
 func (h *headMap) peek(k uint64) *nodeData {
 	if h.filter[headBucket(k)] == 0 {
 		return nil
 	}
-	return h.tab.Load().lookup(k)
+	t := h.tab.Load()
+	if k == 0 {
+		if v := t.zero.Load(); v != nil {
+			return v.d
+		}
+		return nil
+	}
+	if s := t.find(k); s != nil {
+		return s.d.Load()
+	}
+	return nil
 }
 
-// get returns the contents of the node that starts with k, or nil.
-// Lock-free.
-func (h *headMap) get(k uint64) *nodeData {
+// get returns the view of the node that starts with k (zero if there is
+// none). Lock-free.
+func (h *headMap) get(k uint64) view {
 	for {
 		s := h.seq.Load()
 		if s&1 == 0 {
-			d := h.tab.Load().lookup(k)
+			v := h.tab.Load().lookup(k)
 			if h.seq.Load() == s {
-				return d
+				return v
 			}
 		}
 		runtime.Gosched() // the writer is mid-change
@@ -121,8 +215,8 @@ func newHeadMap() *headMap {
 	return h
 }
 
-// put maps k to d. Writer-only.
-func (h *headMap) put(k uint64, d *nodeData) {
+// put maps k to d with kids (nil: none). Writer-only.
+func (h *headMap) put(k uint64, d *nodeData, kids *kidList) {
 	h.seq.Add(1)
 	defer h.seq.Add(1)
 	t := h.tab.Load()
@@ -131,7 +225,7 @@ func (h *headMap) put(k uint64, d *nodeData) {
 			h.n++
 			h.count(k, 1)
 		}
-		t.zero.Store(d)
+		t.setZero(d, kids)
 		return
 	}
 	if (h.n+1)*4 > len(t.slots)*3 {
@@ -139,40 +233,55 @@ func (h *headMap) put(k uint64, d *nodeData) {
 		g.zero.Store(t.zero.Load())
 		for i := range t.slots {
 			if sk := t.slots[i].k.Load(); sk != 0 {
-				g.insert(sk, t.slots[i].d.Load())
+				v := t.slots[i].load()
+				g.insert(sk, v.d, &v.kids)
 			}
 		}
 		h.tab.Store(g)
 		t = g
 	}
-	if t.insert(k, d) {
+	if t.insert(k, d, kids) {
 		h.n++
 		h.count(k, 1)
 	}
 }
 
-// update replaces the contents of k, which must be present, in place:
-// no sequence change, since a reader may see either snapshot. Writer-only.
-func (h *headMap) update(k uint64, d *nodeData) {
+// update replaces the contents and kids of k, which must be present, in
+// place: no sequence change, since a reader may see either snapshot (the
+// slot's own counter keeps each one whole). Writer-only.
+func (h *headMap) update(k uint64, d *nodeData, kids *kidList) {
 	t := h.tab.Load()
 	if k == 0 {
-		t.zero.Store(d)
+		t.setZero(d, kids)
 		return
 	}
-	t.insert(k, d) // present: only its contents pointer is stored
+	t.insert(k, d, kids) // present: only the slot's contents change
 }
 
-// insert sets k to d and reports whether k is new. Writer-only.
-func (t *headTable) insert(k uint64, d *nodeData) bool {
+// setZero stores the entry of key 0 (nil d: absent).
+func (t *headTable) setZero(d *nodeData, kids *kidList) {
+	if d == nil {
+		t.zero.Store(nil)
+		return
+	}
+	v := &view{d: d, hashes: d.hashes}
+	if kids != nil {
+		v.kids = *kids
+	}
+	t.zero.Store(v)
+}
+
+// insert sets k to d and kids and reports whether k is new. Writer-only.
+func (t *headTable) insert(k uint64, d *nodeData, kids *kidList) bool {
 	mask := uint64(len(t.slots) - 1)
 	for i := t.home(k); ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		switch s.k.Load() {
 		case k:
-			s.d.Store(d)
+			s.set(d, kids)
 			return false
 		case 0:
-			s.d.Store(d)
+			s.set(d, kids)
 			s.k.Store(k)
 			return true
 		}
@@ -189,7 +298,7 @@ func (h *headMap) del(k uint64) {
 			h.n--
 			h.count(k, -1)
 		}
-		t.zero.Store(nil)
+		t.setZero(nil, nil)
 		return
 	}
 	mask := uint64(len(t.slots) - 1)
@@ -215,13 +324,14 @@ func (h *headMap) del(k uint64) {
 		}
 		hm := t.home(sk)
 		if (j > i && (hm <= i || hm > j)) || (j < i && hm <= i && hm > j) {
-			t.slots[i].d.Store(t.slots[j].d.Load())
+			v := t.slots[j].load()
+			t.slots[i].set(v.d, &v.kids)
 			t.slots[i].k.Store(sk)
 			i = j
 		}
 	}
 	t.slots[i].k.Store(0)
-	t.slots[i].d.Store(nil)
+	t.slots[i].set(nil, nil)
 	h.n--
 	h.count(k, -1)
 }

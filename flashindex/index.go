@@ -750,6 +750,9 @@ func (ix *Index) insertBlocks(pn *node, poff int, refs []blockRef, bits []uint64
 			hashes[i] = refs[i].seq
 		}
 		n = ix.nodes.alloc(newNodeData(hashes, []run{{end: uint32(len(hashes)), bits: bits}}, nil))
+		if pn != nil {
+			ix.nodes.link(n, pn, poff)
+		}
 	}
 	for i := range refs {
 		refs[i].node, refs[i].off = n, base+i
@@ -804,6 +807,7 @@ func (ix *Index) updateRange(n *node, a, b int, op setOp) {
 		// Cap the slice so a later append reallocates instead of writing
 		// over blocks that readers of older snapshots may still read.
 		hashes = hashes[:keep:keep]
+		n.trimKids(keep)
 		out = out[:k-1]
 	}
 	// Runs before the change keep their sets and predecessors, so their

@@ -8,10 +8,47 @@ import (
 
 // queryScratch is per-query working memory, pooled.
 type queryScratch struct {
-	live    []uint64 // 4 planes of W words: device, host, disk walkers; slots that matched
-	devEnd  []int32  // per slot: where the device prefix ended
-	hostEnd []int32  // per slot: where the host run ended
-	end     []int32  // per slot: where the disk run ended
+	words []wordState // per 64 slots
+	ends  []slotEnds  // per slot not dropped
+	drops []drop
+	hops  []hop
+	sink  uint32 // see path
+}
+
+// wordState is the walk's state of 64 slots: the slots walking the
+// request on each tier (a slot is in at most one), the slots that matched
+// at all, and the slots recorded in drops.
+type wordState struct {
+	dev, host, disk, matched, dropped uint64
+}
+
+// slotEnds records where a slot's device prefix, host run and disk run
+// ended (absolute request positions).
+type slotEnds struct {
+	dev, host, disk int32
+}
+
+// drop records slots whose walk ended in one step, straight from the
+// device tier: their device prefix, and so their whole match, ends at pos.
+// Most slots end that way (a request's first node is typically a system
+// prompt every worker holds, and the next node drops nearly all of them),
+// so recording them a word at a time saves three per-slot writes each.
+type drop struct {
+	pos  int32
+	word int32
+	x    uint64
+}
+
+// hop is one node a query's request passes through: the node's contents
+// and hashes (one snapshot), where the request enters it (pos) and how many
+// of its blocks the request follows (m). check >= 0 means m came from the
+// node's kid list (m = check+1) and holds if the node's block check is the
+// request's; -1 means m came from comparing the hashes.
+type hop struct {
+	d      *nodeData
+	hashes []uint64
+	pos, m int32
+	check  int32
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(queryScratch) }}
@@ -71,126 +108,134 @@ func (ix *Index) find(seq []uint64, dst []Match, early bool) []Match {
 	}
 	sc := scratchPool.Get().(*queryScratch)
 	defer scratchPool.Put(sc)
-	if cap(sc.live) < 4*W {
-		sc.live = make([]uint64, 4*W)
+	if cap(sc.words) < W {
+		sc.words = make([]wordState, W)
 	}
-	live := sc.live[:4*W]
-	clear(live)
-	dev, host, disk, matched := live[:W], live[W:2*W], live[2*W:3*W], live[3*W:]
-	if ns := len(st.workers); cap(sc.devEnd) < ns {
-		sc.devEnd = make([]int32, ns)
-		sc.hostEnd = make([]int32, ns)
-		sc.end = make([]int32, ns)
+	ws := sc.words[:W]
+	clear(ws)
+	if ns := len(st.workers); cap(sc.ends) < ns {
+		sc.ends = make([]slotEnds, ns)
 	}
-	devEnd, hostEnd, end := sc.devEnd[:len(st.workers)], sc.hostEnd[:len(st.workers)], sc.end[:len(st.workers)]
+	ends := sc.ends[:len(st.workers)]
+	drops := sc.drops[:0]
 
-	// The walk records where each slot's tiers end; the matches are
-	// written at the end in slot order, reading the workers and counters
-	// sequentially.
-	started := false
+	// The walk advances a three-state walker per slot (device, host, disk)
+	// over the runs of the nodes on the request's path, and records where
+	// each slot's tiers end: a word at a time in drops for slots that end
+	// all three at once, else per slot in ends. The matches are written at
+	// the end.
+	hops := ix.path(seq, sc)
 	walking := 0 // slots still walking
 	pos := 0
 walk:
-	for pos < len(seq) {
-		d := ix.nodes.heads.get(seq[pos])
-		if d == nil || len(d.hashes) == 0 || d.hashes[0] != seq[pos] {
-			break // the node changed under us; treat as the end of the match
-		}
-		// A query enters nodes at their start (see headMap).
-		m := chainMatchLen(seq[pos:], d.hashes)
-		for ri, o := 0, 0; o < m; ri++ {
-			r := &d.runs[ri]
-			p := pos + o
-			switch {
-			case !started:
-				started = true
-				b0 := d.bits0
-				for i := 0; i < W; i++ {
-					dw := word(b0, i, planeDevice) | word(b0, i, planeApprox)
-					hw := word(b0, i, planeHost)
-					kw := word(b0, i, planeDisk)
-					mk := st.mask[i]
-					dev[i] = dw & mk
-					host[i] = hw &^ dw & mk
-					disk[i] = kw &^ (dw | hw) & mk
-					matched[i] = dev[i] | host[i] | disk[i]
-					walking += bits.OnesCount64(matched[i])
-					for x := host[i] | disk[i]; x != 0; x &= x - 1 {
-						s := i<<6 | bits.TrailingZeros64(x)
-						devEnd[s], hostEnd[s] = 0, 0
-					}
+	for j := range hops {
+		h := &hops[j]
+		d, m := h.d, int(h.m)
+		pos = int(h.pos)
+		// The node's first run: compare the whole set (the first node's
+		// starts the walkers).
+		b0 := d.bits0
+		walking = 0
+		for i := range ws {
+			w := &ws[i]
+			dw := word(b0, i, planeDevice) | word(b0, i, planeApprox)
+			hw := word(b0, i, planeHost)
+			kw := word(b0, i, planeDisk)
+			if j == 0 {
+				mk := st.mask[i]
+				w.dev = dw & mk
+				w.host = hw &^ dw & mk
+				w.disk = kw &^ (dw | hw) & mk
+				w.matched = w.dev | w.host | w.disk
+				walking += bits.OnesCount64(w.matched)
+				for x := w.host | w.disk; x != 0; x &= x - 1 {
+					e := &ends[i<<6|bits.TrailingZeros64(x)]
+					e.dev, e.host = 0, 0
 				}
-			case ri == 0:
-				// First run of a node: compare the whole set.
-				walking = 0
-				b0 := d.bits0
-				for i := 0; i < W; i++ {
-					dw := word(b0, i, planeDevice) | word(b0, i, planeApprox)
-					hw := word(b0, i, planeHost)
-					kw := word(b0, i, planeDisk)
-					dd := dev[i] &^ dw
-					dev[i] &= dw
-					h2 := host[i] | dd
-					dh := h2 &^ hw
-					host[i] = h2 & hw
-					k2 := disk[i] | dh
-					dk := k2 &^ kw
-					disk[i] = k2 & kw
-					walking += bits.OnesCount64(dev[i] | host[i] | disk[i])
-					for x := dd; x != 0; x &= x - 1 {
-						devEnd[i<<6|bits.TrailingZeros64(x)] = int32(p)
-					}
-					for x := dh; x != 0; x &= x - 1 {
-						hostEnd[i<<6|bits.TrailingZeros64(x)] = int32(p)
-					}
-					for x := dk; x != 0; x &= x - 1 {
-						end[i<<6|bits.TrailingZeros64(x)] = int32(p)
-					}
-				}
-			default:
-				// Later runs: only slots whose planes changed since the
-				// previous run can change state.
-				for _, c := range d.chg[d.runs[ri-1].cend:r.cend] {
-					s := int(c >> 4)
-					i := s >> 6
-					if i >= W {
-						continue // a slot newer than this query's table
-					}
-					bit := uint64(1) << (uint(s) & 63)
-					switch {
-					case dev[i]&bit != 0:
-						if c&(1<<planeDevice|1<<planeApprox) != 0 {
-							continue
-						}
-						dev[i] &^= bit
-						devEnd[s] = int32(p)
-						if c&(1<<planeHost) != 0 {
-							host[i] |= bit
-							continue
-						}
-						hostEnd[s] = int32(p)
-					case host[i]&bit != 0:
-						if c&(1<<planeHost) != 0 {
-							continue
-						}
-						host[i] &^= bit
-						hostEnd[s] = int32(p)
-					case disk[i]&bit != 0:
-					default:
-						continue
-					}
-					// The slot leaves the host run (or is on disk already).
-					if c&(1<<planeDisk) != 0 {
-						disk[i] |= bit
-						continue
-					}
-					disk[i] &^= bit
-					end[s] = int32(p)
-					walking--
-				}
+				continue
 			}
+			dd := w.dev &^ dw
+			w.dev &= dw
+			h2 := w.host | dd
+			dh := h2 &^ hw
+			w.host = h2 & hw
+			k2 := w.disk | dh
+			dk := k2 &^ kw
+			w.disk = k2 & kw
+			walking += bits.OnesCount64(w.dev | w.host | w.disk)
+			if all := dd & dh & dk; all != 0 {
+				drops = append(drops, drop{pos: int32(pos), word: int32(i), x: all})
+				w.dropped |= all
+				dd &^= all
+				dh &^= all
+				dk &^= all
+			}
+			for x := dd; x != 0; x &= x - 1 {
+				ends[i<<6|bits.TrailingZeros64(x)].dev = int32(pos)
+			}
+			for x := dh; x != 0; x &= x - 1 {
+				ends[i<<6|bits.TrailingZeros64(x)].host = int32(pos)
+			}
+			for x := dk; x != 0; x &= x - 1 {
+				ends[i<<6|bits.TrailingZeros64(x)].disk = int32(pos)
+			}
+		}
+		if walking == 0 {
+			break walk
+		}
+		o := min(int(d.runs[0].end), m)
+		if early && walking <= 1 {
+			pos += o
+			break walk
+		}
+		// Later runs: only slots whose planes changed since the previous
+		// run can change state.
+		cend := d.runs[0].cend
+		for ri := 1; o < m; ri++ {
+			r := &d.runs[ri]
+			p := int32(pos + o)
+			for _, c := range d.chg[cend:r.cend] {
+				s := int(c >> 4)
+				i := s >> 6
+				if i >= W {
+					continue // a slot newer than this query's table
+				}
+				w := &ws[i]
+				bit := uint64(1) << (uint(s) & 63)
+				switch {
+				case w.dev&bit != 0:
+					if c&(1<<planeDevice|1<<planeApprox) != 0 {
+						continue
+					}
+					w.dev &^= bit
+					ends[s].dev = p
+					if c&(1<<planeHost) != 0 {
+						w.host |= bit
+						continue
+					}
+					ends[s].host = p
+				case w.host&bit != 0:
+					if c&(1<<planeHost) != 0 {
+						continue
+					}
+					w.host &^= bit
+					ends[s].host = p
+				case w.disk&bit != 0:
+				default:
+					continue
+				}
+				// The slot leaves the host run (or is on disk already).
+				if c&(1<<planeDisk) != 0 {
+					w.disk |= bit
+					continue
+				}
+				w.disk &^= bit
+				ends[s].disk = p
+				walking--
+			}
+			cend = r.cend
 			if walking == 0 {
-				pos = p
+				pos = int(p)
 				break walk
 			}
 			o = min(int(r.end), m)
@@ -203,39 +248,120 @@ walk:
 	}
 	// Close the walkers still live at pos, then write the matches.
 	n := 0
-	for i := 0; i < W; i++ {
-		for x := dev[i]; x != 0; x &= x - 1 {
-			s := i<<6 | bits.TrailingZeros64(x)
-			devEnd[s], hostEnd[s], end[s] = int32(pos), int32(pos), int32(pos)
+	for i := range ws {
+		w := &ws[i]
+		if w.dev != 0 {
+			drops = append(drops, drop{pos: int32(pos), word: int32(i), x: w.dev})
+			w.dropped |= w.dev
 		}
-		for x := host[i]; x != 0; x &= x - 1 {
-			s := i<<6 | bits.TrailingZeros64(x)
-			hostEnd[s], end[s] = int32(pos), int32(pos)
+		for x := w.host; x != 0; x &= x - 1 {
+			e := &ends[i<<6|bits.TrailingZeros64(x)]
+			e.host, e.disk = int32(pos), int32(pos)
 		}
-		for x := disk[i]; x != 0; x &= x - 1 {
-			end[i<<6|bits.TrailingZeros64(x)] = int32(pos)
+		for x := w.disk; x != 0; x &= x - 1 {
+			ends[i<<6|bits.TrailingZeros64(x)].disk = int32(pos)
 		}
-		n += bits.OnesCount64(matched[i])
+		n += bits.OnesCount64(w.matched)
 	}
+	sc.drops = drops
 	dst = slices.Grow(dst, n)[:n]
 	k := 0
-	for i := 0; i < W; i++ {
-		totals := &st.counts[i].total // the word's 64 slots
-		for x := matched[i]; x != 0; x &= x - 1 {
+	// Field by field: a composite literal is built in a stack temporary
+	// and copied with wide loads that straddle its narrow stores (a
+	// store-forwarding stall per match).
+	for _, e := range drops {
+		totals := &st.counts[e.word].total // the word's 64 slots
+		for x := e.x; x != 0; x &= x - 1 {
+			b := bits.TrailingZeros64(x)
+			m := &dst[k]
+			w := &st.workers[int(e.word)<<6|b]
+			m.Worker.ID, m.Worker.DPRank = w.ID, w.DPRank
+			m.Device, m.Host, m.Disk, m.Resident = int(e.pos), 0, 0, int(totals[b].Load())
+			k++
+		}
+	}
+	for i := range ws {
+		totals := &st.counts[i].total
+		for x := ws[i].matched &^ ws[i].dropped; x != 0; x &= x - 1 {
 			b := bits.TrailingZeros64(x)
 			s := i<<6 | b
-			d, h := int(devEnd[s]), int(hostEnd[s])
-			// Field by field: a composite literal is built in a stack
-			// temporary and copied with wide loads that straddle its
-			// narrow stores (a store-forwarding stall per match).
+			e := &ends[s]
+			d, h := int(e.dev), int(e.host)
 			m := &dst[k]
 			w := &st.workers[s]
 			m.Worker.ID, m.Worker.DPRank = w.ID, w.DPRank
-			m.Device, m.Host, m.Disk, m.Resident = d, h-d, int(end[s])-h, int(totals[b].Load())
+			m.Device, m.Host, m.Disk, m.Resident = d, h-d, int(e.disk)-h, int(totals[b].Load())
 			k++
 		}
 	}
 	return dst
+}
+
+// path returns the nodes the request seq passes through (appended to
+// hops[:0]). It finds them first, from the head map alone where the nodes'
+// kid lists allow (see kids.go), so that its dependent cache misses are
+// head-slot lookups; then it confirms every kid-list answer with one
+// comparison each, issued together, and loads each node's first set and
+// runs with them, so that the walk that follows finds them in cache. A
+// wrong kid-list answer (a stale entry) is replaced by comparing hashes,
+// and the path found again from there.
+func (ix *Index) path(seq []uint64, sc *queryScratch) []hop {
+	hops := ix.follow(seq, 0, sc.hops[:0])
+	var acc uint32
+	for j := 0; j < len(hops); j++ {
+		h := &hops[j]
+		acc += h.d.runs[0].end
+		if len(h.d.bits0) > 0 {
+			acc += uint32(h.d.bits0[0])
+		}
+		if c := int(h.check); c >= 0 && h.hashes[c] != seq[int(h.pos)+c] {
+			m := chainMatchLen(seq[h.pos:], h.hashes)
+			h.m, h.check = int32(m), -1
+			hops = ix.follow(seq, int(h.pos)+m, hops[:j+1])
+		}
+	}
+	sc.hops, sc.sink = hops, acc // the store keeps the loads above
+	return hops
+}
+
+// follow appends the nodes seq passes through from pos on (see path) to
+// hops. A node's m is its kid-list answer, unconfirmed, where one of its
+// listed kids starts with the request's next block; otherwise it comes
+// from comparing hashes.
+func (ix *Index) follow(seq []uint64, pos int, hops []hop) []hop {
+	if pos >= len(seq) {
+		return hops
+	}
+	v := ix.nodes.heads.get(seq[pos])
+	for v.d != nil && len(v.hashes) > 0 && v.hashes[0] == seq[pos] {
+		h := hop{d: v.d, hashes: v.hashes, pos: int32(pos), check: -1}
+		var next view
+		// A kid at offset c continues the request if it starts with the
+		// request's block after c (confirmed later: see path). The
+		// lookups do not depend on one another, so they overlap.
+		lim := min(len(v.hashes), len(seq)-pos-1)
+		for i := uint32(0); i < v.kids.n; i++ {
+			c := int(v.kids.off[i])
+			if c >= lim {
+				break
+			}
+			if w := ix.nodes.heads.get(seq[pos+c+1]); w.d != nil {
+				h.m, h.check, next = int32(c+1), int32(c), w
+				break
+			}
+		}
+		if h.check < 0 {
+			m := chainMatchLen(seq[pos:], v.hashes)
+			h.m = int32(m)
+			if pos+m < len(seq) {
+				next = ix.nodes.heads.get(seq[pos+m])
+			}
+		}
+		hops = append(hops, h)
+		pos += int(h.m)
+		v = next
+	}
+	return hops
 }
 
 // chainMatchLen returns how many leading hashes a and b share, given that

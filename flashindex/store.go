@@ -211,6 +211,15 @@ func (d *nodeData) bitsAt(off int) []uint64 {
 type node struct {
 	id   uint32
 	data atomic.Pointer[nodeData]
+	// Writer-only lineage, kept for queries' sake (see kids.go): the node
+	// whose block at poff this node's first block continues (nil for a
+	// chain root, or once that node is gone), the epoch of the entry that
+	// counts this node there, and where other nodes continue this one.
+	parent *node
+	poff   uint32
+	pepoch uint32
+	kids   []kidEntry // ascending by off
+	epoch  uint32     // bumped when entries are dropped by a trim
 }
 
 // newNodeData builds a node snapshot; bits0 caches the first run's set.
@@ -245,23 +254,26 @@ func (a *arena) alloc(d *nodeData) *node {
 	d.id = id
 	n.data.Store(d)
 	a.byID[id] = n
-	a.heads.put(d.hashes[0], d)
+	a.heads.put(d.hashes[0], d, nil)
 	a.live++
 	return n
 }
 
 // publish makes d the contents of n for queries. A node's first hash never
 // changes (appends extend it, garbage collection trims its tail), so its
-// head entry stays where it is and only the contents pointer moves.
+// head entry stays where it is and only the slot's contents change.
 func (a *arena) publish(n *node, d *nodeData) {
 	d.id = n.id
 	n.data.Store(d)
-	a.heads.update(d.hashes[0], d)
+	kl := n.kidList()
+	a.heads.update(d.hashes[0], d, &kl)
 }
 
 func (a *arena) release(n *node) {
+	a.unlink(n)
 	a.heads.del(n.data.Load().hashes[0])
 	n.data.Store(nil)
+	n.kids = nil // the kids' links to n are dead (see unlink)
 	a.byID[n.id] = nil
 	a.free = append(a.free, n.id)
 	a.live--

@@ -63,14 +63,14 @@ func TestU64Map(t *testing.T) {
 // TestHeadMap checks the sequence-locked head map against a Go map under
 // the same churn of inserts, in-place updates and deletes.
 func TestHeadMap(t *testing.T) {
-	vals := make([]*nodeData, 64)
+	vals := make([]headEntry, 64)
 	for i := range vals {
-		vals[i] = &nodeData{}
+		vals[i] = testEntry(i)
 	}
 	for seed := uint64(0); seed < 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 2))
 		h := newHeadMap()
-		ref := map[uint64]*nodeData{}
+		ref := map[uint64]headEntry{}
 		space := uint64(1 + rng.IntN(300))
 		for i := 0; i < 5000; i++ {
 			k := rng.Uint64N(space) // includes key 0
@@ -80,12 +80,12 @@ func TestHeadMap(t *testing.T) {
 			switch op := rng.IntN(6); {
 			case op < 3:
 				v := vals[rng.IntN(len(vals))]
-				h.put(k, v)
+				h.put(k, v.d, &v.kids)
 				ref[k] = v
 			case op == 3:
 				if _, ok := ref[k]; ok {
 					v := vals[rng.IntN(len(vals))]
-					h.update(k, v)
+					h.update(k, v.d, &v.kids)
 					ref[k] = v
 				}
 			default:
@@ -99,11 +99,11 @@ func TestHeadMap(t *testing.T) {
 				t.Fatalf("seed %d step %d: sequence left odd", seed, i)
 			}
 			probe := rng.Uint64N(space)
-			if v := h.get(probe); v != ref[probe] {
-				t.Fatalf("seed %d step %d: get(%d) = %p, want %p", seed, i, probe, v, ref[probe])
+			if v := h.get(probe); !ref[probe].is(v) {
+				t.Fatalf("seed %d step %d: get(%d) = %+v, want %+v", seed, i, probe, v, ref[probe])
 			}
-			if v := h.peek(probe); v != ref[probe] { // through the writer's filter
-				t.Fatalf("seed %d step %d: peek(%d) = %p, want %p", seed, i, probe, v, ref[probe])
+			if v := h.peek(probe); v != ref[probe].d { // through the writer's filter
+				t.Fatalf("seed %d step %d: peek(%d) = %p, want %p", seed, i, probe, v, ref[probe].d)
 			}
 		}
 	}
@@ -113,17 +113,17 @@ func TestHeadMap(t *testing.T) {
 // inserts and deletes keys around a fixed set (so backward shifts and
 // growth move the fixed keys under the readers) and swaps the fixed keys'
 // contents between two versions in place: readers must always find every
-// fixed key with one of its versions and never a key that was never
-// inserted. Run with -race.
+// fixed key with one of its versions, with that version's hashes and kids,
+// and never a key that was never inserted. Run with -race.
 func TestHeadMapConcurrent(t *testing.T) {
 	h := newHeadMap()
 	const fixed = 200
-	var versions [fixed + 1][2]*nodeData
+	var versions [fixed + 1][2]headEntry
 	for k := uint64(1); k <= fixed; k++ {
-		versions[k] = [2]*nodeData{{}, {}}
-		h.put(k<<40, versions[k][0])
+		versions[k] = [2]headEntry{testEntry(int(k)), testEntry(int(k) + 3)}
+		h.put(k<<40, versions[k][0].d, &versions[k][0].kids)
 	}
-	other := &nodeData{}
+	other := testEntry(0)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	errs := make(chan string, 2)
@@ -134,11 +134,14 @@ func TestHeadMapConcurrent(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(r), 3))
 			for !stop.Load() {
 				k := 1 + rng.Uint64N(fixed)
-				if v := h.get(k << 40); v == nil || (v != versions[k][0] && v != versions[k][1]) {
+				if v := h.get(k << 40); v.d == nil || (v.d != versions[k][0].d && v.d != versions[k][1].d) {
 					errs <- "fixed key lost or wrong under concurrent writes"
 					return
+				} else if !versions[k][0].is(v) && !versions[k][1].is(v) {
+					errs <- "a slot's copies from another snapshot than its contents"
+					return
 				}
-				if h.get(k<<40|1) != nil {
+				if h.get(k<<40|1).d != nil {
 					errs <- "found a key never inserted"
 					return
 				}
@@ -150,12 +153,13 @@ func TestHeadMapConcurrent(t *testing.T) {
 		k := (1+rng.Uint64N(fixed))<<40 | 2 + rng.Uint64N(8)<<1 // never a fixed key nor k|1
 		switch rng.IntN(3) {
 		case 0:
-			h.put(k, other)
+			h.put(k, other.d, &other.kids)
 		case 1:
 			h.del(k)
 		default:
 			f := 1 + rng.Uint64N(fixed)
-			h.update(f<<40, versions[f][rng.IntN(2)])
+			v := versions[f][rng.IntN(2)]
+			h.update(f<<40, v.d, &v.kids)
 		}
 	}
 	stop.Store(true)
@@ -210,7 +214,7 @@ func TestHeadFilterSaturates(t *testing.T) {
 	h := newHeadMap()
 	d := &nodeData{}
 	for _, k := range keys {
-		h.put(k, d)
+		h.put(k, d, nil)
 	}
 	for _, k := range keys[1:] {
 		h.del(k)
@@ -225,4 +229,30 @@ func TestHeadFilterSaturates(t *testing.T) {
 	if h.peek(keys[0]) != nil || h.n != 0 {
 		t.Fatal("last head not removed")
 	}
+}
+
+// headEntry is what the head map holds for a key: contents and kids.
+type headEntry struct {
+	d    *nodeData
+	kids kidList
+}
+
+// testEntry returns an entry whose contents (i+1 hashes) and kid list
+// (i mod 8 offsets, capped at headKids) differ with i.
+func testEntry(i int) headEntry {
+	e := headEntry{d: newNodeData(make([]uint64, i+1), []run{{end: uint32(i + 1)}}, nil)}
+	e.kids.n = uint32(min(i%8, headKids))
+	for j := range e.kids.n {
+		e.kids.off[j] = uint32(i + int(j))
+	}
+	return e
+}
+
+// is reports whether v shows e: the same contents, their hashes (the same
+// backing array) and kids. The zero entry is absence.
+func (e headEntry) is(v view) bool {
+	if e.d == nil {
+		return v.d == nil
+	}
+	return v.d == e.d && len(v.hashes) == len(e.d.hashes) && &v.hashes[0] == &e.d.hashes[0] && v.kids == e.kids
 }
