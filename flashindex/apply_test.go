@@ -330,7 +330,8 @@ func TestSnapshotErrors(t *testing.T) {
 	}{
 		{"empty", nil, Config{}, ErrSnapshotFormat},
 		{"magic", bad(func(b []byte) []byte { b[0] = 'X'; return b }), Config{}, ErrSnapshotFormat},
-		{"version", bad(func(b []byte) []byte { b[4] = 2; return b }), Config{}, ErrSnapshotVersion},
+		{"version 0", bad(func(b []byte) []byte { b[4] = 0; return b }), Config{}, ErrSnapshotVersion},
+		{"version 3", bad(func(b []byte) []byte { b[4] = 3; return b }), Config{}, ErrSnapshotVersion},
 		{"truncated", good[:len(good)-3], Config{}, ErrSnapshotFormat},
 		{"garbage body", append(append([]byte(nil), good[:5]...), 1, 2, 3, 4, 5, 6, 7, 8), Config{}, ErrSnapshotFormat},
 	} {

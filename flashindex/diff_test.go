@@ -356,6 +356,7 @@ func runDiff(t *testing.T, c diffCase) {
 			c.seed, len(trail)-1, fmt.Sprintf(format, args...), len(trail), b.String())
 	}
 	var got []Match
+	linksChecked := 0
 	for n := 0; n < c.steps; n++ {
 		s := g.next()
 		trail = append(trail, s)
@@ -401,6 +402,11 @@ func runDiff(t *testing.T, c diffCase) {
 		if err := checkMaps(ix); err != nil {
 			fail("block and head maps: %v", err)
 		}
+		n, err := checkKidsN(ix, g.parents())
+		if err != nil {
+			fail("kid lists: %v", err)
+		}
+		linksChecked += n
 		view := ref.view()
 		for _, p := range probes {
 			want := view.find(p)
@@ -421,6 +427,9 @@ func runDiff(t *testing.T, c diffCase) {
 		if n%400 == 399 {
 			checkRoundTrip(t, ix, cfg, g.seqs, fail)
 		}
+	}
+	if linksChecked == 0 {
+		t.Fatalf("seed %d: no link checked against the pool's chains", c.seed)
 	}
 }
 
@@ -570,6 +579,81 @@ func checkMaps(ix *Index) error {
 	return err
 }
 
+// checkKids verifies the lineage kept for queries (kids.go): each live
+// node's entries are ascending, within the node, and count exactly the
+// live nodes linked to them; each head slot lists the node's first
+// entries; and, where parent (a block's chain predecessor, by sequence
+// hash) is given, every counted link points at the linked node's true
+// parent block.
+func checkKids(ix *Index, parent map[uint64]uint64) error {
+	_, err := checkKidsN(ix, parent)
+	return err
+}
+
+// checkKidsN is checkKids that also returns how many links it checked
+// against parent.
+func checkKidsN(ix *Index, parent map[uint64]uint64) (int, error) {
+	checked := 0
+	type at struct {
+		n   *node
+		off uint32
+	}
+	counted := map[at]uint32{}
+	var err error
+	ix.nodes.each(func(n *node) {
+		if err != nil || !n.linked() {
+			return
+		}
+		counted[at{n.parent, n.poff}]++
+		if parent != nil {
+			head := n.data.Load().hashes[0]
+			want, ok := parent[head]
+			if ok {
+				checked++
+			}
+			if ok && n.parent.data.Load().hashes[n.poff] != want {
+				err = fmt.Errorf("node %d (%#x) linked at node %d offset %d, which is not its parent block", n.id, head, n.parent.id, n.poff)
+			}
+		}
+	})
+	ix.nodes.each(func(n *node) {
+		if err != nil {
+			return
+		}
+		d := n.data.Load()
+		for i, e := range n.kids {
+			switch {
+			case i > 0 && e.off <= n.kids[i-1].off:
+				err = fmt.Errorf("node %d: kid offsets out of order: %v", n.id, n.kids)
+			case int(e.off) >= len(d.hashes):
+				err = fmt.Errorf("node %d: kid offset %d beyond its %d blocks", n.id, e.off, len(d.hashes))
+			case e.n == 0 || e.n != counted[at{n, e.off}]:
+				err = fmt.Errorf("node %d offset %d: %d kids counted, %d linked", n.id, e.off, e.n, counted[at{n, e.off}])
+			}
+			delete(counted, at{n, e.off})
+		}
+		if v := ix.nodes.heads.get(d.hashes[0]); v.kids != n.kidList() {
+			err = fmt.Errorf("node %d: head slot lists kids %v, node has %v", n.id, v.kids, n.kids)
+		}
+	})
+	if err == nil && len(counted) > 0 {
+		err = fmt.Errorf("links counted by no entry: %v", counted)
+	}
+	return checked, err
+}
+
+// parents maps every block of the pool's sequences to its chain
+// predecessor (events may also store chains outside the pool).
+func (g *gen) parents() map[uint64]uint64 {
+	m := map[uint64]uint64{}
+	for _, s := range g.seqs {
+		for i := 1; i < len(s.seq); i++ {
+			m[s.seq[i]] = s.seq[i-1]
+		}
+	}
+	return m
+}
+
 // checkChanges verifies every live node's change list against its runs,
 // recomputed from scratch.
 func checkChanges(ix *Index) error {
@@ -635,6 +719,9 @@ func TestRecordNonChain(t *testing.T) {
 				t.Fatalf("seed %d step %d: %v", seed, n, err)
 			}
 			if err := checkChanges(ix); err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, n, err)
+			}
+			if err := checkKids(ix, nil); err != nil { // non-chain lists: links unchecked
 				t.Fatalf("seed %d step %d: %v", seed, n, err)
 			}
 			q := g.seqs[rng.IntN(len(g.seqs))].seq

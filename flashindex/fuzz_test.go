@@ -144,6 +144,9 @@ func FuzzApply(f *testing.F) {
 			if err := checkMaps(ix); err != nil {
 				t.Fatalf("op %d: %v", op, err)
 			}
+			if err := checkKids(ix, nil); err != nil { // Record takes any list: links unchecked
+				t.Fatalf("op %d: %v", op, err)
+			}
 			view := ref.view()
 			for _, p := range probes {
 				got := ix.FindMatches(p, nil)

@@ -61,18 +61,27 @@ func (a *arena) link(n, p *node, off int) {
 	}
 }
 
+// linked reports whether n's link is still counted: its parent is live
+// and still holds the entry that counts n.
+func (n *node) linked() bool {
+	p := n.parent
+	if p == nil || p.data.Load() == nil {
+		return false
+	}
+	i, found := findKid(p.kids, n.poff)
+	return found && p.kids[i].epoch == n.pepoch
+}
+
 // unlink undoes n's link, if it is still counted: its parent may be gone,
 // or have dropped the block n continued.
 func (a *arena) unlink(n *node) {
+	if !n.linked() {
+		n.parent = nil
+		return
+	}
 	p := n.parent
 	n.parent = nil
-	if p == nil || p.data.Load() == nil {
-		return
-	}
-	i, found := findKid(p.kids, n.poff)
-	if !found || p.kids[i].epoch != n.pepoch {
-		return
-	}
+	i, _ := findKid(p.kids, n.poff)
 	if p.kids[i].n--; p.kids[i].n == 0 {
 		p.kids = slices.Delete(p.kids, i, i+1)
 		if i < headKids {

@@ -14,7 +14,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// Snapshot format, version 1:
+// Snapshot format, version 2:
 //
 //	magic "FLXI" | version byte | zstd frame of the body
 //
@@ -28,15 +28,22 @@ import (
 //	  3x: u n, n x (h seq, u extra), aliases sorted by seq
 //	u nodes, then per node (sorted by first hash):
 //	  u n, n x h hash, u runs, runs x (u end, u k, k x (u worker, u planes))
+//	u links, then per link (sorted by child):
+//	  u child, u parent, u offset in parent
 //	u approx, then per entry (sorted by expiry, order):
 //	  u worker, h seq, u expiry (zigzag), u order
 //
-// Worker numbers are positions in the sorted worker list; planes is a mask
-// (1 device, 2 host, 4 disk, 8 approximate). Encoding is canonical, so
-// Snapshot of a restored index reproduces the input byte for byte.
+// Worker numbers are positions in the sorted worker list, node numbers in
+// the sorted node list; planes is a mask (1 device, 2 host, 4 disk, 8
+// approximate). A link says which block of which node a node's first block
+// continues (see kids.go). Encoding is canonical, so Snapshot of a
+// restored index reproduces the input byte for byte.
+//
+// Version 1 is version 2 without the links; Restore reads it (queries then
+// compare hashes at every node until new nodes are linked).
 const (
 	snapshotMagic   = "FLXI"
-	snapshotVersion = 1
+	snapshotVersion = 2
 	snapshotWindow  = 1 << 22 // zstd window: bounds decoder memory on hostile input
 )
 
@@ -111,12 +118,13 @@ func (ix *Index) Snapshot(w io.Writer) error {
 		}
 	}
 
-	var nodes []*nodeData
-	ix.nodes.each(func(n *node) { nodes = append(nodes, n.data.Load()) })
-	slices.SortFunc(nodes, func(a, b *nodeData) int { return cmp.Compare(a.hashes[0], b.hashes[0]) })
+	var nodes []*node
+	ix.nodes.each(func(n *node) { nodes = append(nodes, n) })
+	slices.SortFunc(nodes, func(a, b *node) int { return cmp.Compare(a.data.Load().hashes[0], b.data.Load().hashes[0]) })
 	e.u(uint64(len(nodes)))
 	var members []kv
-	for _, d := range nodes {
+	for _, n := range nodes {
+		d := n.data.Load()
 		e.u(uint64(len(d.hashes)))
 		for _, h := range d.hashes {
 			e.h(h)
@@ -142,6 +150,23 @@ func (ix *Index) Snapshot(w io.Writer) error {
 				e.u(m.v)
 			}
 		}
+	}
+
+	nodeNum := make(map[*node]uint64, len(nodes))
+	for i, n := range nodes {
+		nodeNum[n] = uint64(i)
+	}
+	var links []*node
+	for _, n := range nodes {
+		if n.linked() {
+			links = append(links, n)
+		}
+	}
+	e.u(uint64(len(links)))
+	for _, n := range links {
+		e.u(nodeNum[n])
+		e.u(nodeNum[n.parent])
+		e.u(uint64(n.poff))
 	}
 
 	entries := slices.Clone(ix.approx)
@@ -274,8 +299,9 @@ func Restore(r io.Reader, cfg Config) (*Index, error) {
 	if string(head[:len(snapshotMagic)]) != snapshotMagic {
 		return nil, fmt.Errorf("%w: bad magic %q", ErrSnapshotFormat, head[:len(snapshotMagic)])
 	}
-	if v := head[len(snapshotMagic)]; v != snapshotVersion {
-		return nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrSnapshotVersion, v, snapshotVersion)
+	v := head[len(snapshotMagic)]
+	if v < 1 || v > snapshotVersion {
+		return nil, fmt.Errorf("%w: version %d (this build reads 1 to %d)", ErrSnapshotVersion, v, snapshotVersion)
 	}
 	zr, err := getDecoder(r)
 	if err != nil {
@@ -283,7 +309,7 @@ func Restore(r io.Reader, cfg Config) (*Index, error) {
 	}
 	defer func() { _ = zr.Reset(nil); decoders.Put(zr) }()
 	d := &decoder{r: bufio.NewReaderSize(zr, 1<<16)}
-	ix, err := restoreBody(d, cfg)
+	ix, err := restoreBody(d, cfg, v)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +326,7 @@ func Restore(r io.Reader, cfg Config) (*Index, error) {
 	return ix, nil
 }
 
-func restoreBody(d *decoder, cfg Config) (*Index, error) {
+func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 	bs := d.n(MaxBlockSize, "block size")
 	if d.err != nil {
 		return nil, d.err
@@ -374,6 +400,7 @@ func restoreBody(d *decoder, cfg Config) (*Index, error) {
 	var bitCount [][numPlanes]int // per worker number
 	bitCount = make([][numPlanes]int, len(wss))
 	nn := d.n(maxCount, "node")
+	var nodes []*node // by node number
 	var lastFirst uint64
 	for i := 0; i < nn && d.err == nil; i++ {
 		nh := d.n(1<<32-1, "node length")
@@ -435,6 +462,7 @@ func restoreBody(d *decoder, cfg Config) (*Index, error) {
 			break
 		}
 		n := ix.nodes.alloc(newNodeData(hashes, runs, seal(runs, nil, 0)))
+		nodes = append(nodes, n)
 		for j, h := range hashes {
 			if _, dup := ix.blocks.peek(h); dup {
 				d.fail("block %#x indexed twice", h)
@@ -445,6 +473,30 @@ func restoreBody(d *decoder, cfg Config) (*Index, error) {
 	}
 	if d.err != nil {
 		return nil, d.err
+	}
+	// Links (version 2).
+	if version >= 2 {
+		nl := d.n(uint64(len(nodes)), "link")
+		last := -1
+		for i := 0; i < nl && d.err == nil; i++ {
+			c := d.n(uint64(len(nodes))-1, "linked node")
+			p := d.n(uint64(len(nodes))-1, "parent node")
+			if d.err != nil {
+				break
+			}
+			off := d.n(uint64(len(nodes[p].data.Load().hashes))-1, "parent offset")
+			if d.err == nil && (c <= last || c == p) {
+				d.fail("bad link")
+			}
+			if d.err != nil {
+				break
+			}
+			last = c
+			ix.nodes.link(nodes[c], nodes[p], off)
+		}
+		if d.err != nil {
+			return nil, d.err
+		}
 	}
 	// Engine maps must agree with the residency bits.
 	for wn, ws := range wss {
