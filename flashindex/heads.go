@@ -62,7 +62,7 @@ type headTable struct {
 }
 
 // headKids is how many child offsets a head slot lists.
-const headKids = 7
+const headKids = 3
 
 // kidList lists the smallest n distinct offsets of a node at which other
 // nodes continue its chain (see node.kids), ascending.
@@ -73,45 +73,66 @@ type kidList struct {
 
 // headSlot is one entry, 64 bytes (one cache line): the node's first hash,
 // its contents d, and copies of what a query needs before d itself: the
-// node's hashes, to compare, and where other nodes continue it (kids), to
-// find the node the request continues into without comparing. ver is odd
-// while the writer rewrites the slot (a per-slot sequence lock: see load).
+// node's hashes, to compare; where other nodes continue it (kids), to find
+// the node the request continues into without comparing; and its first
+// run (set and end), to walk a node of one run without loading d at all.
+// ver is odd while the writer rewrites the slot (a per-slot sequence lock:
+// see load).
 type headSlot struct {
 	ver  atomic.Uint32
 	n    atomic.Uint32 // len(d.hashes)
 	k    atomic.Uint64
 	h    atomic.Pointer[uint64] // d.hashes
 	d    atomic.Pointer[nodeData]
+	b    atomic.Pointer[uint64] // d.bits0
+	nb   atomic.Uint32          // len(d.bits0)
+	end0 atomic.Uint32          // d.runs[0].end
 	nk   atomic.Uint32
 	kids [headKids]atomic.Uint32
 }
 
 // view is what a query reads of a node through its head slot, all from one
-// snapshot: the contents d, d.hashes, and the node's kid list.
+// snapshot: the contents d, copies of d.hashes, d.bits0 and d.runs[0].end,
+// and the node's kid list.
 type view struct {
 	d      *nodeData
 	hashes []uint64
+	bits0  []uint64
+	end0   uint32
 	kids   kidList
 }
 
-// set stores d and kids in s. Writer-only.
-func (s *headSlot) set(d *nodeData, kids *kidList) {
-	s.ver.Add(1)
-	s.d.Store(d)
-	var hs []uint64
-	if d != nil {
-		hs = d.hashes
+// newView returns the view of d with kids (nil: none).
+func newView(d *nodeData, kids *kidList) view {
+	var v view
+	if d == nil {
+		return v
 	}
-	s.h.Store(unsafe.SliceData(hs))
-	s.n.Store(uint32(len(hs)))
-	nk := uint32(0)
+	v.d, v.hashes, v.bits0 = d, d.hashes, d.bits0
+	if len(d.runs) > 0 {
+		v.end0 = d.runs[0].end
+	}
 	if kids != nil {
-		nk = min(kids.n, headKids)
-		for i := uint32(0); i < nk; i++ {
-			s.kids[i].Store(kids.off[i])
-		}
+		v.kids = *kids
+		v.kids.n = min(v.kids.n, headKids)
 	}
-	s.nk.Store(nk)
+	return v
+}
+
+// set stores the view of d and kids in s. Writer-only.
+func (s *headSlot) set(d *nodeData, kids *kidList) {
+	v := newView(d, kids)
+	s.ver.Add(1)
+	s.d.Store(v.d)
+	s.h.Store(unsafe.SliceData(v.hashes))
+	s.n.Store(uint32(len(v.hashes)))
+	s.b.Store(unsafe.SliceData(v.bits0))
+	s.nb.Store(uint32(len(v.bits0)))
+	s.end0.Store(v.end0)
+	for i := uint32(0); i < v.kids.n; i++ {
+		s.kids[i].Store(v.kids.off[i])
+	}
+	s.nk.Store(v.kids.n)
 	s.ver.Add(1)
 }
 
@@ -119,7 +140,12 @@ func (s *headSlot) set(d *nodeData, kids *kidList) {
 func (s *headSlot) load() view {
 	for {
 		ver := s.ver.Load()
-		v := view{d: s.d.Load(), hashes: unsafe.Slice(s.h.Load(), s.n.Load())}
+		v := view{
+			d:      s.d.Load(),
+			hashes: unsafe.Slice(s.h.Load(), s.n.Load()),
+			bits0:  unsafe.Slice(s.b.Load(), s.nb.Load()),
+			end0:   s.end0.Load(),
+		}
 		v.kids.n = min(s.nk.Load(), headKids)
 		for i := uint32(0); i < v.kids.n; i++ {
 			v.kids.off[i] = s.kids[i].Load()
@@ -264,11 +290,8 @@ func (t *headTable) setZero(d *nodeData, kids *kidList) {
 		t.zero.Store(nil)
 		return
 	}
-	v := &view{d: d, hashes: d.hashes}
-	if kids != nil {
-		v.kids = *kids
-	}
-	t.zero.Store(v)
+	v := newView(d, kids)
+	t.zero.Store(&v)
 }
 
 // insert sets k to d and kids and reports whether k is new. Writer-only.

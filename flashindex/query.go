@@ -47,6 +47,8 @@ type drop struct {
 type hop struct {
 	d      *nodeData
 	hashes []uint64
+	bits0  []uint64 // d.bits0
+	end0   int32    // d.runs[0].end
 	pos, m int32
 	check  int32
 }
@@ -130,11 +132,11 @@ func (ix *Index) find(seq []uint64, dst []Match, early bool) []Match {
 walk:
 	for j := range hops {
 		h := &hops[j]
-		d, m := h.d, int(h.m)
+		m := int(h.m)
 		pos = int(h.pos)
 		// The node's first run: compare the whole set (the first node's
 		// starts the walkers).
-		b0 := d.bits0
+		b0 := h.bits0
 		walking = 0
 		for i := range ws {
 			w := &ws[i]
@@ -183,14 +185,18 @@ walk:
 		if walking == 0 {
 			break walk
 		}
-		o := min(int(d.runs[0].end), m)
+		o := min(int(h.end0), m)
 		if early && walking <= 1 {
 			pos += o
 			break walk
 		}
 		// Later runs: only slots whose planes changed since the previous
 		// run can change state.
-		cend := d.runs[0].cend
+		d := h.d
+		var cend uint32
+		if o < m {
+			cend = d.runs[0].cend
+		}
 		for ri := 1; o < m; ri++ {
 			r := &d.runs[ri]
 			p := int32(pos + o)
@@ -310,9 +316,11 @@ func (ix *Index) path(seq []uint64, sc *queryScratch) []hop {
 	var acc uint32
 	for j := 0; j < len(hops); j++ {
 		h := &hops[j]
-		acc += h.d.runs[0].end
-		if len(h.d.bits0) > 0 {
-			acc += uint32(h.d.bits0[0])
+		if k := len(h.bits0); k > 0 {
+			acc += uint32(h.bits0[0] + h.bits0[k-1]) // up to 2 lines for 256 slots
+		}
+		if h.m > h.end0 { // the walk reads later runs
+			acc += h.d.runs[1].end
 		}
 		if c := int(h.check); c >= 0 && h.hashes[c] != seq[int(h.pos)+c] {
 			m := chainMatchLen(seq[h.pos:], h.hashes)
@@ -334,7 +342,7 @@ func (ix *Index) follow(seq []uint64, pos int, hops []hop) []hop {
 	}
 	v := ix.nodes.heads.get(seq[pos])
 	for v.d != nil && len(v.hashes) > 0 && v.hashes[0] == seq[pos] {
-		h := hop{d: v.d, hashes: v.hashes, pos: int32(pos), check: -1}
+		h := hop{d: v.d, hashes: v.hashes, bits0: v.bits0, end0: int32(v.end0), pos: int32(pos), check: -1}
 		var next view
 		// A kid at offset c continues the request if it starts with the
 		// request's block after c (confirmed later: see path). The
