@@ -632,7 +632,8 @@ func checkKidsN(ix *Index, parent map[uint64]uint64) (int, error) {
 			}
 			delete(counted, at{n, e.off})
 		}
-		if v := ix.nodes.heads.get(d.hashes[0]); v.kids != n.kidList() {
+		var v view
+		if ix.nodes.heads.get(d.hashes[0], &v); v.kids != n.kidList() {
 			err = fmt.Errorf("node %d: head slot lists kids %v, node has %v", n.id, v.kids, n.kids)
 		}
 	})

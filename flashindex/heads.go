@@ -136,22 +136,20 @@ func (s *headSlot) set(d *nodeData, kids *kidList) {
 	s.ver.Add(1)
 }
 
-// load returns the view of s, from one snapshot.
-func (s *headSlot) load() view {
+// load reads the view of s into v, from one snapshot.
+func (s *headSlot) load(v *view) {
 	for {
 		ver := s.ver.Load()
-		v := view{
-			d:      s.d.Load(),
-			hashes: unsafe.Slice(s.h.Load(), s.n.Load()),
-			bits0:  unsafe.Slice(s.b.Load(), s.nb.Load()),
-			end0:   s.end0.Load(),
-		}
-		v.kids.n = min(s.nk.Load(), headKids)
+		v.d = s.d.Load()
+		v.hashes = unsafe.Slice(s.h.Load(), s.n.Load())
+		v.bits0 = unsafe.Slice(s.b.Load(), s.nb.Load())
+		v.end0 = s.end0.Load()
+		v.kids = kidList{n: min(s.nk.Load(), headKids)}
 		for i := uint32(0); i < v.kids.n; i++ {
 			v.kids.off[i] = s.kids[i].Load()
 		}
 		if ver&1 == 0 && s.ver.Load() == ver {
-			return v
+			return
 		}
 		runtime.Gosched() // the writer is rewriting this slot
 	}
@@ -187,19 +185,22 @@ func (t *headTable) find(k uint64) *headSlot {
 	return nil
 }
 
-// lookup returns the view of the node that starts with k (zero if there
-// is none); see find.
-func (t *headTable) lookup(k uint64) view {
+// lookup reads the view of the node that starts with k into v (v.d nil if
+// there is none); see find.
+func (t *headTable) lookup(k uint64, v *view) {
 	if k == 0 {
-		if v := t.zero.Load(); v != nil {
-			return *v
+		if z := t.zero.Load(); z != nil {
+			*v = *z
+		} else {
+			v.d = nil
 		}
-		return view{}
+		return
 	}
 	if s := t.find(k); s != nil {
-		return s.load()
+		s.load(v)
+		return
 	}
-	return view{}
+	v.d = nil
 }
 
 // peek is get for the writer, which needs no sequence check.
@@ -220,15 +221,15 @@ func (h *headMap) peek(k uint64) *nodeData {
 	return nil
 }
 
-// get returns the view of the node that starts with k (zero if there is
-// none). Lock-free.
-func (h *headMap) get(k uint64) view {
+// get reads the view of the node that starts with k into v (v.d nil if
+// there is none), reporting whether there is one. Lock-free.
+func (h *headMap) get(k uint64, v *view) bool {
 	for {
 		s := h.seq.Load()
 		if s&1 == 0 {
-			v := h.tab.Load().lookup(k)
+			h.tab.Load().lookup(k, v)
 			if h.seq.Load() == s {
-				return v
+				return v.d != nil
 			}
 		}
 		runtime.Gosched() // the writer is mid-change
@@ -259,7 +260,8 @@ func (h *headMap) put(k uint64, d *nodeData, kids *kidList) {
 		g.zero.Store(t.zero.Load())
 		for i := range t.slots {
 			if sk := t.slots[i].k.Load(); sk != 0 {
-				v := t.slots[i].load()
+				var v view
+				t.slots[i].load(&v)
 				g.insert(sk, v.d, &v.kids)
 			}
 		}
@@ -347,7 +349,8 @@ func (h *headMap) del(k uint64) {
 		}
 		hm := t.home(sk)
 		if (j > i && (hm <= i || hm > j)) || (j < i && hm <= i && hm > j) {
-			v := t.slots[j].load()
+			var v view
+			t.slots[j].load(&v)
 			t.slots[i].set(v.d, &v.kids)
 			t.slots[i].k.Store(sk)
 			i = j

@@ -340,21 +340,23 @@ func (ix *Index) follow(seq []uint64, pos int, hops []hop) []hop {
 	if pos >= len(seq) {
 		return hops
 	}
-	v := ix.nodes.heads.get(seq[pos])
+	var va, vb view
+	v, next := &va, &vb
+	ix.nodes.heads.get(seq[pos], v)
 	for v.d != nil && len(v.hashes) > 0 && v.hashes[0] == seq[pos] {
 		h := hop{d: v.d, hashes: v.hashes, bits0: v.bits0, end0: int32(v.end0), pos: int32(pos), check: -1}
-		var next view
 		// A kid at offset c continues the request if it starts with the
 		// request's block after c (confirmed later: see path). The
 		// lookups do not depend on one another, so they overlap.
+		next.d = nil
 		lim := min(len(v.hashes), len(seq)-pos-1)
 		for i := uint32(0); i < v.kids.n; i++ {
 			c := int(v.kids.off[i])
 			if c >= lim {
 				break
 			}
-			if w := ix.nodes.heads.get(seq[pos+c+1]); w.d != nil {
-				h.m, h.check, next = int32(c+1), int32(c), w
+			if ix.nodes.heads.get(seq[pos+c+1], next) {
+				h.m, h.check = int32(c+1), int32(c)
 				break
 			}
 		}
@@ -362,12 +364,12 @@ func (ix *Index) follow(seq []uint64, pos int, hops []hop) []hop {
 			m := chainMatchLen(seq[pos:], v.hashes)
 			h.m = int32(m)
 			if pos+m < len(seq) {
-				next = ix.nodes.heads.get(seq[pos+m])
+				ix.nodes.heads.get(seq[pos+m], next)
 			}
 		}
 		hops = append(hops, h)
 		pos += int(h.m)
-		v = next
+		v, next = next, v
 	}
 	return hops
 }

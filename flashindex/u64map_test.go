@@ -99,7 +99,8 @@ func TestHeadMap(t *testing.T) {
 				t.Fatalf("seed %d step %d: sequence left odd", seed, i)
 			}
 			probe := rng.Uint64N(space)
-			if v := h.get(probe); !ref[probe].is(v) {
+			var v view
+			if h.get(probe, &v); !ref[probe].is(v) {
 				t.Fatalf("seed %d step %d: get(%d) = %+v, want %+v", seed, i, probe, v, ref[probe])
 			}
 			if v := h.peek(probe); v != ref[probe].d { // through the writer's filter
@@ -134,14 +135,15 @@ func TestHeadMapConcurrent(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(r), 3))
 			for !stop.Load() {
 				k := 1 + rng.Uint64N(fixed)
-				if v := h.get(k << 40); v.d == nil || (v.d != versions[k][0].d && v.d != versions[k][1].d) {
+				var v view
+				if h.get(k<<40, &v); v.d == nil || (v.d != versions[k][0].d && v.d != versions[k][1].d) {
 					errs <- "fixed key lost or wrong under concurrent writes"
 					return
 				} else if !versions[k][0].is(v) && !versions[k][1].is(v) {
 					errs <- "a slot's copies from another snapshot than its contents"
 					return
 				}
-				if h.get(k<<40|1).d != nil {
+				if h.get(k<<40|1, &v) {
 					errs <- "found a key never inserted"
 					return
 				}
