@@ -140,6 +140,9 @@ walk:
 		walking = 0
 		for i := range ws {
 			w := &ws[i]
+			if j > 0 && w.dev|w.host|w.disk == 0 {
+				continue // no slot of this word is walking any more
+			}
 			dw := word(b0, i, planeDevice) | word(b0, i, planeApprox)
 			hw := word(b0, i, planeHost)
 			kw := word(b0, i, planeDisk)
@@ -319,8 +322,14 @@ func (ix *Index) path(seq []uint64, sc *queryScratch) []hop {
 		if k := len(h.bits0); k > 0 {
 			acc += uint32(h.bits0[0] + h.bits0[k-1]) // up to 2 lines for 256 slots
 		}
-		if h.m > h.end0 { // the walk reads later runs
-			acc += h.d.runs[1].end
+		if h.m > h.end0 { // the walk reads later runs and their changes
+			d := h.d
+			for i := 1; i < len(d.runs) && i < 16; i += 2 { // their first lines
+				acc += d.runs[i].end
+			}
+			for i := 0; i < len(d.chg) && i < 128; i += 16 {
+				acc += d.chg[i]
+			}
 		}
 		if c := int(h.check); c >= 0 && h.hashes[c] != seq[int(h.pos)+c] {
 			m := chainMatchLen(seq[h.pos:], h.hashes)
