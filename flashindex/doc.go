@@ -99,7 +99,10 @@
 // [Index.Snapshot] writes the whole index (residencies, engine-hash maps,
 // event ids, approximate entries) as a versioned, canonical, zstd-compressed
 // stream; [Restore] reads it back, so a restarted router or a new replica
-// starts warm. Snapshot(Restore(s)) reproduces s byte for byte. An unknown
+// starts warm. Snapshot(Restore(s)) reproduces s byte for byte. The format
+// is at version 2, which adds the node links queries use (see below);
+// version 1 snapshots still restore, and answer the same, with queries
+// comparing hashes at every node until new nodes are linked. An unknown
 // version fails with [ErrSnapshotVersion], damage with [ErrSnapshotFormat].
 //
 // # Data structure
@@ -117,22 +120,34 @@
 // are then inserted a batch at a time, their slots loaded ahead. The maps
 // grow fourfold, so an entry moves a third as often as with doubling.
 // Queries need only a head map
-// (first hash of a node -> the node's current contents), one entry per
-// node: a request's first block is a chain root, which can only start a
-// node, and where a request leaves a node it continues with a child of a
-// block it matched, which cannot sit inside another node. A query looks up
-// a node head and finds how far the request follows the node from a few
-// sampled positions (in a chain, equal hashes at a position mean equal
-// blocks before it: one comparison when the request runs through the node,
-// an 8-way search where it leaves it), then advances a three-state walk
-// (device, host, disk) over whole runs at once: the first run of each node
-// it enters is read as a whole set (one bitset word per 64 workers), and
-// each later run through its change list, the few workers whose residency
-// differs from the run before. Its cost grows with the number of nodes
-// entered and residency changes along the request, not with its length in
-// blocks times workers. Blocks resident nowhere are dropped when they end a
-// node (vLLM evicts chain tails first); a node with no resident block is
-// freed.
+// (first hash of a node -> the node's current contents), one 64-byte slot
+// per node: a request's first block is a chain root, which can only start
+// a node, and where a request leaves a node it continues with a child of a
+// block it matched, which cannot sit inside another node. Each node also
+// keeps its kids, the offsets at which other nodes continue it (kids.go),
+// and its head slot copies the node's hashes, its first run (set and end)
+// and its first three kid offsets. A query first finds its path: from a
+// node's slot it looks up, all at once, the request's block after each
+// listed kid offset, and the first that starts a node is where the request
+// goes on; so crossing a node costs one dependent head-map lookup, not a
+// search through the node's blocks. Where no kid answers (the node where
+// the request ends, or one with more kids than listed) it compares the
+// request with the node at a few sampled positions (in a chain, equal
+// hashes at a position mean equal blocks before it: one comparison when
+// the request runs through the node, an 8-way search where it leaves it).
+// Then, with every node on the path known, it confirms each kid answer
+// with one comparison and loads each node's first set, all these loads
+// issued together (a stale kid entry fails its comparison and the path is
+// searched again from there, so kid lists are hints that never change an
+// answer). Last it advances a three-state walk (device, host, disk) over
+// whole runs at once: the first run of each node it enters is read as a
+// whole set (one bitset word per 64 workers), and each later run through
+// its change list, the few workers whose residency differs from the run
+// before; workers that drop out of every tier at once are recorded a word
+// at a time. Its cost grows with the number of nodes entered and residency
+// changes along the request, not with its length in blocks times workers.
+// Blocks resident nowhere are dropped when they end a node (vLLM evicts
+// chain tails first); a node with no resident block is freed.
 //
 // Engine-hash maps cost a hash-map probe per stored and removed block.
 // While a worker's engine hashes on a tier equal the index's own hashes
@@ -148,7 +163,10 @@
 // immutable snapshots swapped by atomic pointer (copy-on-write), the node
 // table is read with atomic loads, and the head map is read under a
 // sequence lock (a reader retries if the writer changed the table
-// meanwhile; the writer changes it only when a node is created or freed).
+// meanwhile; the writer changes it only when a node is created or freed),
+// each slot under its own (a node's new contents rewrite its slot in
+// place, and a reader never pairs one snapshot's hashes with another's
+// sets).
 // Writers (Apply, Record, Expire, RemoveWorker, Snapshot, Stats) serialise
 // on one writer mutex. A query concurrent with a write sees each node
 // before or after the write, so it may see part of an event; a query that

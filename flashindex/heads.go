@@ -21,15 +21,15 @@ import (
 // atomic stores and makes seq even again; a reader probes with atomic loads
 // and retries if seq was odd or moved meanwhile (a sequence lock). Readers
 // write nothing shared, so they scale with cores. Publishing a node's new
-// contents (update) swaps one pointer in place without touching seq: a
-// reader sees the old or the new snapshot, each consistent.
+// contents or kids (update) rewrites its slot in place without touching
+// seq, under the slot's own sequence counter: a reader sees the old or the
+// new slot, each whole, and never pairs the hashes of one snapshot with
+// the sets of another.
 //
 // Keeping the contents pointer in the slot, rather than a node id to look
 // up elsewhere, saves a query one dependent cache miss per node it enters;
-// keeping copies of the contents' hashes and first set there too (see
-// headSlot) saves two more. Since update rewrites a slot in place, each
-// slot carries its own sequence counter, so that a reader never pairs the
-// hashes of one snapshot with the runs of another.
+// keeping copies of the contents' hashes, first run and kids there too
+// (see headSlot) lets a query cross a node on the slot alone.
 type headMap struct {
 	seq atomic.Uint64 // odd while the writer changes the table
 	tab atomic.Pointer[headTable]

@@ -64,16 +64,18 @@ var scratchPool = sync.Pool{New: func() any { return new(queryScratch) }}
 // order. seq is not retained or modified.
 //
 // seq must be a chain (each hash the sequence hash of the previous one and
-// a block), as every prompt's hashes are, and the walk relies on it twice:
-// it enters index nodes only at their first block, which is where a chain's
+// a block), as every prompt's hashes are, and the walk relies on it: it
+// enters index nodes only at their first block, which is where a chain's
 // blocks can be found; and since equal sequence hashes at a position mean
-// equal blocks at every position before it, it compares a request with a
-// node at the node's last block, or binary-searches where it leaves the
-// node, instead of comparing every block (Dynamo's positional indexer
-// jumps ahead on the same property). For a chain the answer is exact. For
-// a list of hashes that is not a chain it is unspecified (it may count
-// blocks a worker does not hold) but well formed: each worker at most
-// once, depths that sum to at most len(seq), and no panic.
+// equal blocks at every position before it, one comparison tells how far
+// the request follows a node up to any position (Dynamo's positional
+// indexer jumps ahead on the same property). So the query finds where the
+// request leaves each node from the node's kid list (the offsets at which
+// other nodes continue it) and one comparison, or else from a few sampled
+// comparisons, never comparing every block. For a chain the answer is
+// exact. For a list of hashes that is not a chain it is unspecified (it
+// may count blocks a worker does not hold) but well formed: each worker
+// at most once, depths that sum to at most len(seq), and no panic.
 //
 // FindMatches takes no lock and may run concurrently with writers and other
 // queries.

@@ -16,8 +16,11 @@ import (
 //     with its residency as runs of identical sets; a node's content is an
 //     immutable nodeData swapped atomically (copy-on-write);
 //   - the arena: node id -> node, for the writer;
-//   - the head map: first hash of a node -> its current contents, read
-//     without locks by queries (heads.go);
+//   - the head map: first hash of a node -> its current contents, with
+//     copies of what a query reads first, read without locks by queries
+//     (heads.go);
+//   - node lineage: where other nodes continue each node, for queries
+//     (kids.go);
 //   - the block map: sequence hash -> (node id, offset), for the writer.
 //
 // A block (sequence hash) lives at exactly one (node, offset) for as long as
