@@ -136,19 +136,20 @@ func (s *headSlot) set(d *nodeData, kids *kidList) {
 	s.ver.Add(1)
 }
 
-// load reads the view of s into v, from one snapshot.
+// load reads the view of s into v, from one snapshot. The slices are
+// built only once the fields are known to be one snapshot's: a pointer
+// and a length from two snapshots need not describe memory at all.
 func (s *headSlot) load(v *view) {
 	for {
 		ver := s.ver.Load()
-		v.d = s.d.Load()
-		v.hashes = unsafe.Slice(s.h.Load(), s.n.Load())
-		v.bits0 = unsafe.Slice(s.b.Load(), s.nb.Load())
+		d, h, n, b, nb := s.d.Load(), s.h.Load(), s.n.Load(), s.b.Load(), s.nb.Load()
 		v.end0 = s.end0.Load()
 		v.kids = kidList{n: min(s.nk.Load(), headKids)}
 		for i := uint32(0); i < v.kids.n; i++ {
 			v.kids.off[i] = s.kids[i].Load()
 		}
 		if ver&1 == 0 && s.ver.Load() == ver {
+			v.d, v.hashes, v.bits0 = d, unsafe.Slice(h, n), unsafe.Slice(b, nb)
 			return
 		}
 		runtime.Gosched() // the writer is rewriting this slot
