@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 )
 
 // TestU64Map checks the open-addressing map against a Go map under random
@@ -257,4 +258,12 @@ func (e headEntry) is(v view) bool {
 		return v.d == nil
 	}
 	return v.d == e.d && len(v.hashes) == len(e.d.hashes) && &v.hashes[0] == &e.d.hashes[0] && v.kids == e.kids
+}
+
+// TestHeadSlotSize: a head slot is one cache line (two slots would share
+// lines, or one straddle two).
+func TestHeadSlotSize(t *testing.T) {
+	if n := unsafe.Sizeof(headSlot{}); n != 64 {
+		t.Fatalf("headSlot is %d bytes", n)
+	}
 }
