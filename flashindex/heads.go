@@ -119,20 +119,32 @@ func newView(d *nodeData, kids *kidList) view {
 	return v
 }
 
-// set stores the view of d and kids in s. Writer-only.
+// set stores the view of d and kids in s. Writer-only. It stores only the
+// fields that change (an atomic store is a locked instruction, and most
+// publishes change a node's hashes or its first set, not both).
 func (s *headSlot) set(d *nodeData, kids *kidList) {
 	v := newView(d, kids)
 	s.ver.Add(1)
 	s.d.Store(v.d)
-	s.h.Store(unsafe.SliceData(v.hashes))
-	s.n.Store(uint32(len(v.hashes)))
-	s.b.Store(unsafe.SliceData(v.bits0))
-	s.nb.Store(uint32(len(v.bits0)))
-	s.end0.Store(v.end0)
-	for i := uint32(0); i < v.kids.n; i++ {
-		s.kids[i].Store(v.kids.off[i])
+	if h, n := unsafe.SliceData(v.hashes), uint32(len(v.hashes)); s.h.Load() != h || s.n.Load() != n {
+		s.h.Store(h)
+		s.n.Store(n)
 	}
-	s.nk.Store(v.kids.n)
+	if b, nb := unsafe.SliceData(v.bits0), uint32(len(v.bits0)); s.b.Load() != b || s.nb.Load() != nb {
+		s.b.Store(b)
+		s.nb.Store(nb)
+	}
+	if s.end0.Load() != v.end0 {
+		s.end0.Store(v.end0)
+	}
+	for i := uint32(0); i < v.kids.n; i++ {
+		if s.kids[i].Load() != v.kids.off[i] {
+			s.kids[i].Store(v.kids.off[i])
+		}
+	}
+	if s.nk.Load() != v.kids.n {
+		s.nk.Store(v.kids.n)
+	}
 	s.ver.Add(1)
 }
 
