@@ -308,8 +308,8 @@ walk:
 	return dst
 }
 
-// path returns the nodes the request seq passes through (appended to
-// hops[:0]). It finds them first, from the head map alone where the nodes'
+// path returns the nodes the request seq passes through, in sc.hops. It
+// finds them first, from the head map alone where the nodes'
 // kid lists allow (see kids.go), so that its dependent cache misses are
 // head-slot lookups; then it confirms every kid-list answer with one
 // comparison each, issued together, and loads each node's first set and
