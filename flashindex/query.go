@@ -286,7 +286,7 @@ walk:
 			b := bits.TrailingZeros64(x)
 			m := &dst[k]
 			w := &st.workers[int(e.word)<<6|b]
-			m.Worker.ID, m.Worker.DPRank = w.ID, w.DPRank
+			m.Worker = *w
 			m.Device, m.Host, m.Disk, m.Resident = int(e.pos), 0, 0, int(totals[b].Load())
 			k++
 		}
@@ -300,7 +300,7 @@ walk:
 			d, h := int(e.dev), int(e.host)
 			m := &dst[k]
 			w := &st.workers[s]
-			m.Worker.ID, m.Worker.DPRank = w.ID, w.DPRank
+			m.Worker = *w
 			m.Device, m.Host, m.Disk, m.Resident = d, h-d, int(e.disk)-h, int(totals[b].Load())
 			k++
 		}
