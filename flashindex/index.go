@@ -116,9 +116,6 @@ func (t *slotTable) words() int { return len(t.mask) }
 // count returns the residency counters of slot s.
 func (t *slotTable) count(s int) *slotCounts { return &t.counts[s>>6].c[s&63] }
 
-// total returns slot s's residencies over all planes (Match.Resident).
-func (t *slotTable) total(s int) int { return int(t.counts[s>>6].total[s&63].Load()) }
-
 // countChunk holds the counters of 64 consecutive slots, with their totals
 // in one dense array: a query reporting every worker reads 8 bytes per
 // worker, sequentially.

@@ -2,6 +2,7 @@ package flashindex
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -87,7 +88,7 @@ func TestPathUsesKids(t *testing.T) {
 	l.store(Worker{ID: 4}, c, 0)
 	l.store(Worker{ID: 5}, bb, 0)
 	l.store(Worker{ID: 6}, ext, 0)
-	if err := checkKids(l.ix, nil); err != nil {
+	if _, err := checkKids(l.ix, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -113,23 +114,11 @@ func TestPathUsesKids(t *testing.T) {
 					t.Errorf("hop %d (pos %d, m %d) compared hashes instead of using the kid list", j, h.pos, h.m)
 				}
 			}
-			if got := device(l.ix.FindMatches(seq, nil)); !mapsEqual(got, tc.want) {
+			if got := device(l.ix.FindMatches(seq, nil)); !maps.Equal(got, tc.want) {
 				t.Fatalf("device depths %v, want %v", got, tc.want)
 			}
 		})
 	}
-}
-
-func mapsEqual(a, b map[uint64]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // TestPathStaleKid builds an orphan: a node whose parent block was dropped
@@ -151,7 +140,7 @@ func TestPathStaleKid(t *testing.T) {
 	z2 := chain(z[:3], 4, 4) // a b x' z: a kid of x' at offset 2
 	l.store(w3, z, 0)
 	l.store(w4, z2, 0)
-	if err := checkKids(l.ix, nil); err != nil {
+	if _, err := checkKids(l.ix, nil); err != nil {
 		t.Fatal(err)
 	}
 	seq := AppendSequenceHashes(nil, y)
@@ -166,7 +155,7 @@ func TestPathStaleKid(t *testing.T) {
 		t.Fatalf("path %+v, want one hop of 2 blocks found by comparing", hops)
 	}
 	want := map[uint64]int{1: 2, 2: 2, 3: 2, 4: 2}
-	if got := device(l.ix.FindMatches(seq, nil)); !mapsEqual(got, want) {
+	if got := device(l.ix.FindMatches(seq, nil)); !maps.Equal(got, want) {
 		t.Fatalf("device depths %v, want %v", got, want)
 	}
 }
@@ -192,7 +181,7 @@ func TestSnapshotLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkKids(rx, nil); err != nil {
+	if _, err := checkKids(rx, nil); err != nil {
 		t.Fatal(err)
 	}
 	kids := func(ix *Index) map[uint64][]kidEntry {

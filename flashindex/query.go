@@ -277,7 +277,8 @@ walk:
 	sc.drops = drops
 	dst = slices.Grow(dst, n)[:n]
 	k := 0
-	// Field by field: a composite literal is built in a stack temporary
+	// The worker is copied as one struct and the depths field by field: a
+	// composite literal of the whole Match is built in a stack temporary
 	// and copied with wide loads that straddle its narrow stores (a
 	// store-forwarding stall per match).
 	for _, e := range drops {

@@ -414,12 +414,3 @@ func matchLen(a, b []uint64) int {
 func u64Bytes(s []uint64) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 8*len(s))
 }
-
-// popcount returns the number of set bits in s.
-func popcount(s []uint64) int {
-	n := 0
-	for _, w := range s {
-		n += bits.OnesCount64(w)
-	}
-	return n
-}
