@@ -32,10 +32,12 @@ type activeRequest struct {
 type loadTracker struct {
 	workers  map[flashindex.Worker]*Load
 	requests map[uint64]*activeRequest
+	remote   map[flashindex.Worker]Load // other replicas' load (SetRemoteLoad)
 }
 
 func newLoadTracker() *loadTracker {
-	return &loadTracker{workers: map[flashindex.Worker]*Load{}, requests: map[uint64]*activeRequest{}}
+	return &loadTracker{workers: map[flashindex.Worker]*Load{}, requests: map[uint64]*activeRequest{},
+		remote: map[flashindex.Worker]Load{}}
 }
 
 func (t *loadTracker) addWorker(w flashindex.Worker) {
@@ -54,11 +56,31 @@ func (t *loadTracker) removeWorker(w flashindex.Worker) {
 	}
 }
 
+// load is the rank's own load plus what other replicas report.
 func (t *loadTracker) load(w flashindex.Worker) Load {
+	l := t.own(w)
+	if o, ok := t.remote[w]; ok {
+		l.PrefillTokens += o.PrefillTokens
+		l.DecodeBlocks += o.DecodeBlocks
+		l.Requests += o.Requests
+	}
+	return l
+}
+
+// own is the load of the requests this router routed to the rank.
+func (t *loadTracker) own(w flashindex.Worker) Load {
 	if l := t.workers[w]; l != nil {
 		return *l
 	}
 	return Load{}
+}
+
+func (t *loadTracker) setRemote(w flashindex.Worker, l Load) {
+	if l == (Load{}) {
+		delete(t.remote, w)
+		return
+	}
+	t.remote[w] = l
 }
 
 // start records a routed request. A duplicate id is ignored.

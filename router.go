@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentkv/agentkv/admission"
@@ -253,6 +254,7 @@ type Router struct {
 
 	hashers sync.Map // LoRA name → *flashindex.Hasher
 	hashes  *hashCache
+	loadObs atomic.Pointer[func(flashindex.Worker)] // SetLoadObserver
 
 	mu sync.Mutex // guards everything below
 	// workers in insertion order; byKey and byAdm index them.
@@ -765,6 +767,7 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 	r.mu.Unlock()
 	tSched := time.Since(t2)
 	r.notify(rel)
+	r.observeLoad(c.ws.key)
 
 	if ac.Valid() {
 		if _, err := r.table.Begin(ac); err != nil {
@@ -875,6 +878,7 @@ func (d *Decision) FirstToken() {
 		d.firstToken = now
 	}
 	r.mu.Unlock()
+	r.observeLoad(d.Worker)
 }
 
 // Progress records that the request is still streaming, so the expiry
@@ -914,6 +918,7 @@ func (r *Router) done(d *Decision, u Usage) {
 	}
 	r.mu.Unlock()
 	r.notify(rel)
+	r.observeLoad(d.Worker)
 	if d.agent.Valid() {
 		_, _ = r.table.End(d.agent.SessionID, session.Usage{
 			InputTokens: uint64(prompt), OutputTokens: uint64(u.CompletionTokens), CachedTokens: uint64(u.CachedTokens),
@@ -971,6 +976,12 @@ func (r *Router) Tick() TickResult {
 	r.index.Expire()
 	r.mu.Lock()
 	res.SweptRequests = r.loads.sweep(now.Add(-r.cfg.RequestTTL))
+	var swept []flashindex.Worker
+	if res.SweptRequests > 0 && r.loadObs.Load() != nil {
+		for _, ws := range r.workers {
+			swept = append(swept, ws.key)
+		}
+	}
 	waiting := 0
 	if r.adm != nil {
 		res.Admission = r.adm.Tick(now)
@@ -984,6 +995,9 @@ func (r *Router) Tick() TickResult {
 		}
 	}
 	r.notify(rel)
+	for _, w := range swept {
+		r.observeLoad(w)
+	}
 	r.hintsOnTick(now)
 	if r.metrics != nil && r.adm != nil {
 		r.metrics.observeTick(waiting)
