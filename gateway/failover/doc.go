@@ -1,0 +1,93 @@
+// Package failover keeps a fleet of inference workers serving when some of
+// them die, stall or restart: a circuit breaker per worker fed by the
+// request path, active health probes, a bounded retry policy with
+// exponential backoff and jitter, and the classification of an attempt's
+// outcome that drives all three. The gateway consumes it; it has no
+// dependency on the router, so any proxy can use it.
+//
+// # Outcomes
+//
+// Classify turns what an upstream call returned (its error, the worker's
+// status, whether the first byte already reached the client, the client's
+// context) into an Outcome of one Kind:
+//
+//   - Connect: refused, reset or closed before any reply. The worker is
+//     presumed dead.
+//   - Timeout: dial, TLS or first-byte timeout.
+//   - Status: 408, 429 or 5xx before the first byte.
+//   - Cut: the reply broke after its first byte reached the client.
+//   - ClientGone: the client's context ended (not the worker's fault; the
+//     gateway logs it as 499).
+//   - OK and Other.
+//
+// Outcome.Retryable is true before the first byte only, for Connect,
+// Timeout and the statuses 408, 429, 500, 502, 503, 504 (the SGLang
+// gateway's list): the request then goes to another worker with nothing
+// lost. After the first byte a failure can only be migrated (see
+// Config.MigrationLimit) or reported to the client as the API's own error
+// event. Outcome.WorkerFailure says what counts against the worker's
+// breaker: Connect, Timeout, Cut, Other and 5xx; a 429 (busy) or other 4xx
+// (the client's fault) counts as a success, ClientGone as nothing.
+//
+// # Circuit breaker
+//
+// Breaker is the synchronous core, with time passed in (the SGLang
+// gateway's defaults): closed, it opens after FailureThreshold (5)
+// consecutive failures; open, it refuses requests for OpenFor (30 s), then
+// half-opens; half-open, it lets requests through on trial, closing after
+// SuccessThreshold (2) successes in a row and reopening at the first
+// failure. Failures reported while open do not extend the open period.
+//
+// Fast passive ejection: a Connect failure opens the breaker at once
+// (BreakerConfig.NoFastEject turns this off), so a killed worker leaves
+// routing on the first request that finds it dead, not after five, and not
+// a probe interval later. A breaker opened that way half-opens as soon as a
+// health probe succeeds again (the process is back); one opened by 5xx,
+// timeouts or cut streams waits out OpenFor, since a worker that fails
+// requests may well still answer /health.
+//
+// # Health probes
+//
+// Tracker probes GET {base}/health (ProbeConfig.Path) on each worker: every
+// Interval (5 s) while it is up; while it is down, unknown or just ejected,
+// after MinWait (100 ms), doubling after each failure, up to Interval. A
+// worker is routable from its first good probe (Unknown before: a worker
+// down at start is simply waited for, never fatal) and goes down after
+// FailureThreshold (2) failed probes in a row, or its first if it was never
+// up. A negative Interval turns probes off; every worker is then up and only
+// the breakers take workers out.
+//
+// # Routing
+//
+// A worker is routable when its health is Up and its breaker is not open.
+// Tracker.Allowed lists the routable workers minus the ones a request
+// already failed on, ready for agentkv.Override.AllowedWorkers; an empty
+// list means none (do not pass it to the router, where empty means any).
+// Tracker.Ready (at least one routable worker) is what /readyz reports;
+// WaitReady blocks until then.
+//
+// # Retries
+//
+// Retry.Do runs an attempt function until it reports done, MaxTries (5)
+// attempts were made, or its context ends, sleeping Backoff(n) between
+// attempts: InitialBackoff (50 ms) × Multiplier (1.5)^(n−1), capped at
+// MaxBackoff (5 s), spread uniformly over ±Jitter (0.2). With the defaults a
+// request that fails everywhere gives up after about 400 ms of waiting.
+//
+// # Metrics
+//
+// With Config.Registerer, per worker (label worker = ID):
+// agentkv_failover_worker_routable, agentkv_failover_worker_health (0
+// unknown, 1 up, 2 down) and agentkv_failover_breaker_state (0 closed, 1
+// open, 2 half-open), read at scrape time; counters
+// agentkv_failover_failures_total{kind}, _breaker_opens_total,
+// _retries_total, _migrations_total and _probes_total{result}.
+//
+// # Concurrency and clock
+//
+// Breaker and Outcome are plain values, not safe for concurrent use.
+// Tracker and Retry are safe for concurrent use; Tracker runs one probe
+// goroutine per worker until Remove or Close. Config.Now and Config.After
+// are the clock: tests drive breakers, probe schedules and backoffs with a
+// fake one.
+package failover
