@@ -1,6 +1,7 @@
 package agentkv
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -66,4 +67,46 @@ func TestLoadObserverSeesEveryChange(t *testing.T) {
 	require.NoError(t, err)
 	d.Done(Usage{})
 	require.Len(t, got, 2)
+}
+
+func TestAllowedRanksPinsTheRank(t *testing.T) {
+	r, _ := newTestRouter(t, Config{})
+	require.NoError(t, r.AddWorker(WorkerFunc(func() WorkerInfo {
+		return WorkerInfo{ID: 5, DPRanks: 4, BlockSize: testBS, KVCapacityTokens: 1 << 20}
+	})))
+	pin := flashindex.Worker{ID: 5, DPRank: 2}
+	for i := 0; i < 20; i++ {
+		d, err := r.Route(context.Background(), &Request{Tokens: make([]uint32, 16),
+			Override: &Override{AllowedRanks: []flashindex.Worker{pin}}})
+		require.NoError(t, err)
+		require.Equal(t, pin, d.Worker)
+	}
+	_, err := r.Route(context.Background(), &Request{Tokens: make([]uint32, 16),
+		Override: &Override{AllowedRanks: []flashindex.Worker{{ID: 6}}}})
+	require.ErrorIs(t, err, ErrNoWorkers)
+}
+
+func TestIndexSnapshotStartsWarm(t *testing.T) {
+	a, _ := newTestRouter(t, Config{}, 1)
+	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	require.NoError(t, a.ApplyEvent(&flashindex.Event{Worker: flashindex.Worker{ID: 1}, EventID: 1, Kind: flashindex.Stored,
+		Blocks: []flashindex.StoredBlock{{EngineHash: 10, Tokens: tokens[:4]}, {EngineHash: 11, Tokens: tokens[4:]}}}))
+	var buf bytes.Buffer
+	require.NoError(t, a.Index().Snapshot(&buf))
+	want := buf.Bytes()
+
+	b, err := New(Config{BlockSize: testBS, IndexSnapshot: bytes.NewReader(want)})
+	require.NoError(t, err)
+	require.NoError(t, b.AddWorker(worker(1, 1<<20)))
+	d, err := b.Route(context.Background(), &Request{Tokens: tokens})
+	require.NoError(t, err)
+	require.Equal(t, 8, d.Cached.Device)
+	// The restored index still drops the events it already holds.
+	require.NoError(t, b.ApplyEvent(&flashindex.Event{Worker: flashindex.Worker{ID: 1}, EventID: 1, Kind: flashindex.Cleared}))
+	var again bytes.Buffer
+	require.NoError(t, b.Index().Snapshot(&again))
+	require.Equal(t, want, again.Bytes())
+
+	_, err = New(Config{BlockSize: testBS, IndexSnapshot: bytes.NewReader([]byte("nope"))})
+	require.ErrorIs(t, err, flashindex.ErrSnapshotFormat)
 }

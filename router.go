@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -145,6 +146,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, if set, receives the router's metrics.
 	Metrics *Metrics
+	// IndexSnapshot, if set, is a flashindex snapshot New restores the
+	// index from (a replica starting warm; see replicas.go).
+	IndexSnapshot io.Reader
 }
 
 // Request is one model call to route.
@@ -174,6 +178,9 @@ type Override struct {
 	Cost *CostConfig
 	// AllowedWorkers restricts the candidates to these worker IDs.
 	AllowedWorkers []uint64
+	// AllowedRanks restricts the candidates to these worker ranks (a
+	// session binding held outside this router; see replicas.go).
+	AllowedRanks []flashindex.Worker
 }
 
 // TierTokens counts prompt tokens per tier.
@@ -336,12 +343,17 @@ func New(cfg Config) (*Router, error) {
 		r.hashes = newHashCache(cfg.HashCacheTokens, cfg.BlockSize)
 	}
 	var err error
-	r.index, err = flashindex.New(flashindex.Config{
+	icfg := flashindex.Config{
 		BlockSize:          cfg.BlockSize,
 		MaxBlocksPerWorker: cfg.MaxBlocksPerWorker,
 		Now:                cfg.Now,
 		OnGap:              r.onGap,
-	})
+	}
+	if cfg.IndexSnapshot != nil {
+		r.index, err = flashindex.Restore(cfg.IndexSnapshot, icfg)
+	} else {
+		r.index, err = flashindex.New(icfg)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -641,6 +653,9 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 	sc.cands = sc.cands[:0]
 	for _, ws := range r.workers {
 		if req.Override != nil && len(req.Override.AllowedWorkers) > 0 && !slices.Contains(req.Override.AllowedWorkers, ws.key.ID) {
+			continue
+		}
+		if req.Override != nil && len(req.Override.AllowedRanks) > 0 && !slices.Contains(req.Override.AllowedRanks, ws.key) {
 			continue
 		}
 		sc.cands = append(sc.cands, candidate{ws: ws})
