@@ -84,6 +84,14 @@ type Request struct {
 	// Admission is the agentkv extension: what admission control did to
 	// this request. Absent when all zero.
 	Admission Admission `json:"admission"`
+	// API is the agentkv extension naming the front-door API the request
+	// came in on (gateway.API names: chat, completions, responses,
+	// messages); "" when unknown.
+	API string `json:"api,omitempty"`
+	// ErrorKind is the agentkv extension saying how a failed request
+	// failed (the gateway's kinds: connect, status, cut, client_gone,
+	// ...); "" for a success.
+	ErrorKind string `json:"error_kind,omitempty"`
 }
 
 // WorkerInfo says which workers served a request (absent when all zero).
@@ -291,6 +299,8 @@ func (q *Request) appendJSON(dst []byte) []byte {
 	dst = appendFloatField(dst, "kv_hit_rate", q.KVHitRate)
 	dst = appendFloatField(dst, "kv_transfer_estimated_latency_ms", q.KVTransferEstimatedLatencyMs)
 	dst = appendUintField(dst, "queue_depth", q.QueueDepth)
+	dst = appendStringField(dst, "api", q.API)
+	dst = appendStringField(dst, "error_kind", q.ErrorKind)
 	if w := &q.Worker; *w != (WorkerInfo{}) {
 		dst = append(dst, `,"worker":{`...)
 		n := len(dst)

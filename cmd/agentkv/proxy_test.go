@@ -281,7 +281,7 @@ func TestProxySessionLandsOnSameWorker(t *testing.T) {
 	const bs = 16
 	fakes := []*fakeVLLM{newFakeVLLM(t, bs, 1000), newFakeVLLM(t, bs, 1000), newFakeVLLM(t, bs, 1000)}
 	p, srv := testProxy(t, proxyConfig{}, fakes...)
-	require.True(t, p.workers[0].spec.Events == "", "fakes publish no events: approximate mode")
+	require.True(t, p.Approximate(), "fakes publish no events: approximate mode")
 
 	type turnResult struct{ worker, cached string }
 	runSession := func(base, sid string, turns int) ([]turnResult, int) {
@@ -333,10 +333,10 @@ func TestProxySessionLandsOnSameWorker(t *testing.T) {
 	// Usage reached Decision.Done: the router's finished counter, the
 	// proxy's usage counters, and the session table's totals.
 	require.Equal(t, 12.0, metricValue(t, srv.URL, `agentkv_router_requests_finished_total{outcome="ok"}`))
-	require.Equal(t, float64(totalPrompt), metricValue(t, srv.URL, `agentkv_proxy_usage_tokens_total{kind="prompt"}`))
-	require.Equal(t, float64(12*fakeCompletionTokens), metricValue(t, srv.URL, `agentkv_proxy_usage_tokens_total{kind="completion"}`))
-	require.Equal(t, float64(12*fakeCachedTokens), metricValue(t, srv.URL, `agentkv_proxy_usage_tokens_total{kind="cached"}`))
-	require.Equal(t, 12.0, metricValue(t, srv.URL, `agentkv_proxy_responses_total{code="200"}`))
+	require.Equal(t, float64(totalPrompt), metricValue(t, srv.URL, `agentkv_gateway_usage_tokens_total{api="chat",kind="prompt"}`))
+	require.Equal(t, float64(12*fakeCompletionTokens), metricValue(t, srv.URL, `agentkv_gateway_usage_tokens_total{api="chat",kind="completion"}`))
+	require.Equal(t, float64(12*fakeCachedTokens), metricValue(t, srv.URL, `agentkv_gateway_usage_tokens_total{api="chat",kind="cached"}`))
+	require.Equal(t, 12.0, metricValue(t, srv.URL, `agentkv_gateway_responses_total{api="chat",code="200"}`))
 	info, ok := p.router.Sessions().Get("sess-a")
 	require.True(t, ok)
 	require.EqualValues(t, 3, info.Requests)
@@ -376,6 +376,7 @@ func TestProxyStreaming(t *testing.T) {
 	req, err := http.NewRequest(http.MethodPost, srv.URL+vllm.ChatPath, bytes.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("X-Dynamo-Session-Id", "stream-1")
+	req.Header.Set("Authorization", "Bearer sk-stream")
 	req.Header.Set(headerDPRank, "3") // a client may not pin ranks itself
 	type result struct {
 		resp *http.Response
@@ -424,14 +425,15 @@ func TestProxyStreaming(t *testing.T) {
 	require.Contains(t, got.String(), `"usage":`)
 	so, _ := upstream["stream_options"].(map[string]any)
 	require.Equal(t, true, so["include_usage"], "the proxy asks for usage in the final chunk")
-	require.Equal(t, "stream-1", hdr.Get("X-Dynamo-Session-Id"), "client headers are forwarded")
+	require.Empty(t, hdr.Get("X-Dynamo-Session-Id"), "only the headers a worker needs are forwarded")
+	require.Equal(t, "Bearer sk-stream", hdr.Get("Authorization"), "the API key is forwarded")
 	require.Empty(t, hdr.Get(headerDPRank), "a single-rank worker gets no rank header")
 
 	prompt := len(renderChat([]map[string]any{{"role": "system", "content": systemPrompt}, {"role": "user", "content": "stream please"}}))
 	require.Equal(t, agentkv.Load{}, p.router.WorkerLoad(key))
 	require.Equal(t, 1.0, metricValue(t, srv.URL, `agentkv_router_requests_finished_total{outcome="ok"}`))
-	require.Equal(t, float64(prompt), metricValue(t, srv.URL, `agentkv_proxy_usage_tokens_total{kind="prompt"}`))
-	require.Equal(t, float64(fakeCompletionTokens), metricValue(t, srv.URL, `agentkv_proxy_usage_tokens_total{kind="completion"}`))
+	require.Equal(t, float64(prompt), metricValue(t, srv.URL, `agentkv_gateway_usage_tokens_total{api="chat",kind="prompt"}`))
+	require.Equal(t, float64(fakeCompletionTokens), metricValue(t, srv.URL, `agentkv_gateway_usage_tokens_total{api="chat",kind="completion"}`))
 	info, ok := p.router.Sessions().Get("stream-1")
 	require.True(t, ok)
 	require.EqualValues(t, prompt, info.Usage.InputTokens)
@@ -483,7 +485,7 @@ func TestProxyBadInput(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
 	require.Equal(t, 0, f.requests(), "no bad request reached the worker")
-	require.Equal(t, 2.0, metricValue(t, srv.URL, `agentkv_proxy_responses_total{code="413"}`))
+	require.Equal(t, 2.0, metricValue(t, srv.URL, `agentkv_gateway_responses_total{api="chat",code="413"}`))
 
 	// Still serving after all that.
 	ok, body := post(t, srv.URL+vllm.ChatPath, nil, chatBody(t, false, chatMsg{"user", "hi"}))
@@ -514,7 +516,7 @@ func TestProxyWorkerTrouble(t *testing.T) {
 	require.Equal(t, r1.Header.Get(headerWorker), r2.Header.Get(headerWorker))
 	c2, _ := strconv.Atoi(r2.Header.Get(headerCachedTokens))
 	require.Greater(t, c2, 0, "pseudo-tokens are prefix-stable")
-	require.Equal(t, 2.0, metricValue(t, srv.URL, "agentkv_proxy_tokenize_fallback_total"))
+	require.Equal(t, 2.0, metricValue(t, srv.URL, `agentkv_gateway_prompt_tokens_source_total{api="chat",source="approximate"}`))
 
 	// An engine-side 400 passes through and is reported as failed.
 	r3, body := post(t, srv.URL+vllm.ChatPath, nil, chatBody(t, false, chatMsg{"user", "please fail"}))
@@ -527,7 +529,7 @@ func TestProxyWorkerTrouble(t *testing.T) {
 	b.srv.Close()
 	r4, body := post(t, srv.URL+vllm.ChatPath, nil, chatBody(t, false, chatMsg{"user", "anyone?"}))
 	require.Equal(t, http.StatusBadGateway, r4.StatusCode, string(body))
-	require.Contains(t, string(body), "did not answer")
+	require.Contains(t, string(body), "cannot reach the worker")
 	require.Equal(t, 2.0, metricValue(t, srv.URL, `agentkv_router_requests_finished_total{outcome="failed"}`))
 	for _, w := range p.router.Workers() {
 		require.Equal(t, agentkv.Load{}, p.router.WorkerLoad(w))
@@ -647,7 +649,7 @@ func TestProxyDataParallelRank(t *testing.T) {
 	f := newFakeVLLM(t, 16, 1000)
 	p, srv := testProxy(t, proxyConfig{Workers: []workerSpec{{URL: f.URL(), DPRanks: 2}}, Policy: agentkv.RoundRobin})
 	require.Len(t, p.router.Workers(), 2)
-	require.Equal(t, 8000, p.workers[0].Info().KVCapacityTokens)
+	require.Equal(t, 8000, p.WorkerInfo(0).KVCapacityTokens)
 	seen := map[string]bool{}
 	for i := 0; i < 2; i++ {
 		resp, body := post(t, srv.URL+vllm.ChatPath, nil, chatBody(t, false, chatMsg{"user", "hi"}))
@@ -665,15 +667,15 @@ func TestProxyDataParallelRank(t *testing.T) {
 func TestProxyCapacityRefresh(t *testing.T) {
 	f := newFakeVLLM(t, 16, 1000)
 	p, _ := testProxy(t, proxyConfig{Refresh: -1}, f)
-	require.Equal(t, 16000, p.workers[0].Info().KVCapacityTokens)
+	require.Equal(t, 16000, p.WorkerInfo(0).KVCapacityTokens)
 	f.mu.Lock()
 	f.blocks = 2000
 	f.mu.Unlock()
-	p.refresh(context.Background(), p.workers[0])
-	require.Equal(t, 32000, p.workers[0].Info().KVCapacityTokens)
+	p.Refresh(context.Background(), 0)
+	require.Equal(t, 32000, p.WorkerInfo(0).KVCapacityTokens)
 	f.srv.Close()
-	p.refresh(context.Background(), p.workers[0]) // unreadable: keeps the last value
-	require.Equal(t, 32000, p.workers[0].Info().KVCapacityTokens)
+	p.Refresh(context.Background(), 0) // unreadable: keeps the last value
+	require.Equal(t, 32000, p.WorkerInfo(0).KVCapacityTokens)
 }
 
 func TestProxyStartupErrors(t *testing.T) {

@@ -1,0 +1,118 @@
+// Package gateway is agentkv's front door: an http.Handler that serves the
+// APIs coding agents and RL rollout workers speak, over an agentkv.Router
+// and its vLLM-compatible workers.
+//
+// # What it serves
+//
+//	OpenAI     POST /v1/chat/completions   (OpenCode, most clients)
+//	           POST /v1/completions
+//	           POST /v1/responses          (Codex: wire_api = "responses")
+//	           GET  /v1/models             (Anthropic's shape when anthropic-version is sent)
+//	Anthropic  POST /v1/messages           (Claude Code; ?beta=true is accepted)
+//	           POST /v1/messages/count_tokens
+//
+// each streaming and not. A worker declares the APIs it serves natively
+// (Worker.Native; Baseline, chat and text completions, when zero): those
+// requests are passed through byte for byte. Responses and Messages
+// requests to a worker that lacks them are translated to chat completions
+// and the reply (JSON or SSE) is translated back, including tool calls,
+// tool results, system prompts, stop reasons and usage, so any
+// OpenAI-compatible engine serves Codex and Claude Code:
+//
+//	Responses → chat: instructions and developer messages → system
+//	  messages; input_text/output_text parts → text; input_image →
+//	  image_url; function_call items → the assistant's tool_calls;
+//	  function_call_output → tool messages; function tools → functions;
+//	  custom (free-form) tools → a function taking {"input": string}, turned
+//	  back into custom_tool_call items; reasoning items and built-in tools
+//	  are dropped; max_output_tokens → max_tokens. previous_response_id is
+//	  refused (400): the gateway keeps no responses, clients send the whole
+//	  input (store=false), as Codex does.
+//	chat → Responses: a message item with output_text, function_call items,
+//	  status completed or incomplete (max_output_tokens), usage with
+//	  input_tokens_details.cached_tokens; streams as response.created,
+//	  response.in_progress, response.output_item.added,
+//	  response.content_part.added, response.output_text.delta ... .done,
+//	  response.function_call_arguments.delta ... .done,
+//	  response.output_item.done, response.completed (each with its
+//	  sequence_number).
+//	Messages → chat: system (string or text blocks, joined by "\n") → a
+//	  system message; text and image blocks → parts; tool_use → tool_calls;
+//	  tool_result → tool messages ahead of the rest of their turn; thinking
+//	  blocks dropped; client tools (input_schema) → functions, server tools
+//	  dropped; tool_choice any → "required", tool → the named function;
+//	  stop_sequences → stop.
+//	chat → Messages: text and tool_use blocks, stop_reason end_turn /
+//	  max_tokens / tool_use / stop_sequence, usage with input_tokens
+//	  excluding cache_read_input_tokens; streams as message_start, ping,
+//	  content_block_start/delta/stop (text_delta, input_json_delta),
+//	  message_delta (stop reason and the full usage), message_stop.
+//
+// # Per request
+//
+// The body is read (Config.MaxBodyBytes, 413 beyond) and must be one JSON
+// object; the agent session comes from the headers and body (package
+// session: Claude Code, Codex, OpenCode, Dynamo's x-dynamo-*, ThunderAgent's
+// program_id); the prompt is tokenized for routing through its chat form,
+// by a worker's in-process Tokenizer, else a worker's /tokenize (the chat
+// template applied as the engine will), else the approximation of
+// vllm.ApproxTokens (pseudo-tokens of the prompt text: affinity kept,
+// overlap credit from KV events lost), counted by source in
+// agentkv_gateway_prompt_tokens_source_total; the Router picks a worker
+// (Route blocks while admission holds the request); the request is sent on
+// with only the headers a worker needs (Authorization, X-Api-Key,
+// Anthropic-Version, Anthropic-Beta, X-Request-Id, Accept, and
+// X-Data-Parallel-Rank for the chosen rank); the reply's usage (a chat
+// stream's final usage chunk, which the gateway asks for with
+// stream_options.include_usage; Responses' response.completed;
+// Anthropic's message_start and message_delta, cached fields included)
+// goes to Decision.Done, the metrics and the trace. Every routed reply
+// carries X-Agentkv-Worker (URL), X-Agentkv-Worker-Id (ID/rank) and
+// X-Agentkv-Cached-Tokens (what the router expected the worker to hold).
+// X-Dynamo-Session-Final: true ends the session (Router.EndSession) after
+// its request, on every API.
+//
+// Errors the gateway produces itself (bad JSON, oversized bodies, unknown
+// routes, wrong methods, no workers, a worker that cannot be reached) are
+// in the caller's API family: OpenAI's {"error":{"message","type",
+// "param","code"}}, or Anthropic's {"type":"error","error":{"type",
+// "message"}} for /v1/messages paths and requests with anthropic-version.
+// A request refused before routing leaves the router untouched. A worker's
+// own error status is passed through when it is in the caller's shape
+// (native), else rewrapped.
+//
+// # Claude Code's billing preamble
+//
+// Claude Code 2.1 starts every system prompt with a text block
+// "x-anthropic-billing-header: cc_version=2.1.332.0b8; cc_entrypoint=sdk-cli;"
+// whose last three hex digits follow the conversation's first prompt, so
+// no two sessions share even their first KV block. Config.StripBillingHeader
+// removes it (StripBilling) before routing and forwarding.
+//
+// # The forward path, for failover
+//
+// Gateway.attempt is the one forward step: it sends the request to one
+// worker, relays the reply and returns an AttemptResult whose Outcome is OK,
+// FailedBeforeFirstByte (nothing reached the client: retry elsewhere),
+// CutMidStream (bytes reached the client, then the reply broke off;
+// translated streams have been sent the API's error event) or ClientGone,
+// with an Err matching ErrConnect, ErrStatus, ErrCut, ErrClientGone or
+// ErrBadReply (ErrorKind names them in metrics and traces). It never calls
+// Decision.Done; Gateway.serve does, once, after the last attempt.
+//
+// # Traces
+//
+// A TraceSink, given to both the Router (agentkv.Config.Trace) and the
+// gateway (Config.Trace), adds the API and the error kind to the router's
+// content-free request_end records (session, parent, tokens, cached
+// tokens, worker, TTFT, total time).
+//
+// # Stack
+//
+// NewStack assembles the whole router in front of vLLM-compatible workers
+// (engine/vllm adapters with capacity from /metrics and KV event
+// subscribers, the Router, the Gateway, the tick and refresh loops,
+// Prometheus metrics): it is what "agentkv proxy" and examples/proxy serve.
+//
+// A Gateway and a Stack are safe for concurrent use.
+package gateway

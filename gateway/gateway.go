@@ -1,0 +1,511 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentkv/agentkv"
+	"github.com/agentkv/agentkv/engine/vllm"
+	"github.com/agentkv/agentkv/session"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes    = 32 << 20
+	DefaultTokenizeTimeout = 10 * time.Second
+)
+
+// Response headers the gateway sets on every routed reply.
+const (
+	// HeaderWorker is the chosen worker's base URL.
+	HeaderWorker = "X-Agentkv-Worker"
+	// HeaderWorkerID is "ID/DP rank" of the chosen worker.
+	HeaderWorkerID = "X-Agentkv-Worker-Id"
+	// HeaderCachedTokens is how many prompt tokens the router expected the
+	// worker to hold (all tiers).
+	HeaderCachedTokens = "X-Agentkv-Cached-Tokens"
+	// HeaderDPRank is vLLM's (and SGLang's) header pinning a request to a
+	// data-parallel rank; the gateway sets it for workers with DPRanks > 1.
+	HeaderDPRank = "X-Data-Parallel-Rank"
+)
+
+// Tokenizer is an in-process tokenizer that reproduces a worker's
+// /tokenize exactly for a chat completions body (messages, tools, chat
+// template), so routing needs no round trip. It must be safe for
+// concurrent use.
+type Tokenizer interface {
+	TokenizeChat(body []byte) ([]uint32, error)
+}
+
+// Worker is one worker (engine instance) the gateway forwards to: the
+// router knows it by ID (its agentkv.WorkerInfo.ID).
+type Worker struct {
+	// ID is the router's worker ID.
+	ID uint64
+	// URL is the engine's base URL ("http://host:8000").
+	URL string
+	// DPRanks is the engine's data-parallel size (0 means 1); the chosen
+	// rank is sent in X-Data-Parallel-Rank when it is more than 1.
+	DPRanks int
+	// Native is the set of APIs the engine serves itself; those are passed
+	// through byte for byte, the others are translated to chat
+	// completions. Zero means Baseline (chat and text completions).
+	Native APIs
+	// Tokenizer, if set, tokenizes for routing in process instead of the
+	// engine's /tokenize.
+	Tokenizer Tokenizer
+}
+
+// Config configures a Gateway. Zero fields mean the documented defaults.
+type Config struct {
+	// Router routes the requests. Required; the caller adds the workers
+	// to it (AddWorker) and owns its lifecycle.
+	Router *agentkv.Router
+	// Workers are the engines, each with the ID the Router knows it by.
+	Workers []Worker
+	// HTTPClient talks to the workers (nil: a client without timeouts,
+	// so long generations are not cut).
+	HTTPClient *http.Client
+	// MaxBodyBytes bounds a request body (default DefaultMaxBodyBytes):
+	// larger is 413.
+	MaxBodyBytes int64
+	// TokenizeTimeout bounds one /tokenize call (default 10 s).
+	TokenizeTimeout time.Duration
+	// Sessions extracts agent sessions (nil: session.Default).
+	Sessions *session.Extractor
+	// StripBillingHeader removes Claude Code's per-request billing
+	// preamble from a Messages request's system prompt before routing and
+	// forwarding (see StripBilling), so the shared prefix is shared.
+	StripBillingHeader bool
+	// Trace, if set, must also be the Router's Config.Trace: the gateway
+	// annotates the router's request records with the API and error kind.
+	Trace *TraceSink
+	// Registerer receives the gateway's metrics (nil: none are exported).
+	Registerer prometheus.Registerer
+	// Logger receives warnings (nil discards).
+	Logger *slog.Logger
+}
+
+// ErrConfig reports an invalid Config.
+var ErrConfig = errors.New("gateway: invalid config")
+
+// Gateway is the front door: an http.Handler serving the OpenAI and
+// Anthropic APIs over a Router and its workers. It is safe for concurrent
+// use.
+type Gateway struct {
+	cfg     Config
+	log     *slog.Logger
+	router  *agentkv.Router
+	sess    *session.Extractor
+	workers map[uint64]*worker
+	order   []*worker // as configured, for /tokenize and /v1/models
+	m       *metrics
+	mux     *http.ServeMux
+	tokIdx  atomic.Uint64 // the worker tried first for /tokenize
+	reqSeq  atomic.Uint64
+}
+
+type worker struct {
+	Worker
+	client *vllm.Client
+	idStr  string
+}
+
+// New validates cfg and returns a Gateway.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Router == nil {
+		return nil, fmt.Errorf("%w: no Router", ErrConfig)
+	}
+	if cfg.MaxBodyBytes < 0 || cfg.TokenizeTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative MaxBodyBytes or TokenizeTimeout", ErrConfig)
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.TokenizeTimeout == 0 {
+		cfg.TokenizeTimeout = DefaultTokenizeTimeout
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{}
+	}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, router: cfg.Router, sess: cfg.Sessions, workers: map[uint64]*worker{}}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if g.sess == nil {
+		g.sess = session.Default
+	}
+	for _, w := range cfg.Workers {
+		if _, dup := g.workers[w.ID]; dup {
+			return nil, fmt.Errorf("%w: worker ID %d twice", ErrConfig, w.ID)
+		}
+		if w.DPRanks < 0 {
+			return nil, fmt.Errorf("%w: worker %d: negative DPRanks", ErrConfig, w.ID)
+		}
+		c, err := vllm.NewClient(w.URL, cfg.HTTPClient)
+		if err != nil {
+			return nil, fmt.Errorf("%w: worker %d: %v", ErrConfig, w.ID, err)
+		}
+		if w.Native == 0 {
+			w.Native = Baseline
+		}
+		wk := &worker{Worker: w, client: c, idStr: strconv.FormatUint(w.ID, 10)}
+		g.workers[w.ID] = wk
+		g.order = append(g.order, wk)
+	}
+	var err error
+	if g.m, err = newMetrics(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	g.mux = g.routes()
+	return g, nil
+}
+
+// ServeHTTP serves the APIs.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+
+func (g *Gateway) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	for _, a := range []API{Chat, Completions, Responses, Messages, CountTokens} {
+		mux.HandleFunc("POST "+a.Path(), func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, a) })
+		mux.HandleFunc(a.Path(), func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", http.MethodPost)
+			g.reject(w, a, http.StatusMethodNotAllowed, r.Method+" "+r.URL.Path+": use POST")
+		})
+	}
+	mux.HandleFunc("GET "+ModelsPath, g.models)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "ok: %d worker ranks\n", len(g.router.Workers()))
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		code := http.StatusNotFound
+		writeError(w, wantsAnthropic(r), code, "agentkv gateway: no route for "+r.Method+" "+r.URL.Path)
+		g.m.responses.WithLabelValues("none", strconv.Itoa(code)).Inc()
+	})
+	return mux
+}
+
+// reject answers a request the gateway refuses before routing (the router
+// never hears of it).
+func (g *Gateway) reject(w http.ResponseWriter, a API, code int, msg string) {
+	g.m.responses.WithLabelValues(a.String(), strconv.Itoa(code)).Inc()
+	writeError(w, a.anthropic(), code, msg)
+}
+
+// call is one request on its way through the gateway.
+type call struct {
+	api    API
+	body   []byte       // as forwarded to a worker serving the API natively
+	chat   *chatRequest // the chat translation (nil for Chat and Completions)
+	chatB  []byte       // chat (or completions) body for translating workers and /tokenize
+	stream bool
+	model  string
+	custom map[string]bool // Responses custom tools
+	agent  session.AgentContext
+	id     string // request id, also the translated reply's id
+	tokens []uint32
+	hdr    http.Header // the client's request headers (only `forwarded` ones are sent on)
+}
+
+func isJSONObject(b []byte) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && b[0] == '{' && json.Valid(b)
+}
+
+// readBody reads the request body within MaxBodyBytes and checks it is a
+// JSON object; on failure it has answered the client.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, a API) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			g.reject(w, a, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", g.cfg.MaxBodyBytes))
+		} else {
+			g.reject(w, a, http.StatusBadRequest, "reading request body: "+err.Error())
+		}
+		return nil, false
+	}
+	if !isJSONObject(body) {
+		g.reject(w, a, http.StatusBadRequest, "request body is not a JSON object")
+		return nil, false
+	}
+	return body, true
+}
+
+// parse builds the call: the body as forwarded natively, its chat
+// translation, the stream flag. Errors match ErrBadRequest.
+func (g *Gateway) parse(a API, body []byte) (*call, error) {
+	c := &call{api: a, body: body}
+	var head struct {
+		Model  string `json:"model"`
+		Stream bool   `json:"stream"`
+	}
+	if err := json.Unmarshal(body, &head); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	c.model, c.stream = head.Model, head.Stream
+	var err error
+	switch a {
+	case Chat:
+		if c.body, err = vllm.EnsureStreamUsage(body); err != nil {
+			return nil, badRequest("%v", err)
+		}
+		c.chatB = c.body
+	case Completions:
+		if c.body, err = vllm.EnsureStreamUsage(body); err != nil {
+			return nil, badRequest("%v", err)
+		}
+		c.chatB = c.body
+	case Responses:
+		if c.chat, c.custom, err = responsesToChat(body); err != nil {
+			return nil, err
+		}
+	case Messages, CountTokens:
+		if g.cfg.StripBillingHeader {
+			if nb, ok := StripBilling(body); ok {
+				c.body = nb
+				g.m.billingStripped.Inc()
+			}
+		}
+		if c.chat, err = messagesToChat(c.body); err != nil {
+			return nil, err
+		}
+		if a == CountTokens {
+			c.stream, c.chat.Stream, c.chat.StreamOptions = false, false, nil
+		}
+	}
+	if c.chat != nil {
+		if c.chatB, err = json.Marshal(c.chat); err != nil {
+			return nil, badRequest("%v", err)
+		}
+	}
+	return c, nil
+}
+
+// serve handles one API request: read, parse, session, tokens, route,
+// forward (attempt), report.
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, a API) {
+	start := time.Now()
+	body, ok := g.readBody(w, r, a)
+	if !ok {
+		return
+	}
+	c, err := g.parse(a, body)
+	if err != nil {
+		g.reject(w, a, http.StatusBadRequest, err.Error())
+		return
+	}
+	ac, err := g.sess.FromRequest(r, body)
+	if err != nil {
+		g.reject(w, a, http.StatusBadRequest, err.Error())
+		return
+	}
+	c.agent, c.hdr = ac, r.Header
+	if len(g.order) == 0 {
+		g.reject(w, a, http.StatusServiceUnavailable, "agentkv gateway: no workers")
+		return
+	}
+	ctx := r.Context()
+	if c.tokens, err = g.tokens(ctx, c); err != nil {
+		g.reject(w, a, http.StatusBadRequest, err.Error())
+		return
+	}
+	if a == CountTokens {
+		g.countTokens(w, c)
+		return
+	}
+	c.id = "gw" + strconv.FormatUint(g.reqSeq.Add(1), 10)
+	d, err := g.router.Route(ctx, &agentkv.Request{ID: c.id, Tokens: c.tokens, Agent: ac})
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		g.m.responses.WithLabelValues(a.String(), "499").Inc()
+		return // the client left while admission held the request
+	case errors.Is(err, agentkv.ErrNoWorkers), errors.Is(err, agentkv.ErrDropped), errors.Is(err, agentkv.ErrClosed):
+		g.reject(w, a, http.StatusServiceUnavailable, err.Error())
+		return
+	default:
+		g.reject(w, a, http.StatusInternalServerError, err.Error())
+		return
+	}
+	wk := g.workers[d.Worker.ID]
+	if wk == nil {
+		g.finish(c, d, Usage{}, ErrUnknownWorker)
+		g.reject(w, a, http.StatusServiceUnavailable, "agentkv gateway: routed to an unknown worker")
+		return
+	}
+	res := g.attempt(ctx, w, c, wk, d)
+	if res.Outcome == FailedBeforeFirstByte {
+		g.writeFailure(w, c, wk, &res)
+	}
+	g.m.responses.WithLabelValues(a.String(), strconv.Itoa(res.Status)).Inc()
+	g.finish(c, d, res.Usage, res.Err)
+	g.m.duration.WithLabelValues(a.String()).Observe(time.Since(start).Seconds())
+}
+
+// finish reports the request's end to the router (with the error kind for
+// the trace) and ends the session when the client said it was the last.
+func (g *Gateway) finish(c *call, d *agentkv.Decision, u Usage, err error) {
+	kind := ErrorKind(err)
+	if g.cfg.Trace != nil {
+		g.cfg.Trace.note(d.RequestID, c.api, kind)
+	}
+	d.Done(agentkv.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
+		CachedTokens: u.CachedTokens, FinishReason: u.FinishReason, ToolCalls: u.ToolCalls, Failed: err != nil})
+	if u.HasUsage {
+		api := c.api.String()
+		g.m.usage.WithLabelValues(api, "prompt").Add(float64(u.PromptTokens))
+		g.m.usage.WithLabelValues(api, "completion").Add(float64(u.CompletionTokens))
+		g.m.usage.WithLabelValues(api, "cached").Add(float64(u.CachedTokens))
+	}
+	if kind != "" {
+		g.m.failures.WithLabelValues(c.api.String(), kind).Inc()
+	}
+	if c.agent.Final && c.agent.Valid() {
+		g.router.EndSession(c.agent.SessionID)
+	}
+}
+
+// writeFailure answers a request whose attempt failed before anything
+// reached the client: the worker's own error reply when it is in the
+// client's API shape, else an error in that shape.
+func (g *Gateway) writeFailure(w http.ResponseWriter, c *call, wk *worker, res *AttemptResult) {
+	if res.Status == 0 {
+		res.Status = http.StatusBadGateway
+	}
+	if res.ErrBody != nil && res.Native {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(res.Status)
+		_, _ = w.Write(res.ErrBody)
+		return
+	}
+	msg := "agentkv gateway: worker " + wk.URL + " failed: " + res.Err.Error()
+	if res.ErrBody != nil {
+		msg = "agentkv gateway: worker " + wk.URL + " answered " + strconv.Itoa(res.Status) + ": " + upstreamMessage(res.ErrBody)
+	}
+	writeError(w, c.api.anthropic(), res.Status, msg)
+}
+
+// upstreamMessage extracts the message of an OpenAI or Anthropic error
+// body, or returns the body.
+func upstreamMessage(b []byte) string {
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(b, &e) == nil {
+		if e.Error.Message != "" {
+			return e.Error.Message
+		}
+		if e.Message != "" {
+			return e.Message
+		}
+	}
+	if len(b) > 512 {
+		b = b[:512]
+	}
+	return string(b)
+}
+
+// countTokens answers /v1/messages/count_tokens from the tokens counted.
+func (g *Gateway) countTokens(w http.ResponseWriter, c *call) {
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"input_tokens":%d}`, len(c.tokens))
+	g.m.responses.WithLabelValues(c.api.String(), "200").Inc()
+}
+
+// models forwards GET /v1/models to the first worker that answers, in
+// Anthropic's shape when the request carries anthropic-version.
+func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
+	anth := r.Header.Get("Anthropic-Version") != ""
+	for _, wk := range g.order {
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, wk.client.URL(ModelsPath), nil)
+		if err != nil {
+			continue
+		}
+		copyAuth(req.Header, r.Header)
+		resp, err := g.cfg.HTTPClient.Do(req)
+		if err != nil {
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+		resp.Body.Close()
+		if err != nil || resp.StatusCode/100 != 2 {
+			continue
+		}
+		if anth {
+			if b, err = anthropicModels(b); err != nil {
+				continue
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b)
+		return
+	}
+	writeError(w, anth, http.StatusServiceUnavailable, "agentkv gateway: no worker answered "+ModelsPath)
+}
+
+// anthropicModels turns an OpenAI model list into Anthropic's.
+func anthropicModels(b []byte) ([]byte, error) {
+	var in struct {
+		Data []struct {
+			ID      string `json:"id"`
+			Created int64  `json:"created"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, err
+	}
+	type model struct {
+		Type        string `json:"type"`
+		ID          string `json:"id"`
+		DisplayName string `json:"display_name"`
+		CreatedAt   string `json:"created_at"`
+	}
+	out := struct {
+		Data    []model `json:"data"`
+		HasMore bool    `json:"has_more"`
+		FirstID *string `json:"first_id"`
+		LastID  *string `json:"last_id"`
+	}{Data: []model{}}
+	for _, m := range in.Data {
+		out.Data = append(out.Data, model{Type: "model", ID: m.ID, DisplayName: m.ID,
+			CreatedAt: time.Unix(m.Created, 0).UTC().Format(time.RFC3339)})
+	}
+	if n := len(out.Data); n > 0 {
+		out.FirstID, out.LastID = &out.Data[0].ID, &out.Data[n-1].ID
+	}
+	return json.Marshal(out)
+}
+
+// forwarded are the request headers a worker may need; nothing else of
+// the client's header set is sent on.
+var forwarded = []string{"Authorization", "X-Api-Key", "Anthropic-Version", "Anthropic-Beta", "X-Request-Id", "Accept"}
+
+func copyAuth(dst, src http.Header) {
+	for _, k := range forwarded[:2] {
+		if v := src.Get(k); v != "" {
+			dst.Set(k, v)
+		}
+	}
+}
+
+// WorkerURL returns the base URL of the worker with this router ID.
+func (g *Gateway) WorkerURL(id uint64) (string, bool) {
+	if wk := g.workers[id]; wk != nil {
+		return wk.URL, true
+	}
+	return "", false
+}

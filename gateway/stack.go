@@ -1,0 +1,414 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/agentkv/agentkv"
+	"github.com/agentkv/agentkv/admission"
+	"github.com/agentkv/agentkv/engine/vllm"
+	"github.com/agentkv/agentkv/flashindex"
+)
+
+// Defaults of StackConfig.
+const (
+	DefaultTick    = 5 * time.Second
+	DefaultRefresh = 30 * time.Second
+)
+
+// WorkerSpec names one vLLM-compatible worker for a Stack.
+type WorkerSpec struct {
+	// URL is the engine's base URL.
+	URL string
+	// Events is the ZMQ PUB endpoint of its KV events ("" = none; the
+	// router then runs in approximate mode); Replay its replay endpoint.
+	Events, Replay string
+	// DPRanks is the engine's data-parallel size (0 means 1).
+	DPRanks int
+	// Native is the set of APIs the engine serves itself (0: Baseline).
+	Native APIs
+	// Tokenizer, if set, tokenizes for routing in process.
+	Tokenizer Tokenizer
+}
+
+// ParseWorkerSpec parses "URL[,events=EP][,replay=EP][,dp=N][,apis=LIST]",
+// LIST being API names separated by '+' (or "all"), e.g.
+// apis=chat+completions+responses+messages.
+func ParseWorkerSpec(s string) (WorkerSpec, error) {
+	parts := strings.Split(s, ",")
+	ws := WorkerSpec{URL: strings.TrimSpace(parts[0])}
+	if ws.URL == "" {
+		return ws, fmt.Errorf("empty worker URL in %q", s)
+	}
+	if _, err := vllm.NewClient(ws.URL, nil); err != nil {
+		return ws, fmt.Errorf("worker %q: want an http:// or https:// base URL", ws.URL)
+	}
+	for _, p := range parts[1:] {
+		k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok || v == "" {
+			return ws, fmt.Errorf("worker %q: bad option %q (want key=value)", ws.URL, p)
+		}
+		switch k {
+		case "events":
+			ws.Events = v
+		case "replay":
+			ws.Replay = v
+		case "dp":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1024 {
+				return ws, fmt.Errorf("worker %q: dp must be an integer in [1, 1024], got %q", ws.URL, v)
+			}
+			ws.DPRanks = n
+		case "apis":
+			set, ok := ParseAPIs(strings.ReplaceAll(v, "+", ","))
+			if !ok || set == 0 {
+				return ws, fmt.Errorf("worker %q: apis: want API names joined by + (chat, completions, responses, messages, count_tokens) or all, got %q", ws.URL, v)
+			}
+			ws.Native = set
+		default:
+			return ws, fmt.Errorf("worker %q: unknown option %q (want events, replay, dp or apis)", ws.URL, k)
+		}
+	}
+	if ws.Replay != "" && ws.Events == "" {
+		return ws, fmt.Errorf("worker %q: replay= needs events=", ws.URL)
+	}
+	return ws, nil
+}
+
+// DefaultAffinity is the affinity a Stack should use over these workers
+// when the user chose none: soft when some worker publishes no KV events
+// (the router cannot see the cache there, so a session is kept on the
+// worker that served it), off when all do (the cache itself pulls a
+// session back).
+func DefaultAffinity(specs []WorkerSpec) agentkv.AffinityMode {
+	for _, s := range specs {
+		if s.Events == "" {
+			return agentkv.AffinitySoft
+		}
+	}
+	return agentkv.AffinityOff
+}
+
+// StackConfig configures a Stack. Zero fields mean the documented
+// defaults.
+type StackConfig struct {
+	Workers []WorkerSpec
+	// BlockSize is the router's block size; 0 takes the first worker's.
+	// Every worker must agree with it.
+	BlockSize int
+	Policy    agentkv.Policy
+	Affinity  agentkv.AffinityMode
+	// Admission enables program-aware admission with its defaults
+	// (ticking every Tick).
+	Admission bool
+	// Tick is the control-loop period (default 5 s); Refresh the capacity
+	// refresh period (default 30 s; negative disables).
+	Tick, Refresh time.Duration
+	// Trace, if set, receives a request record per finished request,
+	// annotated with the API and error kind.
+	Trace agentkv.TraceSink
+	// Gateway configures the front door; its Router, Workers, Trace and
+	// Registerer are filled in by the Stack.
+	Gateway Config
+	// HTTPClient talks to the workers (nil: a client without timeouts).
+	HTTPClient *http.Client
+	// Logger receives warnings (nil discards).
+	Logger *slog.Logger
+	// Registry receives the metrics (nil: a new one with the Go and
+	// process collectors).
+	Registry *prometheus.Registry
+}
+
+// Stack is a complete router in front of vLLM-compatible workers: the
+// engine adapters (capacity from /metrics, KV event subscribers), the
+// Router, the Gateway, the tick and capacity-refresh loops, and the
+// metrics. It is what "agentkv proxy" serves. It is safe for concurrent
+// use.
+type Stack struct {
+	cfg     StackConfig
+	log     *slog.Logger
+	router  *agentkv.Router
+	gw      *Gateway
+	workers []*stackWorker // by ID
+	reg     *prometheus.Registry
+	handler http.Handler
+
+	capacity *prometheus.GaugeVec // worker
+
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // background loops
+	once      sync.Once      // Close
+	closeOnce sync.Once      // DropHeld
+}
+
+// stackWorker is one vLLM worker as the router sees it (agentkv.Worker).
+type stackWorker struct {
+	spec WorkerSpec
+	id   uint64
+	vw   *vllm.Worker
+
+	mu      sync.Mutex // guards capRank
+	capRank int        // KV capacity of one DP rank, tokens
+}
+
+func (w *stackWorker) ranks() int { return max(w.spec.DPRanks, 1) }
+
+// Info implements agentkv.Worker.
+func (w *stackWorker) Info() agentkv.WorkerInfo {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return agentkv.WorkerInfo{ID: w.id, DPRanks: w.ranks(), BlockSize: w.vw.BlockSize(), KVCapacityTokens: w.capRank}
+}
+
+// NewStack connects to every worker (reading its capacity from /metrics),
+// builds the router and the gateway, starts the event subscribers and the
+// loops. Workers get IDs 0, 1, ... in order.
+func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
+	if cfg.Tick <= 0 {
+		cfg.Tick = DefaultTick
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{}
+	}
+	s := &Stack{cfg: cfg, log: cfg.Logger, reg: cfg.Registry}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	s.capacity = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "agentkv", Subsystem: "gateway",
+		Name: "worker_kv_capacity_tokens", Help: "KV cache capacity of one DP rank of each worker, from vllm:cache_config_info."},
+		[]string{"worker"})
+	if err := s.reg.Register(s.capacity); err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	rm, err := agentkv.NewMetrics(s.reg)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	// Events arrive only after Start, when s.router is set.
+	sink := vllm.SinkFunc(func(ev *flashindex.Event) error { return s.router.ApplyEvent(ev) })
+	blockSize := cfg.BlockSize
+	approximate := false
+	for i, spec := range cfg.Workers {
+		wc := vllm.WorkerConfig{ID: uint64(i), URL: spec.URL, HTTPClient: cfg.HTTPClient, DPRanks: spec.DPRanks,
+			BlockSize: blockSize}
+		if spec.Events != "" {
+			wc.Events = &vllm.Config{Endpoint: spec.Events, ReplayEndpoint: spec.Replay, Sink: sink, Logger: s.log}
+		} else {
+			approximate = true
+		}
+		vw, err := vllm.NewWorker(ctx, wc)
+		if err != nil {
+			s.closeWorkers()
+			if errors.Is(err, vllm.ErrBlockSizeMismatch) {
+				return nil, fmt.Errorf("worker %s: %w (the router hashes with block size %d; every worker must use the same)",
+					spec.URL, err, blockSize)
+			}
+			return nil, fmt.Errorf("worker %s: cannot read its KV capacity from %s/metrics (%s): %w",
+				spec.URL, strings.TrimRight(spec.URL, "/"), vllm.CacheConfigMetric, err)
+		}
+		if blockSize == 0 {
+			blockSize = vw.BlockSize()
+		}
+		sw := &stackWorker{spec: spec, id: uint64(i), vw: vw, capRank: vw.KVCapacityTokens() / max(spec.DPRanks, 1)}
+		s.workers = append(s.workers, sw)
+		s.capacity.WithLabelValues(strconv.Itoa(i)).Set(float64(sw.capRank))
+	}
+	if blockSize == 0 {
+		blockSize = 16 // no workers: any valid size
+	}
+	var ts *TraceSink
+	rc := agentkv.Config{BlockSize: blockSize, Policy: cfg.Policy, Affinity: cfg.Affinity, Approximate: approximate,
+		Logger: s.log, Metrics: rm}
+	if cfg.Trace != nil {
+		ts = NewTraceSink(cfg.Trace)
+		rc.Trace = ts
+	}
+	if cfg.Admission {
+		rc.Admission = &admission.Config{Interval: cfg.Tick}
+	}
+	if s.router, err = agentkv.New(rc); err != nil {
+		s.closeWorkers()
+		return nil, err
+	}
+	gc := cfg.Gateway
+	gc.Router, gc.Trace, gc.Registerer, gc.HTTPClient = s.router, ts, s.reg, cfg.HTTPClient
+	if gc.Logger == nil {
+		gc.Logger = s.log
+	}
+	gc.Workers = nil
+	for _, w := range s.workers {
+		if err := s.router.AddWorker(w); err != nil {
+			s.closeWorkers()
+			return nil, fmt.Errorf("worker %s: %w", w.spec.URL, err)
+		}
+		gc.Workers = append(gc.Workers, Worker{ID: w.id, URL: w.spec.URL, DPRanks: w.spec.DPRanks,
+			Native: w.spec.Native, Tokenizer: w.spec.Tokenizer})
+	}
+	if s.gw, err = New(gc); err != nil {
+		s.closeWorkers()
+		return nil, err
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	for _, w := range s.workers {
+		if err := w.vw.Start(bg); err != nil {
+			cancel()
+			s.closeWorkers()
+			return nil, fmt.Errorf("worker %s: events: %w", w.spec.URL, err)
+		}
+	}
+	s.wg.Add(1)
+	go s.tickLoop(bg)
+	if cfg.Refresh > 0 {
+		s.wg.Add(1)
+		go s.refreshLoop(bg)
+	}
+	return s, nil
+}
+
+// Router returns the stack's router.
+func (s *Stack) Router() *agentkv.Router { return s.router }
+
+// Gateway returns the stack's gateway.
+func (s *Stack) Gateway() *Gateway { return s.gw }
+
+// Registry returns the registry holding the stack's metrics.
+func (s *Stack) Registry() *prometheus.Registry { return s.reg }
+
+// Handler returns the gateway's handler with the metrics served at path
+// (none when path is "").
+func (s *Stack) Handler(metricsPath string) http.Handler {
+	if metricsPath == "" {
+		return s.gw
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET "+metricsPath, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", s.gw)
+	return mux
+}
+
+// WorkerInfo returns what the router knows of worker id.
+func (s *Stack) WorkerInfo(id int) agentkv.WorkerInfo { return s.workers[id].Info() }
+
+// Workers returns the worker count.
+func (s *Stack) Workers() int { return len(s.workers) }
+
+func (s *Stack) closeWorkers() {
+	for _, w := range s.workers {
+		if err := w.vw.Close(); err != nil {
+			s.log.Warn("gateway: closing worker events", "worker", w.spec.URL, "err", err)
+		}
+	}
+}
+
+// Close stops the loops, drops held requests, closes the subscribers and
+// the router. Requests in flight may still finish. Safe to call twice.
+func (s *Stack) Close() error {
+	s.once.Do(func() {
+		s.DropHeld()
+		s.cancel()
+		s.wg.Wait()
+		s.closeWorkers()
+	})
+	return nil
+}
+
+// DropHeld closes the router: held requests give up (503) and new ones
+// are refused; requests in flight still finish.
+func (s *Stack) DropHeld() {
+	s.closeOnce.Do(func() { _ = s.router.Close() })
+}
+
+func (s *Stack) tickLoop(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			res := s.router.Tick()
+			if res.SweptRequests > 0 {
+				s.log.Warn("gateway: forgot requests that showed no sign of life", "count", res.SweptRequests)
+			}
+		}
+	}
+}
+
+func (s *Stack) refreshLoop(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.Refresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for i := range s.workers {
+				s.Refresh(ctx, i)
+			}
+		}
+	}
+}
+
+// Refresh re-reads worker i's KV capacity and tells the router when it
+// changed. A worker that cannot be read keeps its last capacity.
+func (s *Stack) Refresh(ctx context.Context, i int) {
+	w := s.workers[i]
+	rctx, cancel := context.WithTimeout(ctx, DefaultTokenizeTimeout)
+	defer cancel()
+	cs, err := w.vw.Client().CacheConfigs(rctx)
+	if err != nil {
+		s.log.Warn("gateway: cannot refresh worker capacity; keeping the last one", "worker", w.spec.URL, "err", err)
+		return
+	}
+	total := 0
+	for _, c := range cs {
+		if c.BlockSize != w.vw.BlockSize() {
+			s.log.Error("gateway: worker changed its block size; restart the proxy", "worker", w.spec.URL,
+				"was", w.vw.BlockSize(), "now", c.BlockSize)
+			return
+		}
+		total += c.CapacityTokens()
+	}
+	perRank := total / w.ranks()
+	w.mu.Lock()
+	changed := perRank != w.capRank
+	w.capRank = perRank
+	w.mu.Unlock()
+	if changed {
+		s.capacity.WithLabelValues(strconv.Itoa(i)).Set(float64(perRank))
+		if err := s.router.AddWorker(w); err != nil {
+			s.log.Warn("gateway: capacity update refused", "worker", w.spec.URL, "err", err)
+		}
+	}
+}
+
+// Approximate reports whether some worker publishes no KV events.
+func (s *Stack) Approximate() bool {
+	for _, w := range s.workers {
+		if w.spec.Events == "" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,313 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// Usage is what a worker's reply said about one request, in the chat
+// completions vocabulary whatever the API: prompt tokens include the
+// cached ones (Anthropic's input_tokens + cache_read_input_tokens +
+// cache_creation_input_tokens), finish reasons are chat's (stop, length,
+// tool_calls).
+type Usage struct {
+	PromptTokens, CompletionTokens, CachedTokens int
+	// HasUsage is set when the reply carried a usage object.
+	HasUsage     bool
+	FinishReason string
+	// ToolCalls names the tool calls the model made, in order.
+	ToolCalls []string
+}
+
+// sseScanner splits a server-sent event stream into events, calling on
+// for each data line with the current event name. Lines longer than
+// maxSSELine are skipped whole.
+type sseScanner struct {
+	line  []byte
+	skip  bool
+	event string
+	on    func(event string, data []byte)
+}
+
+const maxSSELine = 8 << 20
+
+func (s *sseScanner) feed(b []byte) {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			if len(s.line)+len(b) > maxSSELine {
+				s.skip, s.line = true, s.line[:0]
+			} else if !s.skip {
+				s.line = append(s.line, b...)
+			}
+			return
+		}
+		if !s.skip && len(s.line)+i <= maxSSELine {
+			s.line = append(s.line, b[:i]...)
+			s.handle()
+		}
+		s.line, s.skip = s.line[:0], false
+		b = b[i+1:]
+	}
+}
+
+// flush handles a last line that had no newline.
+func (s *sseScanner) flush() {
+	if len(s.line) > 0 && !s.skip {
+		s.handle()
+	}
+	s.line = s.line[:0]
+}
+
+func (s *sseScanner) handle() {
+	l := bytes.TrimRight(s.line, "\r")
+	if len(l) == 0 {
+		s.event = ""
+		return
+	}
+	if ev, ok := bytes.CutPrefix(l, []byte("event:")); ok {
+		s.event = string(bytes.TrimSpace(ev))
+		return
+	}
+	data, ok := bytes.CutPrefix(l, []byte("data:"))
+	if !ok {
+		return
+	}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || bytes.Equal(data, []byte("[DONE]")) {
+		return
+	}
+	s.on(s.event, data)
+}
+
+// sniffer learns a reply's Usage from the bytes passed through, for each
+// API's own shapes (streamed or whole).
+type sniffer struct {
+	api    API
+	stream bool
+	u      Usage
+	sse    sseScanner
+	whole  bytes.Buffer
+	// done is set once the stream said it ended properly: [DONE] is not
+	// visible after scanning, so chat-shaped streams count a finish reason.
+	done bool
+}
+
+// maxSniff bounds how much of a whole (non-streamed) reply is kept to
+// parse; the reply itself is always passed through whole.
+const maxSniff = 64 << 20
+
+func newSniffer(api API, stream bool) *sniffer {
+	s := &sniffer{api: api, stream: stream}
+	s.sse.on = s.onEvent
+	return s
+}
+
+func (s *sniffer) write(b []byte) {
+	if s.stream {
+		s.sse.feed(b)
+	} else if s.whole.Len()+len(b) <= maxSniff {
+		s.whole.Write(b)
+	}
+}
+
+// finish parses what is left and returns the usage.
+func (s *sniffer) finish() Usage {
+	if s.stream {
+		s.sse.flush()
+	} else {
+		s.onWhole(s.whole.Bytes())
+	}
+	return s.u
+}
+
+func (s *sniffer) onWhole(b []byte) {
+	switch s.api {
+	case Chat, Completions:
+		var cr chatResponse
+		if json.Unmarshal(b, &cr) != nil {
+			return
+		}
+		cr.Usage.into(&s.u)
+		for _, ch := range cr.Choices {
+			if f := deref(ch.FinishReason); f != "" {
+				s.u.FinishReason = f
+			}
+			for _, tc := range ch.Message.ToolCalls {
+				s.u.ToolCalls = append(s.u.ToolCalls, tc.Function.Name)
+			}
+		}
+		s.done = len(cr.Choices) > 0
+	case Responses:
+		var r nativeResponse
+		if json.Unmarshal(b, &r) == nil {
+			s.fromResponse(&r)
+		}
+	case Messages:
+		var m nativeMessage
+		if json.Unmarshal(b, &m) == nil && m.Type == "message" {
+			s.fromMessageUsage(&m.Usage, true)
+			s.u.FinishReason = chatFinish(m.StopReason)
+			for _, c := range m.Content {
+				if c.Type == "tool_use" {
+					s.u.ToolCalls = append(s.u.ToolCalls, c.Name)
+				}
+			}
+			s.done = true
+		}
+	}
+}
+
+// nativeResponse is the part of a Responses response object sniffed.
+type nativeResponse struct {
+	Status string          `json:"status"`
+	Usage  *responsesUsage `json:"usage"`
+	Output []struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+	} `json:"output"`
+	IncompleteDetails *incompleteDetails `json:"incomplete_details"`
+}
+
+func (s *sniffer) fromResponse(r *nativeResponse) {
+	r.Usage.into(&s.u)
+	s.u.ToolCalls = s.u.ToolCalls[:0]
+	calls := false
+	for _, o := range r.Output {
+		if o.Type == "function_call" || o.Type == "custom_tool_call" {
+			s.u.ToolCalls = append(s.u.ToolCalls, o.Name)
+			calls = true
+		}
+	}
+	switch {
+	case r.Status == "incomplete" && r.IncompleteDetails != nil && r.IncompleteDetails.Reason == "max_output_tokens":
+		s.u.FinishReason = "length"
+	case calls:
+		s.u.FinishReason = "tool_calls"
+	case r.Status == "completed":
+		s.u.FinishReason = "stop"
+	}
+	s.done = r.Status == "completed" || r.Status == "incomplete"
+}
+
+// nativeMessage is the part of an Anthropic message object sniffed.
+type nativeMessage struct {
+	Type       string         `json:"type"`
+	StopReason string         `json:"stop_reason"`
+	Usage      anthUsageIn    `json:"usage"`
+	Content    []anthOutBlock `json:"content"`
+}
+
+// anthUsageIn reads usage fields that may be absent (message_delta).
+type anthUsageIn struct {
+	InputTokens              *int `json:"input_tokens"`
+	CacheCreationInputTokens *int `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     *int `json:"cache_read_input_tokens"`
+	OutputTokens             *int `json:"output_tokens"`
+}
+
+func (s *sniffer) fromMessageUsage(u *anthUsageIn, start bool) {
+	if u.InputTokens == nil && u.OutputTokens == nil && u.CacheReadInputTokens == nil {
+		return
+	}
+	s.u.HasUsage = true
+	if u.InputTokens != nil || u.CacheReadInputTokens != nil || u.CacheCreationInputTokens != nil {
+		in := 0
+		for _, p := range []*int{u.InputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens} {
+			if p != nil {
+				in += *p
+			}
+		}
+		if in > 0 || start {
+			s.u.PromptTokens = in
+		}
+		if u.CacheReadInputTokens != nil {
+			s.u.CachedTokens = *u.CacheReadInputTokens
+		}
+	}
+	if u.OutputTokens != nil {
+		s.u.CompletionTokens = *u.OutputTokens
+	}
+}
+
+// chatFinish maps an Anthropic stop_reason to a chat finish reason.
+func chatFinish(stop string) string {
+	switch stop {
+	case "end_turn", "stop_sequence", "pause_turn", "refusal":
+		return "stop"
+	case "max_tokens", "model_context_window_exceeded":
+		return "length"
+	case "tool_use":
+		return "tool_calls"
+	}
+	return stop
+}
+
+func (s *sniffer) onEvent(event string, data []byte) {
+	switch s.api {
+	case Chat, Completions:
+		var c chatChunk
+		if json.Unmarshal(data, &c) != nil {
+			return
+		}
+		c.Usage.into(&s.u)
+		for _, ch := range c.Choices {
+			if f := deref(ch.FinishReason); f != "" {
+				s.u.FinishReason, s.done = f, true
+			}
+			for _, tc := range ch.Delta.ToolCalls {
+				if tc.Function.Name != "" { // only a call's first delta names it
+					s.u.ToolCalls = append(s.u.ToolCalls, tc.Function.Name)
+				}
+			}
+		}
+	case Responses:
+		var ev struct {
+			Type     string          `json:"type"`
+			Response *nativeResponse `json:"response"`
+		}
+		if json.Unmarshal(data, &ev) != nil {
+			return
+		}
+		switch ev.Type {
+		case "response.completed", "response.incomplete":
+			if ev.Response != nil {
+				s.fromResponse(ev.Response)
+			}
+		case "response.failed":
+			s.done = false
+		}
+	case Messages:
+		var ev struct {
+			Type    string         `json:"type"`
+			Message *nativeMessage `json:"message"`
+			Delta   *struct {
+				StopReason string `json:"stop_reason"`
+			} `json:"delta"`
+			Usage        *anthUsageIn  `json:"usage"`
+			ContentBlock *anthOutBlock `json:"content_block"`
+		}
+		if json.Unmarshal(data, &ev) != nil {
+			return
+		}
+		switch ev.Type {
+		case "message_start":
+			if ev.Message != nil {
+				s.fromMessageUsage(&ev.Message.Usage, true)
+			}
+		case "content_block_start":
+			if ev.ContentBlock != nil && ev.ContentBlock.Type == "tool_use" {
+				s.u.ToolCalls = append(s.u.ToolCalls, ev.ContentBlock.Name)
+			}
+		case "message_delta":
+			if ev.Delta != nil && ev.Delta.StopReason != "" {
+				s.u.FinishReason = chatFinish(ev.Delta.StopReason)
+			}
+			if ev.Usage != nil {
+				s.fromMessageUsage(ev.Usage, false)
+			}
+		case "message_stop":
+			s.done = true
+		}
+	}
+}
