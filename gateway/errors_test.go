@@ -137,3 +137,37 @@ func TestStripBilling(t *testing.T) {
 		require.JSONEq(t, tc.want, string(got))
 	}
 }
+
+// TestProgramRelease: ThunderAgent clients put program_id in the body (or
+// extra_body) on every API and end the program with POST /programs/release.
+func TestProgramRelease(t *testing.T) {
+	f := newChatOnly(t)
+	s, srv := testStack(t, StackConfig{}, WorkerSpec{URL: f.srv.URL})
+	for i, tc := range []struct{ path, body string }{
+		{ChatPath, `{"model":"m","program_id":"prog-1","messages":[{"role":"user","content":"x"}]}`},
+		{ResponsesPath, `{"model":"m","extra_body":{"program_id":"prog-2"},"input":"x"}`},
+		{MessagesPath, `{"model":"m","program_id":"prog-3","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`},
+	} {
+		id := "prog-" + itoa(i+1)
+		resp, b := postJSON(t, srv.URL+tc.path, nil, tc.body)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+		_, ok := s.Router().Sessions().Get(id)
+		require.True(t, ok, tc.path)
+		resp, b = postJSON(t, srv.URL+ReleasePath, nil, `{"program_id":"`+id+`"}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+		require.JSONEq(t, `{"program_id":"`+id+`","released":true}`, string(b))
+		_, ok = s.Router().Sessions().Get(id)
+		require.False(t, ok, "%s: released", tc.path)
+	}
+	resp, b := postJSON(t, srv.URL+ReleasePath, nil, `{"id":"x"}`)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(b))
+	// The SGLang gateway's routing key names the session too, and reaches
+	// the worker.
+	resp, b = postJSON(t, srv.URL+ChatPath, map[string]string{"X-SMG-Routing-Key": "smg-1"},
+		`{"model":"m","messages":[{"role":"user","content":"x"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	_, ok := s.Router().Sessions().Get("smg-1")
+	require.True(t, ok)
+	_, hdr, _ := f.last()
+	require.Equal(t, "smg-1", hdr.Get("X-Smg-Routing-Key"))
+}

@@ -184,6 +184,7 @@ func (g *Gateway) routes() *http.ServeMux {
 		})
 	}
 	mux.HandleFunc("GET "+ModelsPath, g.models)
+	mux.HandleFunc("POST "+ReleasePath, g.release)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "ok: %d worker ranks\n", len(g.router.Workers()))
 	})
@@ -492,7 +493,8 @@ func anthropicModels(b []byte) ([]byte, error) {
 
 // forwarded are the request headers a worker may need; nothing else of
 // the client's header set is sent on.
-var forwarded = []string{"Authorization", "X-Api-Key", "Anthropic-Version", "Anthropic-Beta", "X-Request-Id", "Accept"}
+var forwarded = []string{"Authorization", "X-Api-Key", "Anthropic-Version", "Anthropic-Beta", "X-Request-Id", "Accept",
+	"X-Smg-Routing-Key"}
 
 func copyAuth(dst, src http.Header) {
 	for _, k := range forwarded[:2] {
@@ -500,6 +502,34 @@ func copyAuth(dst, src http.Header) {
 			dst.Set(k, v)
 		}
 	}
+}
+
+// ReleasePath is ThunderAgent's end-of-program call: POST {"program_id":
+// ID} ends the program (its session, admission program and affinity), as
+// a request with X-Dynamo-Session-Final: true does. The reply is
+// {"program_id": ID, "released": true}; releasing an unknown or already
+// released program is not an error.
+const ReleasePath = "/programs/release"
+
+func (g *Gateway) release(w http.ResponseWriter, r *http.Request) {
+	body, ok := g.readBody(w, r, Chat)
+	if !ok {
+		return
+	}
+	var req struct {
+		ProgramID string `json:"program_id"`
+	}
+	if json.Unmarshal(body, &req) != nil || req.ProgramID == "" || len(req.ProgramID) > session.DefaultMaxIDLen {
+		g.reject(w, Chat, http.StatusBadRequest, fmt.Sprintf("want {\"program_id\": ID}, ID of 1 to %d bytes", session.DefaultMaxIDLen))
+		return
+	}
+	g.router.EndSession(req.ProgramID)
+	w.Header().Set("Content-Type", "application/json")
+	b, _ := json.Marshal(struct {
+		ProgramID string `json:"program_id"`
+		Released  bool   `json:"released"`
+	}{req.ProgramID, true})
+	_, _ = w.Write(b)
 }
 
 // WorkerURL returns the base URL of the worker with this router ID.

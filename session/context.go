@@ -9,6 +9,7 @@ const (
 	HarnessCodex        = "codex"        // OpenAI Codex CLI
 	HarnessOpenCode     = "opencode"     // sst OpenCode
 	HarnessThunderAgent = "thunderagent" // program_id in the JSON body
+	HarnessSGLang       = "sglang"       // the SGLang model gateway's X-SMG-Routing-Key
 )
 
 // AgentContext is the agent identity of one request. The zero value means

@@ -101,6 +101,7 @@ const (
 	headerOpenCodeSession   = "X-Session-Id"
 	headerOpenCodeAffinity  = "X-Session-Affinity"
 	headerOpenCodeParent    = "X-Parent-Session-Id"
+	headerSGLangRoutingKey  = "X-Smg-Routing-Key"
 )
 
 // DefaultRules returns a fresh copy of the built-in rows, in precedence
@@ -119,6 +120,10 @@ const (
 //
 // OpenCode: x-session-id, else x-session-affinity; parent
 // x-parent-session-id.
+//
+// SGLang model gateway clients (slime, miles and other RL rollout
+// workers): X-SMG-Routing-Key, the key its consistent_hashing and manual
+// policies pin a session to one engine by.
 func DefaultRules() []Rule {
 	return []Rule{
 		{Harness: HarnessClaudeCode, Func: claudeRule},
@@ -128,6 +133,7 @@ func DefaultRules() []Rule {
 			Session: []string{headerOpenCodeSession, headerOpenCodeAffinity},
 			Parent:  []string{headerOpenCodeParent},
 		},
+		{Harness: HarnessSGLang, Session: []string{headerSGLangRoutingKey}},
 	}
 }
 

@@ -159,6 +159,28 @@ func TestCodex(t *testing.T) {
 	})
 }
 
+// The SGLang model gateway's routing key, as slime/miles rollout workers
+// send it, alone or with a ThunderAgent program_id.
+func TestSGLangRoutingKey(t *testing.T) {
+	runHarnessCases(t, Default, []harnessCase{
+		{
+			name:    "routing key",
+			headers: [][2]string{{"X-SMG-Routing-Key", "rollout-7"}},
+			want:    AgentContext{SessionID: "rollout-7", Harness: HarnessSGLang},
+		},
+		{
+			name:    "harness headers win",
+			headers: [][2]string{{"x-session-id", "ses_9"}, {"x-smg-routing-key", "rollout-8"}},
+			want:    AgentContext{SessionID: "ses_9", Harness: HarnessOpenCode},
+		},
+		{
+			name:    "final",
+			headers: [][2]string{{"x-smg-routing-key", "rollout-9"}, {"x-dynamo-session-final", "true"}},
+			want:    AgentContext{SessionID: "rollout-9", Final: true, Harness: HarnessSGLang},
+		},
+	})
+}
+
 // Header sets as captured from OpenCode 1.18.
 func TestOpenCode(t *testing.T) {
 	runHarnessCases(t, Default, []harnessCase{

@@ -37,7 +37,7 @@ func fakeVLLM(t *testing.T) *httptest.Server {
 		case "/v1/chat/completions":
 			usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":2}`, text.Len())
 			if !req.Stream {
-				fmt.Fprintf(w, `{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":%s}`, usage)
+				fmt.Fprintf(w, `{"model":"m","choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":%s}`, usage)
 				return
 			}
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -91,6 +91,21 @@ func TestProxySmoke(t *testing.T) {
 		if turn > 0 && resp.Header.Get("X-Agentkv-Cached-Tokens") == "0" {
 			t.Fatalf("turn %d: no cached prefix expected", turn)
 		}
+	}
+	// The same session over Anthropic Messages, translated to chat for
+	// these chat-only engines, stays on its worker too.
+	body, _ := json.Marshal(map[string]any{"model": "m", "max_tokens": 8, "system": system,
+		"messages": []map[string]string{{"role": "user", "content": "step 0"}}})
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/messages", bytes.NewReader(body))
+	req.Header.Set("X-Claude-Code-Session-Id", "smoke")
+	mresp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if mresp.StatusCode != 200 || !strings.Contains(string(out), `"type":"message"`) || mresp.Header.Get("X-Agentkv-Worker") != first {
+		t.Fatalf("messages: %d %s on %s", mresp.StatusCode, out, mresp.Header.Get("X-Agentkv-Worker"))
 	}
 	resp, _ := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"messages":`))
 	if resp.StatusCode != http.StatusBadRequest {
