@@ -43,7 +43,11 @@ exactly the sharing the trace recorded. The words are one token each in the
 OpenAI and Llama 3 tokenizers; with other tokenizers and chat templates the
 count is approximate, and the server's own prompt_tokens is what is reported.
 Requests stream (stream_options.include_usage), ask for max_tokens = the
-turn's output length, and carry the session headers of --harness.
+turn's output length, and carry the session headers of --harness. --api
+responses speaks OpenAI's Responses API as Codex does (with Codex's session
+headers unless --harness says otherwise), --api messages Anthropic's
+Messages API as Claude Code does (with its headers and anthropic-version);
+usage and cached tokens are read from each API's own stream events.
 
 At the end it prints requests, errors by kind (HTTP status, timeout,
 malformed SSE, ...), throughput, TTFT and end-to-end p50/p99, and the prefix
@@ -101,8 +105,8 @@ func runReplay(env *cmdEnv, args []string) error {
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic workload and of --tile's jitter")
 	fs.IntVar(&f.tile, "tile", 1, "replay this many copies of the workload's sessions, each with its own hash namespace")
 	fs.StringVar(&f.model, "model", "", "model name (default: the first one GET /v1/models lists)")
-	fs.StringVar(&f.api, "api", "chat", "chat (/v1/chat/completions) or completions (/v1/completions)")
-	fs.StringVar(&f.harness, "harness", "dynamo", "session headers to send: claude-code, codex, opencode or dynamo")
+	fs.StringVar(&f.api, "api", "chat", "chat (/v1/chat/completions), completions (/v1/completions), responses (/v1/responses, as Codex) or messages (/v1/messages, as Claude Code)")
+	fs.StringVar(&f.harness, "harness", "", "session headers to send: claude-code, codex, opencode or dynamo (default: the API's harness: codex for responses, claude-code for messages, dynamo otherwise)")
 	fs.IntVar(&f.concurrency, "concurrency", 16, "agent programs at once (open loop: requests in flight); 0 = no bound")
 	fs.Float64Var(&f.speed, "speed", 1, "time compression: delays and arrivals are divided by this")
 	fs.IntVar(&f.maxRequests, "max-requests", 0, "stop after sending this many requests (0 = the whole workload)")
@@ -216,13 +220,15 @@ func replayConfig(fs *flag.FlagSet, f *replayFlags) (loadgen.Config, error) {
 	if f.endpoint == "" {
 		return cfg, usagef("replay: --endpoint is required (e.g. --endpoint http://localhost:8000)")
 	}
-	h, err := loadgen.ParseHarness(f.harness)
-	if err != nil {
-		return cfg, usagef("replay: --harness: %v", err)
-	}
 	api, err := loadgen.ParseAPI(f.api)
 	if err != nil {
 		return cfg, usagef("replay: --api: %v", err)
+	}
+	h := api.DefaultHarness()
+	if f.harness != "" {
+		if h, err = loadgen.ParseHarness(f.harness); err != nil {
+			return cfg, usagef("replay: --harness: %v", err)
+		}
 	}
 	switch {
 	case !(f.speed > 0) || f.speed > 1e9:

@@ -195,7 +195,7 @@ func TestReplayUsageErrors(t *testing.T) {
 		{"no endpoint", nil, "--endpoint is required"},
 		{"bad endpoint", []string{"--endpoint", "localhost:8000"}, "http:// or https://"},
 		{"bad harness", []string{"--endpoint", "http://x", "--harness", "cursor"}, "unknown harness"},
-		{"bad api", []string{"--endpoint", "http://x", "--api", "responses"}, "unknown api"},
+		{"bad api", []string{"--endpoint", "http://x", "--api", "embeddings"}, "unknown api"},
 		{"zero speed", []string{"--endpoint", "http://x", "--speed", "0"}, "--speed must be positive"},
 		{"nan speed", []string{"--endpoint", "http://x", "--speed", "NaN"}, "--speed must be positive"},
 		{"negative concurrency", []string{"--endpoint", "http://x", "--concurrency", "-1"}, "--concurrency"},

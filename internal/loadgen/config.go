@@ -84,25 +84,65 @@ const (
 	// Completions posts to /v1/completions with the prompt as is (no chat
 	// template, so the server's prompt_tokens is closest to the trace).
 	Completions
+	// Responses posts to /v1/responses (OpenAI's Responses API, as Codex
+	// speaks it: one input_text message, store=false, max_output_tokens)
+	// and reads its event stream (response.output_text.delta ...
+	// response.completed with usage.input_tokens_details.cached_tokens).
+	Responses
+	// Messages posts to /v1/messages (Anthropic's Messages API, as Claude
+	// Code speaks it, with anthropic-version) and reads its event stream
+	// (content_block_delta ... message_delta with cache_read_input_tokens).
+	Messages
 )
 
-// String returns "chat" or "completions".
+var apiNames = [...]string{Chat: "chat", Completions: "completions", Responses: "responses", Messages: "messages"}
+
+// String returns "chat", "completions", "responses" or "messages".
 func (a API) String() string {
-	if a == Completions {
-		return "completions"
+	if a >= 0 && int(a) < len(apiNames) {
+		return apiNames[a]
 	}
-	return "chat"
+	return fmt.Sprintf("API(%d)", int(a))
 }
 
-// ParseAPI parses "chat" or "completions".
+// path is the API's path under /v1.
+func (a API) path() string {
+	switch a {
+	case Completions:
+		return "/completions"
+	case Responses:
+		return "/responses"
+	case Messages:
+		return "/messages"
+	}
+	return "/chat/completions"
+}
+
+// DefaultHarness is the harness that speaks an API: Codex for Responses,
+// Claude Code for Messages, Dynamo's canonical headers otherwise.
+func (a API) DefaultHarness() Harness {
+	switch a {
+	case Responses:
+		return Codex
+	case Messages:
+		return ClaudeCode
+	}
+	return Dynamo
+}
+
+// ParseAPI parses "chat", "completions", "responses" or "messages".
 func ParseAPI(s string) (API, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "chat", "chat/completions":
 		return Chat, nil
 	case "completions", "completion":
 		return Completions, nil
+	case "responses":
+		return Responses, nil
+	case "messages", "anthropic":
+		return Messages, nil
 	}
-	return 0, fmt.Errorf("%w: unknown api %q (want chat or completions)", ErrConfig, s)
+	return 0, fmt.Errorf("%w: unknown api %q (want chat, completions, responses or messages)", ErrConfig, s)
 }
 
 // Defaults of Config's zero fields.
@@ -117,8 +157,8 @@ type Config struct {
 	// Endpoint is the server's base URL ("http://localhost:8000"), or its
 	// /v1 URL, or the full completions URL. Required; http or https.
 	Endpoint string
-	// API picks chat (default) or plain completions. Ignored when Endpoint
-	// already ends in /chat/completions or /completions.
+	// API picks chat (default), plain completions, Responses or Messages.
+	// Ignored when Endpoint already ends in one of their paths.
 	API API
 	// Model is the "model" field of every request. Empty: the first model
 	// the endpoint's GET /v1/models lists.
@@ -200,7 +240,7 @@ func (c Config) resolve() (resolved, error) {
 	if r.Harness < Dynamo || r.Harness > OpenCode {
 		return r, fmt.Errorf("%w: unknown harness %d", ErrConfig, int(c.Harness))
 	}
-	if r.API != Chat && r.API != Completions {
+	if r.API < Chat || r.API > Messages {
 		return r, fmt.Errorf("%w: unknown api %d", ErrConfig, int(c.API))
 	}
 	if r.SkipPreflight && r.Model == "" {
@@ -248,20 +288,18 @@ func endpointURLs(endpoint string, api API) (string, string, API, error) {
 	}
 	p := strings.TrimRight(u.Path, "/")
 	base := p
-	switch {
-	case strings.HasSuffix(p, "/chat/completions"):
-		base, api = strings.TrimSuffix(p, "/chat/completions"), Chat
-	case strings.HasSuffix(p, "/completions"):
-		base, api = strings.TrimSuffix(p, "/completions"), Completions
-	default:
+	named := false
+	for _, a := range []API{Chat, Completions, Responses, Messages} { // chat before completions: a longer suffix
+		if strings.HasSuffix(p, a.path()) {
+			base, api, named = strings.TrimSuffix(p, a.path()), a, true
+			break
+		}
+	}
+	if !named {
 		if !strings.HasSuffix(p, "/v1") {
 			base = p + "/v1"
 		}
-		if api == Completions {
-			p = base + "/completions"
-		} else {
-			p = base + "/chat/completions"
-		}
+		p = base + api.path()
 	}
 	cu, mu := *u, *u
 	cu.Path, mu.Path = p, base+"/models"

@@ -25,7 +25,16 @@
 // for the completions API), "max_tokens": the turn's OutputTokens (at least
 // 1), "stream": true, "stream_options": {"include_usage": true}}, plus
 // "ignore_eos": true with Config.IgnoreEOS (vLLM / SGLang), and the session
-// headers of the chosen Harness:
+// headers of the chosen Harness. With API Responses it is Codex's shape,
+// {"model", "store": false, "input": [one message with an input_text
+// part], "max_output_tokens", "stream": true}, read from response.*
+// events (usage from response.completed); with API Messages Claude Code's,
+// {"model", "messages", "max_tokens", "stream": true} with
+// anthropic-version, read from message_start / content_block_delta /
+// message_delta events (prompt tokens = input_tokens +
+// cache_read_input_tokens + cache_creation_input_tokens, cached =
+// cache_read_input_tokens). API.DefaultHarness names the harness of each
+// API. The harness headers:
 //
 //	dynamo       x-dynamo-session-id, x-dynamo-parent-session-id,
 //	             x-dynamo-session-final: true on a session's last turn

@@ -586,6 +586,10 @@ func TestEndpointURLs(t *testing.T) {
 		{"http://h/v1/chat/completions", Completions, "http://h/v1/chat/completions", "http://h/v1/models", Chat},
 		{"http://h/v1/completions", Chat, "http://h/v1/completions", "http://h/v1/models", Completions},
 		{"http://h/x?k=1", Chat, "http://h/x/v1/chat/completions?k=1", "http://h/x/v1/models?k=1", Chat},
+		{"http://h:8000", Responses, "http://h:8000/v1/responses", "http://h:8000/v1/models", Responses},
+		{"http://h:8000/v1", Messages, "http://h:8000/v1/messages", "http://h:8000/v1/models", Messages},
+		{"http://h/v1/messages", Chat, "http://h/v1/messages", "http://h/v1/models", Messages},
+		{"http://h/v1/responses", Chat, "http://h/v1/responses", "http://h/v1/models", Responses},
 	} {
 		u, m, a, err := endpointURLs(tc.in, tc.api)
 		require.NoError(t, err, tc.in)
@@ -601,12 +605,15 @@ func TestParseNames(t *testing.T) {
 	}
 	_, err := ParseHarness("cursor")
 	assert.ErrorIs(t, err, ErrConfig)
-	for _, a := range []API{Chat, Completions} {
+	for _, a := range []API{Chat, Completions, Responses, Messages} {
 		got, err := ParseAPI(a.String())
 		require.NoError(t, err)
 		assert.Equal(t, a, got)
 	}
-	_, err = ParseAPI("responses")
+	assert.Equal(t, Codex, Responses.DefaultHarness())
+	assert.Equal(t, ClaudeCode, Messages.DefaultHarness())
+	assert.Equal(t, Dynamo, Chat.DefaultHarness())
+	_, err = ParseAPI("embeddings")
 	assert.ErrorIs(t, err, ErrConfig)
 }
 

@@ -527,6 +527,9 @@ func (rs *run) send(i, k int, seq int64, sent time.Time, lag time.Duration) {
 	copyHeader(req.Header, cfg.Header)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
+	if cfg.API == Messages && req.Header.Get("Anthropic-Version") == "" {
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+	}
 	setSessionHeaders(req.Header, cfg.Harness, &st.who, k, res.Final)
 
 	rs.inFlight.Add(1)
@@ -536,7 +539,7 @@ func (rs *run) send(i, k int, seq int64, sent time.Time, lag time.Duration) {
 		res.Sent = cfg.Now()
 	}
 	res.Offset = res.Sent.Sub(rs.start)
-	var ss streamStats
+	ss := streamStats{api: cfg.API}
 	stream := false
 	resp, err := cfg.Client.Do(req)
 	switch {
@@ -635,20 +638,35 @@ func (rs *run) body(t *trace.Turn, salt uint64) []byte {
 	b := make([]byte, 0, words*8+256)
 	b = append(b, `{"model":`...)
 	b = appendJSONString(b, rs.model)
-	if rs.cfg.API == Completions {
+	switch rs.cfg.API {
+	case Completions:
 		b = append(b, `,"prompt":"`...)
-	} else {
+	case Responses:
+		b = append(b, `,"store":false,"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"`...)
+	default:
 		b = append(b, `,"messages":[{"role":"user","content":"`...)
 	}
 	b = rs.prompter.Append(b, t.HashIDs, t.InputTokens, salt) // [a-z ] only: no escaping
-	if rs.cfg.API == Completions {
+	switch rs.cfg.API {
+	case Completions:
 		b = append(b, '"')
-	} else {
+	case Responses:
+		b = append(b, `"}]}]`...)
+	default:
 		b = append(b, `"}]`...)
 	}
-	b = append(b, `,"max_tokens":`...)
+	switch rs.cfg.API {
+	case Responses:
+		b = append(b, `,"max_output_tokens":`...)
+	default:
+		b = append(b, `,"max_tokens":`...)
+	}
 	b = strconv.AppendInt(b, int64(max(t.OutputTokens, 1)), 10)
-	b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
+	if rs.cfg.API == Chat || rs.cfg.API == Completions {
+		b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
+	} else {
+		b = append(b, `,"stream":true`...)
+	}
 	if rs.cfg.IgnoreEOS {
 		b = append(b, `,"ignore_eos":true`...)
 	}

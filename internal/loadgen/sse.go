@@ -31,6 +31,7 @@ type streamStats struct {
 	finishReason  string
 	streamError   string // the message of an {"error": ...} event
 	scratch       chunk  // reused by event
+	api           API    // the reply's shape
 }
 
 type usage struct {
@@ -41,12 +42,38 @@ type usage struct {
 	} `json:"prompt_tokens_details"`
 }
 
-// chunk is the part of a chat / completions stream chunk (or whole reply)
-// that is measured.
+// apiUsage holds the usage fields of the Responses and Messages APIs.
+type apiUsage struct {
+	InputTokens        *int `json:"input_tokens"`
+	OutputTokens       *int `json:"output_tokens"`
+	InputTokensDetails *struct {
+		CachedTokens *int `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	CacheReadInputTokens     *int `json:"cache_read_input_tokens"`
+	CacheCreationInputTokens *int `json:"cache_creation_input_tokens"`
+}
+
+// chunk is the part of a stream event (or whole reply) that is measured:
+// a chat / completions chunk, a Responses event or an Anthropic Messages
+// event.
 type chunk struct {
 	Choices []choice        `json:"choices"`
 	Usage   *usage          `json:"usage"`
 	Error   json.RawMessage `json:"error"`
+
+	// Responses and Messages events.
+	Type     string          `json:"type"`
+	Delta    json.RawMessage `json:"delta"`
+	Response *struct {
+		Status string    `json:"status"`
+		Usage  *apiUsage `json:"usage"`
+		Error  *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	} `json:"response"`
+	Message *struct {
+		Usage *apiUsage `json:"usage"`
+	} `json:"message"`
 }
 
 type choice struct {
@@ -61,6 +88,149 @@ type choice struct {
 func (c *chunk) reset() {
 	clear(c.Choices[:cap(c.Choices)])
 	c.Choices, c.Usage, c.Error = c.Choices[:0], nil, c.Error[:0]
+	c.Type, c.Delta, c.Response, c.Message = "", c.Delta[:0], nil, nil
+}
+
+// anthropicDelta is a message_delta's delta and a content_block_delta's.
+type anthropicDelta struct {
+	StopReason  string `json:"stop_reason"`
+	Text        string `json:"text"`
+	PartialJSON string `json:"partial_json"`
+	Thinking    string `json:"thinking"`
+}
+
+// applyAPI accounts one Responses or Messages event at time t.
+func (st *streamStats) applyAPI(c *chunk, raw []byte, t time.Time) {
+	st.events++
+	gen := false
+	switch st.api {
+	case Responses:
+		switch c.Type {
+		case "response.output_text.delta", "response.function_call_arguments.delta", "response.reasoning_text.delta",
+			"response.custom_tool_call_input.delta", "response.refusal.delta":
+			gen = true
+		case "response.completed", "response.incomplete":
+			st.done = true
+			if c.Response != nil {
+				st.finishReason = c.Response.Status
+				if u := c.Response.Usage; u != nil {
+					st.setAPIUsage(u, false)
+				}
+			}
+		case "response.failed", "error":
+			msg := "response failed"
+			if c.Response != nil && c.Response.Error != nil {
+				msg = c.Response.Error.Message
+			}
+			st.streamError = truncate(msg, 200)
+		case "":
+			if c.Response == nil { // a whole Responses object
+				var whole struct {
+					Object string    `json:"object"`
+					Status string    `json:"status"`
+					Usage  *apiUsage `json:"usage"`
+					Output []any     `json:"output"`
+				}
+				if json.Unmarshal(raw, &whole) == nil && whole.Object == "response" {
+					gen, st.done, st.finishReason = len(whole.Output) > 0, true, whole.Status
+					if whole.Usage != nil {
+						st.setAPIUsage(whole.Usage, false)
+					}
+				}
+			}
+		}
+	case Messages:
+		var d anthropicDelta
+		if len(c.Delta) > 0 {
+			_ = json.Unmarshal(c.Delta, &d)
+		}
+		switch c.Type {
+		case "content_block_delta":
+			gen = d.Text != "" || d.PartialJSON != "" || d.Thinking != ""
+		case "message_start":
+			if c.Message != nil && c.Message.Usage != nil {
+				st.setAPIUsage(c.Message.Usage, true)
+			}
+		case "message_delta":
+			if d.StopReason != "" {
+				st.finishReason = d.StopReason
+			}
+			var u struct {
+				Usage *apiUsage `json:"usage"`
+			}
+			if json.Unmarshal(raw, &u) == nil && u.Usage != nil {
+				st.setAPIUsage(u.Usage, true)
+			}
+		case "message_stop":
+			st.done = true
+		case "message": // a whole message
+			var whole struct {
+				StopReason string    `json:"stop_reason"`
+				Usage      *apiUsage `json:"usage"`
+				Content    []any     `json:"content"`
+			}
+			if json.Unmarshal(raw, &whole) == nil {
+				gen, st.done, st.finishReason = len(whole.Content) > 0, true, whole.StopReason
+				if whole.Usage != nil {
+					st.setAPIUsage(whole.Usage, true)
+				}
+			}
+		}
+	}
+	if gen {
+		st.contentEvents++
+		if st.firstToken.IsZero() {
+			st.firstToken = t
+		}
+	}
+	if len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null")) {
+		var e struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(c.Error, &e) != nil || e.Message == "" {
+			e.Message = string(c.Error)
+		}
+		st.streamError = truncate(e.Message, 200)
+	}
+}
+
+// setAPIUsage folds Responses or Messages usage into the chat-shaped
+// st.usage: prompt tokens include the cached ones (Anthropic's
+// input_tokens excludes cache reads and writes, so they are added back).
+// Fields absent from u keep their value (message_delta carries only some).
+func (st *streamStats) setAPIUsage(u *apiUsage, anthropic bool) {
+	st.hasUsage = true
+	if u.OutputTokens != nil {
+		st.usage.CompletionTokens = *u.OutputTokens
+	}
+	var cached *int
+	if anthropic {
+		cached = u.CacheReadInputTokens
+		if u.InputTokens != nil || u.CacheReadInputTokens != nil || u.CacheCreationInputTokens != nil {
+			in := 0
+			for _, p := range []*int{u.InputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens} {
+				if p != nil {
+					in += *p
+				}
+			}
+			if in > 0 || u.InputTokens != nil {
+				st.usage.PromptTokens = in
+			}
+		}
+	} else {
+		if u.InputTokens != nil {
+			st.usage.PromptTokens = *u.InputTokens
+		}
+		if u.InputTokensDetails != nil {
+			cached = u.InputTokensDetails.CachedTokens
+		}
+	}
+	if cached != nil {
+		v := *cached
+		st.usage.PromptTokensDetails = &struct {
+			CachedTokens *int `json:"cached_tokens"`
+		}{&v}
+	}
 }
 
 type message struct {
@@ -121,6 +291,10 @@ func (st *streamStats) event(data []byte, t time.Time) {
 	c.reset()
 	if data[0] != '{' || json.Unmarshal(data, c) != nil {
 		st.malformed++
+		return
+	}
+	if st.api == Responses || st.api == Messages {
+		st.applyAPI(c, data, t)
 		return
 	}
 	st.apply(c, t)
