@@ -183,6 +183,7 @@ const (
 	flagPinned                     // a pin lease holds one reference (hints.go)
 	flagDemote                     // demote to the host tier when the last reference drops
 	flagReleased                   // released by a hint: goes to the front of the host LRU when evicted
+	flagHeadHit                    // a prefix hit of the blocked head of the queue (headMemo)
 )
 
 type block struct {
@@ -217,6 +218,10 @@ type Engine struct {
 
 	em    emitter
 	stats Stats
+
+	memo    headMemo // why the head of the queue did not fit, kept current
+	rematch bool     // tests and benchmarks: no memo, look the head up every step
+	skips   int64    // lookups the memo saved (tests)
 
 	// scratch
 	sched    []schedItem
@@ -514,6 +519,7 @@ func (e *Engine) schedule(r *Request, n int, w *StepWork) {
 		if _, fresh := e.cached.putIfAbsent(hash, b); !fresh {
 			continue // another request computed the same block; this copy stays private
 		}
+		e.inserted(hash)
 		blk := &e.blocks[b]
 		blk.hash, blk.local = hash, local
 		blk.flags |= flagCached
@@ -559,6 +565,13 @@ func (e *Engine) hashAt(r *Request, j int) (local, seq uint64) {
 // hold that chunk.
 func (e *Engine) admit(r *Request, now time.Duration, budget int, w *StepWork) (int, bool) {
 	st := r.st
+	if e.memo.r == r {
+		if e.memo.stillShort(budget, e.bs) {
+			e.skips++
+			return 0, false
+		}
+		e.forget()
+	}
 	e.hits = e.hits[:0]
 	maxHit := (st.seqLen - 1) / e.bs
 	devInFree := 0
@@ -590,6 +603,9 @@ func (e *Engine) admit(r *Request, now time.Duration, budget int, w *StepWork) (
 	n := min(st.seqLen-computed, budget)
 	need := (computed+n+e.bs-1)/e.bs - devHits
 	if need > e.free-devInFree {
+		if devHits == len(e.hits) && !e.rematch { // no host hits: see headMemo
+			e.remember(r, need-(e.free-devInFree), n, st.seqLen-computed, maxHit)
+		}
 		return 0, false
 	}
 	// Pin device hits first so allocating cannot evict them.
@@ -613,6 +629,7 @@ func (e *Engine) admit(r *Request, now time.Duration, budget int, w *StepWork) (
 			blk.flags |= flagParent
 		}
 		e.cached.put(h.hash, b)
+		e.inserted(h.hash)
 		e.host.touch(h.hash)
 		e.stats.BlockOps += 2
 		e.em.stored(flashindex.Device, h.parent, h.hasParent, h.hash, h.local)
@@ -732,6 +749,9 @@ func (e *Engine) take() int32 {
 	e.unlink(b)
 	blk := &e.blocks[b]
 	e.stats.BlockOps++
+	if blk.flags&flagHeadHit != 0 {
+		e.lostHit(b) // the blocked head's prefix now ends before b
+	}
 	if blk.flags&flagCached != 0 {
 		e.cached.del(blk.hash)
 		e.stats.Evictions++
@@ -772,6 +792,7 @@ func (e *Engine) hostPut(hash, local, parent uint64, hasParent bool) {
 		}
 	}
 	h.insert(hash, local, parent, hasParent)
+	e.inserted(hash)
 	e.em.stored(flashindex.Host, parent, hasParent, hash, local)
 }
 
@@ -785,6 +806,9 @@ func (e *Engine) pushBack(b int32) {
 	e.blocks[s].prev = b
 	e.blocks[b].flags |= flagFree
 	e.free++
+	if e.memo.r != nil && e.blocks[b].flags&flagHeadHit == 0 {
+		e.memo.deficit--
+	}
 }
 
 // pushFront puts b at the front of the default free list: the next block
@@ -797,6 +821,9 @@ func (e *Engine) pushFront(b int32) {
 	e.blocks[s].next = b
 	e.blocks[b].flags |= flagFree
 	e.free++
+	if e.memo.r != nil && e.blocks[b].flags&flagHeadHit == 0 {
+		e.memo.deficit--
+	}
 }
 
 func (e *Engine) unlink(b int32) {
@@ -805,4 +832,106 @@ func (e *Engine) unlink(b int32) {
 	e.blocks[blk.next].prev = blk.prev
 	blk.flags &^= flagFree
 	e.free--
+	if e.memo.r != nil && blk.flags&flagHeadHit == 0 {
+		e.memo.deficit++
+	}
+}
+
+// headMemo remembers why the head of the waiting queue did not fit, so a
+// step does not look its whole prompt up again while nothing that could
+// let it fit has changed (a blocked head would otherwise be re-matched on
+// every step: the cost of a run grew with steps × prompt blocks).
+//
+// The head fits when need ≤ free − devInFree (admit). With no host hits,
+// need is the blocks of the first chunk beyond the device hits, and the
+// memo keeps deficit = need − (free − devInFree) current as blocks move:
+// a block that is not one of the head's hits entering a free list lowers
+// it, one leaving raises it; a hit (flagHeadHit) moving either way changes
+// free and devInFree alike. What else could lower need drops the memo: the
+// first missing block of its prefix stored on either tier (an evicted hit
+// copied to the host tier is one), applied hints. An evicted hit
+// shortens the remembered prefix (lostHit); the chunk follows the step's
+// token budget (stillShort). A head with host hits is not remembered
+// (losing one can shrink need).
+type headMemo struct {
+	r       *Request
+	deficit int    // blocks short; the head fits again only at ≤ 0
+	n       int    // the chunk, in tokens, that did not fit
+	rem     int    // prompt tokens after the hits
+	miss    uint64 // sequence hash of the first block the caches lack
+	hasMiss bool
+	blocks  []int32 // the hit blocks, flagged flagHeadHit
+}
+
+// stillShort reports whether the remembered head still cannot fit with
+// budget tokens left in the step.
+func (m *headMemo) stillShort(budget, bs int) bool {
+	n := min(m.rem, budget) // the chunk it would get now
+	return m.deficit+(n+bs-1)/bs-(m.n+bs-1)/bs > 0
+}
+
+// lostHit updates the memo for the eviction of the head's hit block b: its
+// prefix now ends before b, so b and the hits after it are blocks like any
+// other (those in a free list count as free room again), b's hash is the
+// first one missing, and the chunk may grow. Blocks are evicted tail of a
+// chain first, so b is found near the end.
+func (e *Engine) lostHit(b int32) {
+	m := &e.memo
+	i := len(m.blocks) - 1
+	for i >= 0 && m.blocks[i] != b {
+		i--
+	}
+	if i < 0 {
+		e.forget() // not ours: cannot happen, but stay safe
+		return
+	}
+	for _, k := range m.blocks[i+1:] {
+		blk := &e.blocks[k]
+		blk.flags &^= flagHeadHit
+		if blk.ref == 0 {
+			m.deficit-- // a free block that no longer counts as a hit
+		}
+	}
+	e.blocks[b].flags &^= flagHeadHit
+	m.rem += (len(m.blocks) - i) * e.bs
+	m.miss, m.hasMiss = e.blocks[b].hash, true
+	m.blocks = m.blocks[:i]
+}
+
+// remember records that r, whose device hits are e.hits (of at most maxHit
+// blocks looked up), is deficit blocks short for a chunk of n tokens with
+// rem prompt tokens beyond its hits.
+func (e *Engine) remember(r *Request, deficit, n, rem, maxHit int) {
+	e.forget()
+	m := &e.memo
+	m.r, m.deficit, m.n, m.rem = r, deficit, n, rem
+	m.hasMiss = len(e.hits) < maxHit
+	if m.hasMiss {
+		_, m.miss = e.hashAt(r, len(e.hits))
+	}
+	for _, h := range e.hits {
+		e.blocks[h.blk].flags |= flagHeadHit
+		m.blocks = append(m.blocks, h.blk)
+	}
+}
+
+// forget drops the memo.
+func (e *Engine) forget() {
+	m := &e.memo
+	if m.r == nil {
+		return
+	}
+	for _, b := range m.blocks {
+		e.blocks[b].flags &^= flagHeadHit
+	}
+	m.blocks = m.blocks[:0]
+	m.r = nil
+}
+
+// inserted is called for every hash stored on a tier: the remembered head
+// may now hit further.
+func (e *Engine) inserted(hash uint64) {
+	if e.memo.r != nil && e.memo.hasMiss && e.memo.miss == hash {
+		e.forget()
+	}
 }

@@ -270,6 +270,7 @@ func (e *Engine) applyHints(now time.Duration) {
 	if len(q) == 0 {
 		return
 	}
+	e.forget() // hints move blocks between tiers: look the head up again
 	// The router's tick visits sessions in map order: sorting makes the
 	// application order, and so the run, deterministic.
 	slices.SortStableFunc(q, func(a, b queuedAction) int { return strings.Compare(a.session, b.session) })
@@ -385,6 +386,9 @@ func (e *Engine) hintDemote(a *kvhint.Action, blocks []uint64) hintResult {
 // tier and puts the emptied block at the front of the free list.
 func (e *Engine) demoteBlock(b int32) {
 	blk := &e.blocks[b]
+	if blk.flags&flagHeadHit != 0 {
+		e.forget() // the blocked head's hit leaves the device
+	}
 	e.cached.del(blk.hash)
 	e.stats.BlockOps++
 	e.em.removed(flashindex.Device, blk.hash)
@@ -458,6 +462,7 @@ func (e *Engine) install(hash, local, parent uint64, hasParent bool) (int32, boo
 		blk.flags |= flagParent
 	}
 	e.cached.put(hash, b)
+	e.inserted(hash)
 	e.stats.BlockOps++
 	e.em.stored(flashindex.Device, parent, hasParent, hash, local)
 	return b, true
