@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"crypto/rand"
 	"encoding/binary"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -45,7 +46,35 @@ type hashCache struct {
 	max      int        // token budget
 	tokens   int        // tokens covered by all entries
 	sessions map[hashKey]*list.Element
-	lru      list.List // of *hashEntry, most recent at the front
+	// loras lists, per session, the LoRA names it has an entry under, so
+	// forget costs O(that session's entries), not a walk of the cache.
+	loras map[string]loraSet
+	lru   list.List // of *hashEntry, most recent at the front
+}
+
+// loraSet is a session's LoRA names; the first is held inline, so the usual
+// session (one adapter) costs no allocation when its entry is re-inserted.
+type loraSet struct {
+	first string
+	more  []string
+}
+
+func (l loraSet) add(lora string) loraSet {
+	l.more = append(l.more, lora)
+	return l
+}
+
+// without removes lora; ok is false when the set is left empty.
+func (l loraSet) without(lora string) (_ loraSet, ok bool) {
+	if i := slices.Index(l.more, lora); i >= 0 {
+		l.more = slices.Delete(l.more, i, i+1)
+		return l, true
+	}
+	if len(l.more) == 0 {
+		return loraSet{}, false
+	}
+	l.first, l.more = l.more[len(l.more)-1], l.more[:len(l.more)-1]
+	return l, true
 }
 
 // fingerprintTokens is the chunk size in tokens, rounded down to whole
@@ -74,6 +103,7 @@ func newHashCache(maxTokens, blockSize int) *hashCache {
 		chunkBlocks: max(1, fingerprintTokens/blockSize),
 		max:         maxTokens,
 		sessions:    map[hashKey]*list.Element{},
+		loras:       map[string]loraSet{},
 	}
 }
 
@@ -102,10 +132,7 @@ func (c *hashCache) hash(h *flashindex.Hasher, session, lora string, tokens []ui
 	c.mu.Lock()
 	var e *hashEntry
 	if el := c.sessions[key]; el != nil {
-		e = el.Value.(*hashEntry)
-		c.lru.Remove(el)
-		delete(c.sessions, key)
-		c.tokens -= c.cost(e)
+		e = c.removeLocked(el)
 	}
 	c.mu.Unlock()
 	if e == nil {
@@ -147,34 +174,60 @@ func (c *hashCache) hash(h *flashindex.Hasher, session, lora string, tokens []ui
 	c.hashed.Add(uint64(len(dst) - rb))
 	c.mu.Lock()
 	if old := c.sessions[key]; old != nil { // a concurrent request of the session
-		c.tokens -= c.cost(old.Value.(*hashEntry))
-		c.lru.Remove(old)
+		c.removeLocked(old)
 	}
-	c.sessions[key] = c.lru.PushFront(e)
-	c.tokens += c.cost(e)
+	c.insertLocked(e)
 	for c.tokens > c.max && c.lru.Len() > 0 {
-		last := c.lru.Back()
-		le := last.Value.(*hashEntry)
-		c.lru.Remove(last)
-		delete(c.sessions, le.key)
-		c.tokens -= c.cost(le)
+		c.removeLocked(c.lru.Back())
 	}
 	c.mu.Unlock()
 	return dst
 }
 
-// forget drops a session's entries.
+// insertLocked adds e as the most recent entry; its key must be absent.
+func (c *hashCache) insertLocked(e *hashEntry) {
+	c.sessions[e.key] = c.lru.PushFront(e)
+	if l, ok := c.loras[e.key.session]; ok {
+		c.loras[e.key.session] = l.add(e.key.lora)
+	} else {
+		c.loras[e.key.session] = loraSet{first: e.key.lora}
+	}
+	c.tokens += c.cost(e)
+}
+
+// removeLocked drops el's entry from every index and returns it.
+func (c *hashCache) removeLocked(el *list.Element) *hashEntry {
+	e := el.Value.(*hashEntry)
+	c.lru.Remove(el)
+	delete(c.sessions, e.key)
+	c.tokens -= c.cost(e)
+	if l, ok := c.loras[e.key.session].without(e.key.lora); ok {
+		c.loras[e.key.session] = l
+	} else {
+		delete(c.loras, e.key.session)
+	}
+	return e
+}
+
+// forget drops a session's entries, in O(its entries).
 func (c *hashCache) forget(session string) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k, el := range c.sessions {
-		if k.session == session {
-			c.tokens -= c.cost(el.Value.(*hashEntry))
-			c.lru.Remove(el)
-			delete(c.sessions, k)
+	for {
+		l, ok := c.loras[session]
+		if !ok {
+			return
 		}
+		c.removeLocked(c.sessions[hashKey{session, l.first}])
 	}
+}
+
+// len returns the number of entries.
+func (c *hashCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len()
 }

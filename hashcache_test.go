@@ -1,8 +1,10 @@
 package agentkv
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -69,6 +71,7 @@ func TestHashCacheMatchesFullHash(t *testing.T) {
 				require.Equal(t, want, dst, "seed %d step %d", seed, step)
 			}
 			require.LessOrEqual(t, c.tokens, c.max)
+			checkHashCache(t, c)
 			if appendOnly && sid != "" {
 				limit := (len(p)-len(prev))/bs + 1 + c.chunkBlocks
 				appends++
@@ -103,4 +106,87 @@ func TestHashCacheReusesAcrossTurns(t *testing.T) {
 	c.hash(h, "s", "", p, nil)
 	require.EqualValues(t, 2048+64+6, c.hashed.Load())
 	require.Equal(t, (32768+100)/bs*bs, c.tokens)
+}
+
+// checkHashCache asserts the cache's indexes agree: every entry is in the
+// LRU list, in sessions under its key and in loras under its session, and
+// tokens is the sum of the entries' costs.
+func checkHashCache(t *testing.T, c *hashCache) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tokens, n := 0, 0
+	for el := c.lru.Front(); el != nil; el = el.Next() {
+		e := el.Value.(*hashEntry)
+		require.Same(t, el, c.sessions[e.key])
+		l := c.loras[e.key.session]
+		require.Contains(t, append([]string{l.first}, l.more...), e.key.lora)
+		tokens += c.cost(e)
+		n++
+	}
+	require.Len(t, c.sessions, n)
+	indexed := 0
+	for _, l := range c.loras {
+		indexed += 1 + len(l.more)
+	}
+	require.Equal(t, n, indexed)
+	require.Equal(t, tokens, c.tokens)
+}
+
+// TestHashCacheBounded drives the cache far past its budget with distinct
+// sessions (each under two adapters): the entries, and both indexes, stay
+// within what the budget holds, and forget drops all of a session's
+// entries and nothing else.
+func TestHashCacheBounded(t *testing.T) {
+	const bs, prompt, budget = 16, 64, 64 * 100 // room for 100 entries
+	c := newHashCache(budget, bs)
+	h, _ := flashindex.NewHasher(bs, "")
+	hl, _ := flashindex.NewHasher(bs, "lora")
+	p := make([]uint32, prompt)
+	for i := range 100_000 {
+		p[0] = uint32(i)
+		c.hash(h, "s"+strconv.Itoa(i), "", p, nil)
+		c.hash(hl, "s"+strconv.Itoa(i), "lora", p, nil)
+		require.LessOrEqual(t, c.len(), budget/prompt)
+		require.LessOrEqual(t, len(c.loras), budget/prompt)
+	}
+	checkHashCache(t, c)
+	last := "s99999"
+	require.Len(t, c.loras[last].more, 1)
+	n := c.len()
+	c.forget(last)
+	c.forget("never-seen")
+	require.Equal(t, n-2, c.len())
+	require.NotContains(t, c.loras, last)
+	checkHashCache(t, c)
+}
+
+// BenchmarkHashCacheForget is the hash cache's part of a session eviction
+// (hash a new session, forget an old one) with the cache holding entries
+// sessions: the cost per eviction must not depend on how many sessions
+// the cache holds (it used to walk them all: issue #22).
+func BenchmarkHashCacheForget(b *testing.B) {
+	for _, n := range []int{1_000, 65_536, 1_000_000} {
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
+			const bs = 16
+			c := newHashCache(n*bs, bs)
+			h, _ := flashindex.NewHasher(bs, "")
+			p := make([]uint32, bs)
+			id := func(i int) string { return "s" + strconv.Itoa(i) }
+			for i := range n {
+				p[0] = uint32(i)
+				c.hash(h, id(i), "", p, nil)
+			}
+			i := n
+			for b.Loop() {
+				p[0] = uint32(i)
+				c.forget(id(i - n))
+				c.hash(h, id(i), "", p, nil)
+				i++
+			}
+			if c.len() != n {
+				b.Fatalf("%d entries, want %d", c.len(), n)
+			}
+		})
+	}
 }

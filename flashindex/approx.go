@@ -126,9 +126,8 @@ func (ix *Index) Record(w Worker, seq []uint64, ttl time.Duration) {
 		heap.Push(&ix.approx, e)
 		ws.counts.add(planeApprox, 1)
 	}
-	for len(ix.approx) > ix.approxMax {
-		ix.dropApprox(heap.Pop(&ix.approx).(*approxEntry))
-		ix.st.approxPruned++
+	if len(ix.approx) > ix.approxMax {
+		ix.st.approxPruned += uint64(ix.dropApproxWhile(func() bool { return len(ix.approx) > ix.approxMax }))
 	}
 }
 
@@ -144,18 +143,48 @@ func (ix *Index) expireLocked(now time.Time) {
 		return
 	}
 	t := now.UnixNano()
-	for len(ix.approx) > 0 && ix.approx[0].expiry <= t {
-		ix.dropApprox(heap.Pop(&ix.approx).(*approxEntry))
-		ix.st.approxExpired++
-	}
+	ix.st.approxExpired += uint64(ix.dropApproxWhile(func() bool { return ix.approx[0].expiry <= t }))
 }
 
-// dropApprox clears an entry already taken off the heap.
-func (ix *Index) dropApprox(e *approxEntry) {
-	ws := e.ws
-	delete(ws.approx, e.seq)
-	ws.counts.add(planeApprox, -1)
-	if n, off, ok := ix.locate(e.seq, nil, 0); ok {
-		ix.updateRange(n, off, off+1, setOp{slot: ws.slot, clear: 1 << planeApprox})
+// dropApproxWhile pops entries off the heap while more (called with the
+// heap non-empty) holds, and clears their residencies; it returns how many
+// it dropped. Entries leave the heap in (expiry, order) order, which for a
+// recorded request is its chain's order, so consecutive entries of one
+// worker are mostly adjacent blocks of one node: each such run is cleared
+// with one node update, not one per block (a session flood prunes every
+// request's blocks, issue #22).
+func (ix *Index) dropApproxWhile(more func() bool) int {
+	var run struct {
+		ws   *workerState
+		n    *node
+		a, b int // the run's blocks are n's [a, b)
 	}
+	flush := func() {
+		if run.n != nil {
+			ix.updateRange(run.n, run.a, run.b, setOp{slot: run.ws.slot, clear: 1 << planeApprox})
+			run.n = nil
+		}
+	}
+	dropped := 0
+	for len(ix.approx) > 0 && more() {
+		e := heap.Pop(&ix.approx).(*approxEntry)
+		dropped++
+		ws := e.ws
+		delete(ws.approx, e.seq)
+		ws.counts.add(planeApprox, -1)
+		n, off, ok := ix.locate(e.seq, run.n, run.b-1)
+		if ok && n == run.n && ws == run.ws && off == run.b {
+			run.b++
+			continue
+		}
+		if run.n != nil {
+			flush() // may rewrite n: locate e again
+			n, off, ok = ix.locate(e.seq, nil, 0)
+		}
+		if ok {
+			run.ws, run.n, run.a, run.b = ws, n, off, off+1
+		}
+	}
+	flush()
+	return dropped
 }
