@@ -226,7 +226,11 @@ func isJSONObject(b []byte) bool {
 // readBody reads the request body within MaxBodyBytes and checks it is a
 // JSON object; on failure it has answered the client.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, a API) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	body, ok := BufferedBody(r) // read ahead, within its limits, by a Limiter
+	var err error
+	if !ok || int64(len(body)) > g.cfg.MaxBodyBytes {
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

@@ -92,9 +92,14 @@ func (f *workerFlags) Set(s string) error {
 // serveStack runs the HTTP server on ln until ctx ends, then shuts down:
 // held requests are dropped (503), requests in flight get grace to finish,
 // the stack closes.
-func serveStack(ctx context.Context, s *gateway.Stack, h http.Handler, ln net.Listener, grace time.Duration, log *slog.Logger) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+func serveStack(ctx context.Context, s *gateway.Stack, h http.Handler, ln net.Listener, grace time.Duration,
+	sc gateway.ServerConfig, log *slog.Logger) error {
+	sc.Logger, sc.Registerer = log, s.Registry()
+	srv, err := gateway.NewServer(h, sc)
+	if err != nil {
+		_ = s.Close()
+		return err
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	var serveErr error
@@ -150,6 +155,9 @@ func runProxy(env *cmdEnv, args []string) error {
 	maxBody := fs.Int64("max-body", gateway.DefaultMaxBodyBytes, "largest request body in bytes (larger: 413)")
 	tick := fs.Duration("tick", gateway.DefaultTick, "control-loop period (admission, expiry sweeps)")
 	refresh := fs.Duration("refresh", gateway.DefaultRefresh, "how often to re-read worker capacity (0: never)")
+	bodyTimeout := fs.Duration("body-timeout", gateway.DefaultBodyReadTimeout, "how long a request body may take to arrive (then 408)")
+	maxHeader := fs.Int("max-header", gateway.DefaultMaxHeaderBytes, "largest request header block in bytes (larger: 431)")
+	maxInFlight := fs.Int64("max-body-in-flight", gateway.DefaultMaxBodyBytesInFlight, "request body bytes held in memory at once, all requests together (beyond: 503)")
 	grace := fs.Duration("shutdown-timeout", defaultShutdownGrace, "how long requests in flight may finish on shutdown")
 	traceOut := fs.String("trace-out", "", "write content-free request records (JSONL; .gz or .zst compress) to this file")
 	stripBilling := fs.Bool("strip-billing-header", true, "remove Claude Code's per-request billing preamble from Messages system prompts")
@@ -172,6 +180,8 @@ func runProxy(env *cmdEnv, args []string) error {
 		return usagef("proxy: --block-size must be ≥ 0, got %d", *blockSize)
 	case *maxBody <= 0:
 		return usagef("proxy: --max-body must be > 0, got %d", *maxBody)
+	case *bodyTimeout <= 0 || *maxHeader <= 0 || *maxInFlight < *maxBody:
+		return usagef("proxy: --body-timeout and --max-header must be > 0 and --max-body-in-flight ≥ --max-body")
 	case *tick <= 0:
 		return usagef("proxy: --tick must be > 0, got %v", *tick)
 	case *refresh < 0:
@@ -241,7 +251,8 @@ func runProxy(env *cmdEnv, args []string) error {
 	affName := map[agentkv.AffinityMode]string{agentkv.AffinityOff: "off", agentkv.AffinitySoft: "soft", agentkv.AffinityHard: "hard"}[aff]
 	fmt.Fprintf(env.stdout, "agentkv proxy listening on http://%s: %d workers, block size %d, policy %s, affinity %s, admission %v, index %s\n",
 		ln.Addr(), s.Workers(), info.BlockSize, pol, affName, *adm, mode)
-	err = serveStack(ctx, s, s.Handler(*metrics), ln, *grace, logger)
+	err = serveStack(ctx, s, s.Handler(*metrics), ln, *grace, gateway.ServerConfig{MaxBodyBytes: *maxBody,
+		BodyReadTimeout: *bodyTimeout, MaxHeaderBytes: *maxHeader, MaxBodyBytesInFlight: *maxInFlight}, logger)
 	fmt.Fprintln(env.stdout, "agentkv proxy stopped")
 	return err
 }

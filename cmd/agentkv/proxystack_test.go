@@ -65,5 +65,5 @@ func newProxy(ctx context.Context, cfg proxyConfig) (*proxy, error) {
 func (p *proxy) Handler() http.Handler { return p.Stack.Handler(p.metrics) }
 
 func (p *proxy) serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
-	return serveStack(ctx, p.Stack, p.Handler(), ln, grace, slog.New(slog.DiscardHandler))
+	return serveStack(ctx, p.Stack, p.Handler(), ln, grace, gateway.ServerConfig{}, slog.New(slog.DiscardHandler))
 }

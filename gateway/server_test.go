@@ -1,0 +1,338 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// limitServer serves an echo handler (it answers the body length it got,
+// from BufferedBody) behind NewServer on loopback. hold, if set, is waited
+// on by the handler before it answers.
+func limitServer(t *testing.T, cfg ServerConfig, hold chan struct{}) (string, *Limiter, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, ok := BufferedBody(r)
+		rest, _ := io.ReadAll(r.Body)
+		if hold != nil {
+			<-hold
+		}
+		fmt.Fprintf(w, "%d %v %d", len(b), ok, len(rest))
+	})
+	srv, err := NewServer(h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String(), srv.Handler.(*Limiter), reg
+}
+
+// errorShape checks an error reply's body is in the API family's shape and
+// returns its type.
+func errorShape(t *testing.T, anthropic bool, body []byte) string {
+	t.Helper()
+	var v struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+			Code    int    `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatalf("error body %q: %v", body, err)
+	}
+	if anthropic && v.Type != "error" || !anthropic && v.Type != "" || v.Error.Message == "" || v.Error.Type == "" {
+		t.Fatalf("error body %q not in the %s shape", body, map[bool]string{true: "Anthropic", false: "OpenAI"}[anthropic])
+	}
+	return v.Error.Type
+}
+
+func TestLimiterPassesBodies(t *testing.T) {
+	url, lim, _ := limitServer(t, ServerConfig{}, nil)
+	for _, chunked := range []bool{false, true} {
+		body := bytes.Repeat([]byte("x"), 200_000)
+		var rd io.Reader = bytes.NewReader(body)
+		if chunked {
+			rd = io.MultiReader(rd) // hides the length: chunked
+		}
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json", rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(got) != "200000 true 200000" {
+			t.Fatalf("chunked %v: handler saw %q", chunked, got)
+		}
+	}
+	if n := lim.BodyBytesInFlight(); n != 0 {
+		t.Fatalf("%d bytes still reserved after the requests ended", n)
+	}
+}
+
+func TestLimiterBodyTooLarge(t *testing.T) {
+	url, _, reg := limitServer(t, ServerConfig{MaxBodyBytes: 1000}, nil)
+	for _, c := range []struct {
+		path      string
+		anthropic bool
+		chunked   bool
+	}{{"/v1/chat/completions", false, false}, {"/v1/messages", true, false}, {"/v1/responses", false, true}, {"/v1/messages", true, true}} {
+		var rd io.Reader = strings.NewReader(strings.Repeat("y", 1001))
+		if c.chunked {
+			rd = io.MultiReader(rd)
+		}
+		resp, err := http.Post(url+c.path, "application/json", rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("%s chunked %v: %d %q", c.path, c.chunked, resp.StatusCode, b)
+		}
+		errorShape(t, c.anthropic, b)
+	}
+	if got := testutil.ToFloat64(mustCounter(t, reg, "body_too_large")); got != 4 {
+		t.Fatalf("body_too_large counted %v, want 4", got)
+	}
+	// Exactly at the cap passes.
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json", io.MultiReader(strings.NewReader(strings.Repeat("y", 1000))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "1000 true 1000" {
+		t.Fatalf("at the cap: %d %q", resp.StatusCode, b)
+	}
+}
+
+func mustCounter(t *testing.T, reg *prometheus.Registry, reason string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+	for _, mf := range mfs {
+		if mf.GetName() != "agentkv_gateway_rejected_total" {
+			continue
+		}
+		for _, m := range mf.Metric {
+			if m.Label[0].GetValue() == reason {
+				c.Add(m.Counter.GetValue())
+			}
+		}
+	}
+	return c
+}
+
+func TestLimiterHeaderTooLarge(t *testing.T) {
+	url, _, reg := limitServer(t, ServerConfig{MaxHeaderBytes: 4096}, nil)
+	for _, c := range []struct {
+		path      string
+		anthropic bool
+	}{{"/v1/chat/completions", false}, {"/v1/messages", true}} {
+		req, _ := http.NewRequest(http.MethodPost, url+c.path, strings.NewReader("{}"))
+		req.Header.Set("X-Session-Id", strings.Repeat("s", 6000))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("%s: %d %q", c.path, resp.StatusCode, b)
+		}
+		errorShape(t, c.anthropic, b)
+	}
+	if got := testutil.ToFloat64(mustCounter(t, reg, "header_too_large")); got != 2 {
+		t.Fatalf("header_too_large counted %v", got)
+	}
+	// A 1 MiB header never reaches a handler: net/http refuses it.
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader("{}"))
+	req.Header.Set("X-Session-Id", strings.Repeat("s", 1<<20))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("1 MiB header: %d", resp.StatusCode)
+	}
+}
+
+// A request whose Content-Length exceeds what is sent, socket held open,
+// is answered 408 within the body read timeout.
+func TestLimiterBodyReadTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	url, _, reg := limitServer(t, ServerConfig{BodyReadTimeout: timeout}, nil)
+	for _, path := range []string{"/v1/chat/completions", "/v1/messages"} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":", path)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("%s: no reply: %v", path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		c.Close()
+		if resp.StatusCode != http.StatusRequestTimeout {
+			t.Fatalf("%s: %d %q", path, resp.StatusCode, b)
+		}
+		errorShape(t, path == "/v1/messages", b)
+		if took > 5*timeout {
+			t.Errorf("%s: answered after %v with a %v timeout", path, took, timeout)
+		}
+	}
+	if got := testutil.ToFloat64(mustCounter(t, reg, "body_timeout")); got != 2 {
+		t.Fatalf("body_timeout counted %v", got)
+	}
+}
+
+// The read deadline ends with the body: a handler that streams for longer
+// than BodyReadTimeout is not cut.
+func TestLimiterLongReplyNotCut(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; i < 4; i++ {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(timeout):
+			}
+			fmt.Fprintf(w, "chunk %d\n", i)
+			w.(http.Flusher).Flush()
+		}
+	})
+	srv, err := NewServer(h, ServerConfig{BodyReadTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || strings.Count(string(b), "chunk") != 4 {
+		t.Fatalf("reply %q, %v", b, err)
+	}
+}
+
+// Bodies in flight are bounded all requests together: a body that would
+// pass the bound is refused with 503 in the API's shape while another is
+// held, and served once it is released (#22 item 4).
+func TestLimiterBodyMemoryBound(t *testing.T) {
+	hold := make(chan struct{})
+	url, lim, reg := limitServer(t, ServerConfig{MaxBodyBytes: 600_000, MaxBodyBytesInFlight: 1_000_000}, hold)
+	body := strings.Repeat("z", 600_000)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	first := make(chan string, 1)
+	go func() {
+		defer wg.Done()
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			first <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		first <- string(b)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for lim.BodyBytesInFlight() != 600_000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("first body never reserved: %d", lim.BodyBytesInFlight())
+		}
+		time.Sleep(5 * time.Millisecond) // polling a real server, not timing
+	}
+	for _, c := range []struct {
+		path      string
+		anthropic bool
+	}{{"/v1/chat/completions", false}, {"/v1/messages", true}} {
+		resp, err := http.Post(url+c.path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+			t.Fatalf("%s over the bound: %d %q", c.path, resp.StatusCode, b)
+		}
+		typ := errorShape(t, c.anthropic, b)
+		if c.anthropic && typ != "overloaded_error" {
+			t.Fatalf("Anthropic type %q", typ)
+		}
+	}
+	// A small body still fits beside the held one.
+	small := make(chan string, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(strings.Repeat("a", 1000)))
+		if err != nil {
+			small <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		small <- string(b)
+	}()
+	for lim.BodyBytesInFlight() != 601_000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("small body never reserved: %d", lim.BodyBytesInFlight())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(hold)
+	if got := <-small; got != "1000 true 1000" {
+		t.Fatalf("small body beside the held one: %q", got)
+	}
+	wg.Wait()
+	if got := <-first; got != "600000 true 600000" {
+		t.Fatalf("first: %q", got)
+	}
+	if got := testutil.ToFloat64(mustCounter(t, reg, "body_memory")); got != 2 {
+		t.Fatalf("body_memory counted %v", got)
+	}
+	if n := lim.BodyBytesInFlight(); n != 0 {
+		t.Fatalf("%d bytes still reserved", n)
+	}
+}
+
+func TestServerConfigErrors(t *testing.T) {
+	for _, c := range []ServerConfig{{BodyReadTimeout: -1}, {MaxHeaderBytes: -1}, {MaxBodyBytes: 10, MaxBodyBytesInFlight: 5}} {
+		if _, err := NewServer(http.NotFoundHandler(), c); err == nil {
+			t.Errorf("NewServer(%+v) accepted", c)
+		}
+	}
+}
