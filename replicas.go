@@ -8,8 +8,10 @@ import (
 // (package eventplane runs them over NATS JetStream) each track the load of
 // the requests they routed; to keep them from all sending new work to a
 // worker each believes idle, every replica publishes its own load and adds
-// the others' to it. These two hooks are all the root package knows of
-// that: it never imports a transport.
+// the others' to it. The load hooks below, Config.IndexSnapshot (a replica
+// starts warm from the newest stored snapshot) and Override.AllowedRanks (a
+// session binding another replica made pins the exact worker rank) are all
+// the root package knows of replicas: it never imports a transport.
 
 // SetLoadObserver installs f, called after this router's own tracked load
 // on a worker rank changed (a request routed, its prefill done, finished,

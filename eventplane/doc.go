@@ -1,0 +1,131 @@
+// Package eventplane runs several agentkv routers ("replicas") in front of
+// the same workers with one view of the KV cache, on NATS JetStream. The
+// core packages never import it (nor NATS): a replica is an ordinary
+// agentkv.Router fed through its public API (ApplyEvent, the replica
+// hooks SetLoadObserver / SetRemoteLoad / OwnLoad, Config.IndexSnapshot,
+// Override.AllowedRanks).
+//
+// # Pieces
+//
+//	engine ──ZMQ──► relay (Publisher) ──► stream <prefix>.kv.<model>.<worker>.<rank>
+//	                                                   │  (one subject per worker rank, in order)
+//	             replica A (Replica) ◄── durable consumer, acks ──┤
+//	             replica B (Replica) ◄────────────────────────────┘
+//	             replicas ──► object store: index snapshots + the sequence they cover
+//	             replicas ◄─► core NATS <prefix>.load.<model>.<replica>: own active load
+//	             replicas ◄─► KV bucket sessions: session → worker rank (compare-and-set, TTL)
+//	             relays   ──► KV bucket workers: presence heartbeats (TTL); gone → removed
+//
+// # One relay beside each worker
+//
+// Engines publish KV events on ZMQ, and each worker's stream must enter
+// JetStream exactly once. A small `agentkv relay` runs beside each worker
+// (same host or pod): it subscribes to the worker's ZMQ sockets with
+// engine/vllm's Subscriber (replay of missed batches included) and
+// publishes through a Publisher. The alternative, electing one replica per
+// worker to bridge it, was rejected: the bridge would move between
+// replicas on every election, each move a window where two replicas
+// bridge (duplicates) or none does (loss), and the ZMQ replay buffer of
+// the engine, which is what makes a reconnect lossless, is only useful to
+// a subscriber that stays put. A relay has one job, lives and dies with its
+// worker (so its presence record is the worker's liveness), needs no
+// election, and scales with the workers rather than with the replicas.
+//
+// Exactly once: the Publisher stamps consecutive event ids per worker rank
+// (continuing after the last stored one when a relay restarts, behind a
+// Cleared event, since it cannot know what it missed), and publishes each
+// message with a Nats-Msg-Id (a retried publish is dropped by the stream's
+// duplicate window) and the subject sequence it expects to follow
+// (Nats-Expected-Last-Subject-Sequence: a second relay writing the same
+// worker is detected and resynchronised, never interleaved). While NATS is
+// down the relay buffers events (bounded; on overflow it drops them and
+// its next message starts with Cleared, so replicas under-report rather
+// than keep blocks the engine evicted).
+//
+// # Wire format
+//
+// Messages are msgpack (see codec.go): a KV message carries consecutive
+// events of one worker rank with token ids reduced to the block's local
+// hash by the relay, about 18 bytes per stored block; a shared-pool
+// message carries one Mooncake store batch ([sharedpool.Batch]) on
+// <prefix>.pool.<model>.<pool>. DecodeKV and DecodePool never panic and
+// bound every length (fuzzed).
+//
+// # Consuming
+//
+// Every replica has a durable pull consumer (AckAll, explicit
+// acknowledgement of the last message applied) on the model's stream and
+// applies messages strictly in stream order: a message at or below the
+// applied sequence is a redelivery and is dropped; one beyond the next
+// sequence is held until the missing ones are redelivered (a consumer
+// recreated at applied+1 if they are not); events the stream no longer
+// holds (retention) clear the index, which then rebuilds from later
+// events. The index itself drops a repeated event id per worker, so a
+// relay's retry is idempotent too. A replica that falls behind catches up
+// from the stream at its full apply rate (see BENCHMARKS.md).
+//
+// # Snapshots
+//
+// Every Config.SnapshotEvery each replica serialises its index (the
+// flashindex zstd format) between two messages, so the snapshot covers
+// exactly the stream sequence it records, and stores it in the object
+// store as "replica.<name>" with that sequence in its metadata. A new or
+// restarted replica calls LoadSnapshot (the newest snapshot by sequence),
+// builds its router with Config.IndexSnapshot and starts its Replica at
+// StartSeq = Snapshot.Seq+1. The stream keeps Config.Retention of events,
+// four snapshot periods by default, so the events after the newest
+// snapshot are always there.
+//
+// # What is shared and what is local
+//
+//	state                        where                      consistency
+//	KV block index               stream → every replica     identical after the same sequence
+//	shared-pool index            stream → every replica     identical (not in snapshots: rebuilt
+//	                                                        from the retained stream)
+//	active load (per worker)     core NATS, every change    each replica adds the others' latest
+//	                                                        report to its own; lost with its sender
+//	session bindings             KV bucket, CAS, TTL        authoritative; local table mirrors it
+//	worker membership            KV bucket (relay presence) gone → removed on every replica
+//	session table, lineage,      local                      rebuilt from the turns a replica sees
+//	hash cache, hints, traces
+//	admission (paused programs)  local                      see below
+//
+// Admission is local to each replica: a replica's controller counts the
+// programs whose turns it routed. It is consistent when each program's
+// turns reach one replica (a load balancer hashing the session header);
+// behind a round-robin balancer each replica sees part of every program.
+// Sharing the controller's state is not built yet.
+//
+// Load reports carry absolute values with a sequence number, published at
+// every change (coalesced) and every ReplicaConfig.LoadEvery; a replica
+// silent for three heartbeats has its load dropped. Propagation takes one
+// core-NATS hop (tens of microseconds on loopback), so two replicas
+// herding in the same instant is bounded by that window, not removed.
+//
+// # Session bindings
+//
+// Replica.Route looks the session up in the sessions bucket. A binding to
+// a live worker rank pins the request there; none: a subagent is placed
+// where its parent is bound, anything else where the router chooses, and
+// the binding is created with compare-and-set (the loser of a race
+// re-routes to the winner's worker before anything is sent); a binding to
+// a worker that is gone is moved by compare-and-set. The bucket's TTL
+// expires idle sessions; every turn renews it. With the bucket unreachable
+// the router's own session table decides (give the router
+// Config.Affinity), and Route says so (BindLocal).
+//
+// # Failure handling
+//
+// NATS unreachable: relays buffer, replicas keep routing on their index,
+// their own load and their local session table; Ready returns an error
+// wrapping ErrDegraded (serve it in /readyz), the degraded metric is 1 and
+// the disconnect is logged. On reconnect the durable consumer resumes from
+// the last acknowledged sequence. A worker whose presence record is
+// deleted (its relay stopped) or expires (relay or host died) is removed
+// from every replica's router.
+//
+// # Thread safety
+//
+// Plane, Publisher and Replica are safe for concurrent use. The codec
+// functions are pure.
+package eventplane

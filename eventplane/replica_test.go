@@ -1,0 +1,151 @@
+package eventplane
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv/flashindex"
+)
+
+// feed publishes n generated events through one publisher per worker and
+// applies each, stamped like the publisher stamps it, to ref (the
+// in-process path).
+func feed(t testing.TB, g *eventGen, pubs map[uint64]*Publisher, ref *flashindex.Index, n int, ids map[flashindex.Worker]uint64) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		ev := g.event()
+		require.NoError(t, pubs[ev.Worker.ID].Apply(&ev))
+		if ref != nil {
+			ids[ev.Worker]++
+			ev.EventID = ids[ev.Worker]
+			_ = ref.Apply(&ev)
+		}
+	}
+}
+
+func publishers(t testing.TB, p *Plane, workers ...uint64) map[uint64]*Publisher {
+	t.Helper()
+	out := map[uint64]*Publisher{}
+	for _, id := range workers {
+		pb, err := NewPublisher(p, PublisherConfig{Worker: WorkerInfo{ID: id, BlockSize: testBS}, NoAnnounce: true})
+		require.NoError(t, err)
+		pb.Start(context.Background())
+		t.Cleanup(func() { _ = pb.Close() })
+		out[id] = pb
+	}
+	return out
+}
+
+func refIndex(t testing.TB) *flashindex.Index {
+	ix, err := flashindex.New(flashindex.Config{BlockSize: testBS})
+	require.NoError(t, err)
+	return ix
+}
+
+func TestTwoReplicasConverge(t *testing.T) {
+	ns := startNATS(t)
+	cfg := testConfig()
+	workers := []uint64{1, 2, 3, 4}
+	pubs := publishers(t, connect(t, ns, cfg), workers...)
+	a := startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "a", Router: newRouter(t, nil, workers...), NoSharedLoad: true})
+	b := startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "b", Router: newRouter(t, nil, workers...), NoSharedLoad: true})
+
+	ref := refIndex(t)
+	ids := map[flashindex.Worker]uint64{}
+	const n = 100_000
+	feed(t, newEventGen(1, workers...), pubs, ref, n, ids)
+	for _, pb := range pubs {
+		flush(t, pb)
+	}
+	p := a.p
+	waitSynced(t, p, a, b)
+
+	sa, sb := snapshotOf(t, a.r.Index()), snapshotOf(t, b.r.Index())
+	require.Equal(t, sa, sb, "replicas diverged")
+	require.Equal(t, snapshotOf(t, ref), sa, "replica differs from the in-process index")
+	for _, rp := range []*Replica{a, b} {
+		st := rp.Stats()
+		require.Equal(t, uint64(n), st.Events+st.Rejected, "every event applied once: %+v", st)
+		require.Zero(t, st.Malformed)
+	}
+	require.Equal(t, ref.Stats().Blocks, a.r.Index().Stats().Blocks)
+	require.Positive(t, ref.Stats().Blocks)
+}
+
+func TestRestartFromSnapshotEqualsNeverStopped(t *testing.T) {
+	ns := startNATS(t)
+	cfg := testConfig()
+	workers := []uint64{1, 2, 3}
+	pubs := publishers(t, connect(t, ns, cfg), workers...)
+	g := newEventGen(2, workers...)
+	steady := startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "steady", Router: newRouter(t, nil, workers...), NoSharedLoad: true})
+	victim, err := NewReplica(connect(t, ns, cfg), ReplicaConfig{Name: "victim", Router: newRouter(t, nil, workers...), NoSharedLoad: true})
+	require.NoError(t, err)
+	victim.Start(context.Background())
+
+	feed(t, g, pubs, nil, 20_000, nil)
+	for _, pb := range pubs {
+		flush(t, pb)
+	}
+	waitSynced(t, steady.p, victim)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	size, err := victim.Snapshot(ctx)
+	require.NoError(t, err)
+	require.Positive(t, size)
+	// More events after the snapshot, while the victim is down.
+	require.NoError(t, victim.Close())
+	feed(t, g, pubs, nil, 20_000, nil)
+	for _, pb := range pubs {
+		flush(t, pb)
+	}
+
+	snap, err := LoadSnapshot(ctx, steady.p)
+	require.NoError(t, err)
+	require.Equal(t, "victim", snap.Replica)
+	require.Positive(t, snap.Seq)
+	reborn := startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "victim", Router: newRouter(t, snap.Data, workers...),
+		StartSeq: snap.Seq + 1, NoSharedLoad: true})
+	waitSynced(t, steady.p, steady, reborn)
+	require.Equal(t, snapshotOf(t, steady.r.Index()), snapshotOf(t, reborn.r.Index()))
+	// It replayed only what followed the snapshot.
+	require.Less(t, reborn.Stats().Events+reborn.Stats().Rejected, uint64(20_001))
+}
+
+func TestNATSRestartMidStream(t *testing.T) {
+	ns := startNATS(t)
+	cfg := testConfig()
+	workers := []uint64{1, 2}
+	pubs := publishers(t, connect(t, ns, cfg), workers...)
+	a := startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "a", Router: newRouter(t, nil, workers...), NoSharedLoad: true})
+	ref := refIndex(t)
+	ids := map[flashindex.Worker]uint64{}
+	g := newEventGen(3, workers...)
+
+	feed(t, g, pubs, ref, 10_000, ids)
+	for _, pb := range pubs {
+		flush(t, pb)
+	}
+	ns.stop()
+	// Events keep coming while NATS is down: the relays buffer them, the
+	// replica keeps its index and reports degraded.
+	feed(t, g, pubs, ref, 10_000, ids)
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Ready() == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.ErrorIs(t, a.Ready(), ErrDegraded)
+	ns.start()
+	feed(t, g, pubs, ref, 10_000, ids)
+	for _, pb := range pubs {
+		flush(t, pb)
+	}
+	waitSynced(t, a.p, a)
+	require.Equal(t, snapshotOf(t, ref), snapshotOf(t, a.r.Index()))
+	st := a.Stats()
+	require.Equal(t, uint64(30_000), st.Events+st.Rejected, "no event lost, none applied twice: %+v", st)
+	require.NoError(t, a.Ready())
+}
