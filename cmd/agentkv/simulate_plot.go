@@ -37,7 +37,7 @@ func writeSimPlot(path, workload string, results []*simrun.Result, policies []si
 			if r.Policy != p.Name || r.Concurrency == 0 {
 				continue
 			}
-			t = append(t, plotter.XY{X: float64(r.Concurrency), Y: r.Throughput})
+			t = append(t, plotter.XY{X: float64(r.Concurrency), Y: r.SteadyThroughput()})
 			h = append(h, plotter.XY{X: float64(r.Concurrency), Y: 100 * r.HitRate})
 		}
 		if len(t) == 0 {

@@ -14,18 +14,20 @@ func TestSimulateSmallRun(t *testing.T) {
 	dir := t.TempDir()
 	js, svg := filepath.Join(dir, "r.json"), filepath.Join(dir, "p.svg")
 	code, stdout, stderr := runCLI(t, "", "simulate", "--sessions", "6", "--concurrency", "2,4",
-		"--policies", "round-robin,kv,kv+admission", "--workers", "2", "--device-blocks", "20000",
+		"--policies", "round-robin,kv,kv+cap,kv+admission", "--workers", "2", "--device-blocks", "20000", "--block-size", "16",
 		"--json", js, "--plot", svg, "--parallel", "2")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "kv+admission")
 	require.Contains(t, stdout, "throughput relative to round-robin")
 	require.Contains(t, stdout, "throughput relative to kv")
-	require.Contains(t, stderr, "[6/6]")
+	require.Contains(t, stdout, "throughput relative to kv+cap")
+	require.Contains(t, stdout, "hold1 p99")
+	require.Contains(t, stderr, "[8/8]")
 	var out simJSON
 	b, err := os.ReadFile(js)
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &out))
-	require.Len(t, out.Results, 6)
+	require.Len(t, out.Results, 8)
 	for _, r := range out.Results {
 		require.Positive(t, r.Finished, r.Policy)
 		require.Positive(t, r.Throughput, r.Policy)

@@ -107,6 +107,9 @@ type Request struct {
 	Worker     int
 	Dispatched time.Duration
 	Held       time.Duration
+	// DoorHeld is set on a program's first turn that waited at the door
+	// for ReplayConfig.MaxRunning (that wait is in Held and in Arrival).
+	DoorHeld bool
 	// Admitted is when the engine first scheduled it, FirstToken when its
 	// first output token was sampled (the end of that step), Finished when
 	// its last was.

@@ -48,6 +48,36 @@ type Result struct {
 	Preemptions, BlockOps, Events int64
 	// Workers has one entry per engine, in order.
 	Workers []WorkerResult
+
+	// Window is the steady-state measurement window (see Window);
+	// WindowThroughput the model tokens (prompt + output) of requests
+	// finished in it per second; Goodput the same counting only requests
+	// whose TTFT met ReplayConfig.TTFTSLO; Busy the engines' mean busy
+	// fraction in it.
+	Window           Window
+	WindowThroughput float64
+	Goodput          float64
+	Busy             float64
+	// HoldFirst is the wait to be admitted of programs' first turns (at
+	// the door, ReplayConfig.MaxRunning, and held by the router); HoldLater
+	// that of every later turn and of subagents' turns. DispatchTTFT is
+	// first token − dispatch (engine queueing and prefill): TTFT is the
+	// hold plus this. Completion is a program's time from its offer to the
+	// end of its last session (closed-loop replay).
+	HoldFirst, HoldLater, DispatchTTFT, Completion Latency
+}
+
+// Window is where a replay measures steady state. In closed-loop replay
+// with MaxActiveSessions programs and more programs than that, it runs from
+// the offer of the (MaxActiveSessions/2)-th refill (a program started
+// because another ended; fewer when there are few refills) to the last
+// offer, after which the workload drains: a throughput that the tail of the
+// run, with ever fewer programs left, does not decide. In open-loop replay
+// it runs from 10 % of the arrival span to the last arrival. Otherwise
+// (every program offered at once) it is the whole run and Steady is false.
+type Window struct {
+	Start, End time.Duration
+	Steady     bool
 }
 
 // Latency summarises a latency distribution; percentiles are nearest-rank.
@@ -95,6 +125,101 @@ func (rp *Replay) account(req *Request) {
 	}
 }
 
+// addBusy adds engine w's step [at, at+d) to its per-second busy buckets.
+func (rp *Replay) addBusy(w int, at, d time.Duration) {
+	b := rp.busyBkt[w]
+	for d > 0 {
+		i := int(at / time.Second)
+		for len(b) <= i {
+			b = append(b, 0)
+		}
+		part := min(d, time.Duration(i+1)*time.Second-at)
+		b[i] += part
+		at += part
+		d -= part
+	}
+	rp.busyBkt[w] = b
+}
+
+// busyIn sums engine w's busy time in [from, to), prorating the buckets
+// at the edges.
+func (rp *Replay) busyIn(w int, from, to time.Duration) time.Duration {
+	var sum time.Duration
+	for i, v := range rp.busyBkt[w] {
+		lo, hi := time.Duration(i)*time.Second, time.Duration(i+1)*time.Second
+		a, b := max(lo, from), min(hi, to)
+		if b <= a {
+			continue
+		}
+		sum += time.Duration(float64(v) * float64(b-a) / float64(time.Second))
+	}
+	return sum
+}
+
+func (rp *Replay) window() Window {
+	if rp.w.OpenLoop {
+		var first, last time.Duration
+		for i, q := range rp.reqs {
+			if i == 0 || q.Arrival < first {
+				first = q.Arrival
+			}
+			last = max(last, q.Arrival)
+		}
+		if last > first {
+			return Window{Start: first + (last-first)/10, End: last, Steady: true}
+		}
+		return Window{End: rp.res.Makespan}
+	}
+	l := rp.cfg.MaxActiveSessions
+	refills := len(rp.offers) - l
+	if l <= 0 || refills <= 0 {
+		return Window{End: rp.res.Makespan}
+	}
+	start := rp.offers[l-1+min(l/2, refills/2)]
+	end := rp.offers[len(rp.offers)-1]
+	if end <= start {
+		return Window{End: rp.res.Makespan}
+	}
+	return Window{Start: start, End: end, Steady: true}
+}
+
+func (rp *Replay) windowMetrics(r *Result) {
+	r.Window = rp.window()
+	span := (r.Window.End - r.Window.Start).Seconds()
+	var hf, hl, disp []time.Duration
+	var tok, good int64
+	for _, q := range rp.reqs {
+		if q.Rejected || q.Finished == 0 && q.FirstToken == 0 {
+			continue
+		}
+		if q.Turn == 0 && q.Parent == "" {
+			hf = append(hf, q.Held)
+		} else {
+			hl = append(hl, q.Held)
+		}
+		disp = append(disp, q.FirstToken-q.Dispatched)
+		if q.Finished >= r.Window.Start && q.Finished < r.Window.End || !r.Window.Steady && q.Finished == r.Window.End {
+			n := int64(q.InputTokens + max(1, q.OutputTokens))
+			tok += n
+			if q.FirstToken-q.Arrival <= rp.cfg.TTFTSLO {
+				good += n
+			}
+		}
+	}
+	r.HoldFirst, r.HoldLater, r.DispatchTTFT = latency(hf), latency(hl), latency(disp)
+	r.Completion = latency(rp.compl)
+	if span <= 0 {
+		return
+	}
+	r.WindowThroughput = float64(tok) / span
+	r.Goodput = float64(good) / span
+	var busy time.Duration
+	for w := range rp.engines {
+		busy += rp.busyIn(w, r.Window.Start, r.Window.End)
+	}
+	r.Busy = busy.Seconds() / span / float64(len(rp.engines))
+}
+
 func (rp *Replay) result() *Result {
 	r := rp.res
 	r.Requests = len(rp.reqs)
@@ -132,6 +257,7 @@ func (rp *Replay) result() *Result {
 	if mins > 0 {
 		r.StepsPerMinute = float64(r.Steps) / mins
 	}
+	rp.windowMetrics(&r)
 	return &r
 }
 

@@ -66,7 +66,20 @@ type ReplayConfig struct {
 	// StallTimeout is how long requests may stay held with nothing else
 	// happening before Run gives up with ErrStalled; 0 means 1 h.
 	StallTimeout time.Duration
+	// MaxRunning is a fixed global concurrency cap at the door (the
+	// simplest admission control): of the MaxActiveSessions programs
+	// offered, at most MaxRunning run at once; the others wait, in offer
+	// order, for a running program to end, and that wait counts in their
+	// first turn's Held and TTFT. 0 means no cap.
+	MaxRunning int
+	// TTFTSLO is the time-to-first-token objective of Result.Goodput;
+	// 0 means DefaultTTFTSLO.
+	TTFTSLO time.Duration
 }
+
+// DefaultTTFTSLO is the default time-to-first-token objective: an agent's
+// model turn that waits longer than this, held or queued, misses it.
+const DefaultTTFTSLO = 10 * time.Second
 
 // Replay runs a workload against engines on a virtual clock, routing every
 // request through a Router. A Replay runs once and is not safe for
@@ -86,6 +99,13 @@ type Replay struct {
 	rootAt  int
 	active  int
 	progOut []int // per root: sessions started or scheduled and not finished
+	running int   // programs started (past the door)
+	door    []int // roots offered and waiting for MaxRunning
+	offered []time.Duration
+	doorAt  []time.Duration // per root: how long it waited at the door
+	offers  []time.Duration // offer times of roots, in offer order
+	compl   []time.Duration // program completion times (offer → end)
+	busyBkt [][]time.Duration // per engine: busy time per second of virtual time
 
 	h       eventHeap
 	seq     uint64
@@ -147,8 +167,11 @@ func NewReplay(w *trace.Workload, engines []*Engine, r Router, cfg ReplayConfig)
 	if cfg.StallTimeout == 0 {
 		cfg.StallTimeout = DefaultStallTimeout
 	}
-	if cfg.MaxActiveSessions < 0 || cfg.StallTimeout < 0 {
-		return nil, fmt.Errorf("%w: negative MaxActiveSessions or StallTimeout", ErrConfig)
+	if cfg.TTFTSLO == 0 {
+		cfg.TTFTSLO = DefaultTTFTSLO
+	}
+	if cfg.MaxActiveSessions < 0 || cfg.StallTimeout < 0 || cfg.MaxRunning < 0 || cfg.TTFTSLO < 0 {
+		return nil, fmt.Errorf("%w: negative MaxActiveSessions, MaxRunning, StallTimeout or TTFTSLO", ErrConfig)
 	}
 	bs := engines[0].cfg.BlockSize
 	for i, e := range engines {
@@ -263,6 +286,9 @@ func (rp *Replay) index() error {
 		}
 	}
 	rp.progOut = make([]int, len(rp.sess))
+	rp.offered = make([]time.Duration, len(rp.sess))
+	rp.doorAt = make([]time.Duration, len(rp.sess))
+	rp.busyBkt = make([][]time.Duration, len(rp.engines))
 	return nil
 }
 
@@ -342,11 +368,19 @@ func (rp *Replay) push(t time.Duration, kind uint8, a, b int32) {
 	rp.h.push(event{t: t, seq: rp.seq, kind: kind, a: a, b: b})
 }
 
-// startProgram schedules a root session's start.
+// startProgram offers a root session at at: it starts then, or waits at
+// the door while MaxRunning programs run.
 func (rp *Replay) startProgram(r int, at time.Duration) {
 	rp.active++
 	rp.rootAt++
 	rp.progOut[r]++
+	rp.offered[r] = at
+	rp.offers = append(rp.offers, at)
+	if rp.cfg.MaxRunning > 0 && rp.running >= rp.cfg.MaxRunning {
+		rp.door = append(rp.door, r)
+		return
+	}
+	rp.running++
 	rp.push(at, evStart, int32(r), 0)
 }
 
@@ -395,6 +429,12 @@ func (rp *Replay) arrive(i, k int) error {
 	req := &Request{
 		ID: id, Session: s.ID, Root: rp.sess[st.root].s.ID, Parent: s.Parent, Turn: k,
 		Arrival: rp.now, InputTokens: t.InputTokens, OutputTokens: t.OutputTokens, Worker: -1,
+	}
+	if k == 0 && st.parent < 0 && rp.doorAt[i] > 0 {
+		// The program's first turn waited at the door (MaxRunning).
+		req.Arrival -= rp.doorAt[i]
+		req.Held = rp.doorAt[i]
+		req.DoorHeld = true
 	}
 	wt := rp.w.BlockTokens
 	if len(t.HashIDs) == 0 {
@@ -445,7 +485,7 @@ func (rp *Replay) route(req *Request) error {
 	}
 	if from, wasHeld := rp.holdFrom[req.ID]; wasHeld {
 		delete(rp.holdFrom, req.ID)
-		req.Held = rp.now - from
+		req.Held += rp.now - from
 		rp.res.Resumes++
 		rp.res.HeldTime += req.Held
 	}
@@ -494,6 +534,7 @@ func (rp *Replay) step(w int) error {
 	}
 	rp.busy[w] = true
 	rp.pending[w] = res
+	rp.addBusy(w, rp.now, res.Duration)
 	rp.push(rp.now+res.Duration, evStepEnd, int32(w), 0)
 	return nil
 }
@@ -570,6 +611,15 @@ func (rp *Replay) sessionDone(i int) {
 	r := st.root
 	if rp.progOut[r]--; rp.progOut[r] == 0 {
 		rp.active--
+		rp.running--
+		rp.compl = append(rp.compl, rp.now-rp.offered[r])
+		if len(rp.door) > 0 {
+			next := rp.door[0]
+			rp.door = rp.door[1:]
+			rp.running++
+			rp.doorAt[next] = rp.now - rp.offered[next]
+			rp.push(rp.now, evStart, int32(next), 0)
+		}
 		if rp.cfg.MaxActiveSessions > 0 && rp.rootAt < len(rp.roots) {
 			next := rp.roots[rp.rootAt]
 			rp.startProgram(next, max(rp.now, rp.sess[next].s.Start))

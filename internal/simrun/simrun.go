@@ -53,6 +53,24 @@ type Policy struct {
 	// They must be safe for concurrent use: Sweep shares them between
 	// runs (the kvhint built-ins are).
 	Hints []kvhint.Policy
+	// BestCap makes Sweep run each concurrency level once per cap of
+	// CapCandidates (Options.MaxRunning) and keep the run with the best
+	// steady-state throughput: the strongest simple baseline, a fixed
+	// global concurrency cap tuned per load.
+	BestCap bool
+}
+
+// CapCandidates returns the global concurrency caps a BestCap policy tries
+// at concurrency level: 6, 8, 12 and 16 programs per worker, those below
+// level (none for level 0, no bound).
+func CapCandidates(level, workers int) []int {
+	var out []int
+	for _, k := range []int{6, 8, 12, 16} {
+		if c := k * workers; c < level {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Policies are the built-in policies, by name, in the order a sweep runs
@@ -63,6 +81,7 @@ var Policies = []Policy{
 	{Name: "round-robin", Select: agentkv.RoundRobin},
 	{Name: "random", Select: agentkv.Random},
 	{Name: "kv", Select: agentkv.KVAware},
+	{Name: "kv+cap", Select: agentkv.KVAware, BestCap: true},
 	{Name: "kv+affinity", Select: agentkv.KVAware, Affinity: agentkv.AffinitySoft},
 	{Name: "kv+admission", Select: agentkv.KVAware, Admission: &admission.Config{}},
 	{Name: "kv+hint:tail", Select: agentkv.KVAware, Hints: []kvhint.Policy{hintPolicies.Tail}},
@@ -138,6 +157,11 @@ type Options struct {
 	Seed        uint64
 	// TickInterval is the control-loop period (default 5 s).
 	TickInterval time.Duration
+	// MaxRunning is a fixed global concurrency cap at the door
+	// (sim.ReplayConfig.MaxRunning); 0 means none.
+	MaxRunning int
+	// TTFTSLO is the goodput objective (sim.ReplayConfig.TTFTSLO).
+	TTFTSLO time.Duration
 
 	// onDone, if set (by tests), sees the router, the engines and the
 	// requests of a run that succeeded.
@@ -149,6 +173,10 @@ type Result struct {
 	Policy      string `json:"policy"`
 	Concurrency int    `json:"concurrency"`
 	WorkerCount int    `json:"worker_count"`
+	// Cap is the global concurrency cap the run used (0: none); for a
+	// BestCap policy, the best of CapsTried.
+	Cap       int   `json:"cap,omitempty"`
+	CapsTried []int `json:"caps_tried,omitempty"`
 	*sim.Result
 	Admission admission.Stats `json:"admission"`
 	// Hints sums the engines' hint counters (sim.HintStats.Add).
@@ -209,7 +237,8 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	rp, err := sim.NewReplay(w, engines, g, sim.ReplayConfig{TickInterval: opt.TickInterval, MaxActiveSessions: opt.Concurrency})
+	rp, err := sim.NewReplay(w, engines, g, sim.ReplayConfig{TickInterval: opt.TickInterval, MaxActiveSessions: opt.Concurrency,
+		MaxRunning: opt.MaxRunning, TTFTSLO: opt.TTFTSLO})
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +252,7 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 	if opt.onDone != nil {
 		opt.onDone(r, engines, rp.Requests())
 	}
-	out := &Result{Policy: opt.Policy.Name, Concurrency: opt.Concurrency, WorkerCount: cl.Workers, Result: res,
+	out := &Result{Policy: opt.Policy.Name, Concurrency: opt.Concurrency, WorkerCount: cl.Workers, Cap: opt.MaxRunning, Result: res,
 		Admission: r.AdmissionStats()}
 	for _, e := range engines {
 		st := e.Stats().Hints
@@ -335,7 +364,20 @@ func (g *glue) Tick(now time.Duration) []uint64 {
 // ordered by policy, then concurrency.
 func Sweep(w *trace.Workload, base Options, policies []Policy, levels []int, parallel int,
 	progress func(done, total int, r *Result)) ([]*Result, error) {
-	n := len(policies) * len(levels)
+	type job struct{ cell, capv int }
+	var jobList []job
+	for i := range len(policies) * len(levels) {
+		p, l := policies[i/len(levels)], levels[i%len(levels)]
+		if !p.BestCap {
+			jobList = append(jobList, job{i, 0})
+			continue
+		}
+		jobList = append(jobList, job{i, 0}) // no cap is a candidate too
+		for _, c := range CapCandidates(l, base.Cluster.Workers) {
+			jobList = append(jobList, job{i, c})
+		}
+	}
+	n := len(jobList)
 	results := make([]*Result, n)
 	errs := make([]error, n)
 	if parallel < 1 {
@@ -346,9 +388,11 @@ func Sweep(w *trace.Workload, base Options, policies []Policy, levels []int, par
 	for k := 0; k < parallel; k++ {
 		go func() {
 			for i := range jobs {
+				j := jobList[i]
 				opt := base
-				opt.Policy = policies[i/len(levels)]
-				opt.Concurrency = levels[i%len(levels)]
+				opt.Policy = policies[j.cell/len(levels)]
+				opt.Concurrency = levels[j.cell%len(levels)]
+				opt.MaxRunning = j.capv
 				results[i], errs[i] = Run(w, opt)
 				doneCh <- i
 			}
@@ -368,8 +412,33 @@ func Sweep(w *trace.Workload, base Options, policies []Policy, levels []int, par
 	}
 	for i, err := range errs {
 		if err != nil {
-			return nil, fmt.Errorf("simrun: %s at concurrency %d: %w", policies[i/len(levels)].Name, levels[i%len(levels)], err)
+			j := jobList[i]
+			return nil, fmt.Errorf("simrun: %s at concurrency %d (cap %d): %w", policies[j.cell/len(levels)].Name, levels[j.cell%len(levels)], j.capv, err)
 		}
 	}
-	return results, nil
+	// One result per cell: a BestCap cell keeps its best run.
+	out := make([]*Result, len(policies)*len(levels))
+	for i, r := range results {
+		c := jobList[i].cell
+		if b := out[c]; b == nil || r.SteadyThroughput() > b.SteadyThroughput() {
+			out[c] = r
+		}
+	}
+	for i, r := range results {
+		if policies[jobList[i].cell/len(levels)].BestCap {
+			b := out[jobList[i].cell]
+			b.CapsTried = append(b.CapsTried, r.Cap)
+		}
+	}
+	return out, nil
+}
+
+// SteadyThroughput is what a sweep compares policies by: the throughput in
+// the steady-state window (sim.Window), or over the whole run where the
+// run had none.
+func (r *Result) SteadyThroughput() float64 {
+	if r.Window.Steady {
+		return r.WindowThroughput
+	}
+	return r.Throughput
 }
