@@ -102,9 +102,9 @@ type Replay struct {
 	running int   // programs started (past the door)
 	door    []int // roots offered and waiting for MaxRunning
 	offered []time.Duration
-	doorAt  []time.Duration // per root: how long it waited at the door
-	offers  []time.Duration // offer times of roots, in offer order
-	compl   []time.Duration // program completion times (offer → end)
+	doorAt  []time.Duration   // per root: how long it waited at the door
+	offers  []time.Duration   // offer times of roots, in offer order
+	compl   []time.Duration   // program completion times (offer → end)
 	busyBkt [][]time.Duration // per engine: busy time per second of virtual time
 
 	h       eventHeap
