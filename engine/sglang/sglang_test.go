@@ -260,3 +260,28 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeBadEnvelopeEmitsNothing: issue #22 item 2. A batch whose
+// dp-rank slot (after valid events) is not a rank is malformed, and none of
+// its events reach the sink.
+func TestDecodeBadEnvelopeEmitsNothing(t *testing.T) {
+	stored := []any{"BlockStored", []any{int64(-5)}, nil, []any{1, 2}, 2, nil, "GPU", map[string]any{"cache_salt": "s"}}
+	tests := []struct {
+		name    string
+		payload []byte
+	}{
+		{"rank is an array", pack([]any{1.7e9, []any{stored, []any{"BlockRemoved", []any{int64(-5)}, "CPU_PINNED"}}, []any{0}})},
+		{"rank is negative", pack([]any{1.7e9, []any{stored}, -1})},
+		{"rank is a map", pack([]any{1.7e9, []any{stored}, map[string]any{"r": 0}})},
+		{"map form, attn_dp_rank an array", pack(map[string]any{"events": []any{stored}, "attn_dp_rank": []any{0}})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := 0
+			_, err := NewDecoder(vllm.DecodeOptions{ExtraKeys: true}).Decode(tt.payload, func(*flashindex.Event) error { n++; return nil })
+			if !errors.Is(err, vllm.ErrMalformed) || n != 0 {
+				t.Fatalf("err %v, %d events emitted; want ErrMalformed and none", err, n)
+			}
+		})
+	}
+}

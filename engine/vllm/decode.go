@@ -232,106 +232,122 @@ func HashBytes(b []byte) uint64 {
 // order. The *Event and every slice in it are reused: they are valid only
 // during the call to emit. Worker and EventID are left zero for the caller
 // to fill. An event that fails to decode is dropped (counted in the Batch)
-// and the next one is decoded; a payload that is not well-formed msgpack is
-// dropped whole, before any event is emitted, with a *MalformedError. An
-// error from emit is counted and does not stop the batch.
+// and the next one is decoded. A payload that is not well-formed msgpack,
+// has trailing bytes, or whose envelope is bad (a ts that is not a number, a
+// dp rank that is not a small non-negative integer, events missing, not an
+// array or given twice) is dropped whole with a *MalformedError before any
+// event is emitted, wherever in the payload the fault lies. An error from
+// emit is counted and does not stop the batch.
 func (d *Decoder) Decode(payload []byte, emit func(*flashindex.Event) error) (Batch, error) {
 	b := Batch{DPRank: -1}
-	// Validate the whole document first, so a truncated payload emits
-	// nothing rather than a prefix of its events.
+	// Validate the whole document and the batch envelope (ts, dp rank, an
+	// events array) first, so that a bad payload emits nothing rather than
+	// a prefix of its events. envelope walks the document once, the same
+	// work as skipping it, and remembers where the events start.
 	d.r.reset(payload)
-	if err := d.r.skip(); err != nil {
-		return b, err
-	}
-	if d.r.off != len(payload) {
-		return b, d.r.errf("trailing bytes after the batch")
-	}
-	d.r.reset(payload)
-	r := &d.r
-	if n, ok, err := r.arrayLen(); err != nil {
-		return b, err
-	} else if ok {
-		for i := 0; i < n; i++ {
-			switch i {
-			case 0:
-				f, ok, err := r.floatValue()
-				if err != nil {
-					return b, err
-				}
-				if !ok {
-					return b, r.errf("batch ts is not a number")
-				}
-				b.TS = f
-			case 1:
-				if err := d.events(&b, emit); err != nil {
-					return b, err
-				}
-			case 2:
-				if err := d.rank(&b); err != nil {
-					return b, err
-				}
-			default:
-				if err := r.skip(); err != nil {
-					return b, err
-				}
-			}
-		}
-		if n < 2 {
-			return b, r.errf("batch has no events")
-		}
-		return b, nil
-	}
-	n, ok, err := r.mapLen()
+	events, err := d.envelope(&b)
 	if err != nil {
 		return b, err
 	}
-	if !ok {
-		return b, r.errf("batch is neither an array nor a map")
+	d.r.off = events
+	return b, d.events(&b, emit)
+}
+
+// envelope reads the batch envelope, [ts, [events], dp_rank?, ...] or
+// {"ts", "events", "data_parallel_rank", ...}, validating every byte of the
+// payload (the events are skipped, not decoded) and filling b.TS and
+// b.DPRank. It returns the offset of the events array.
+func (d *Decoder) envelope(b *Batch) (int, error) {
+	r := &d.r
+	events := -1
+	// eventsArray records the events' offset and skips them; they must be
+	// an array.
+	eventsArray := func() error {
+		if events >= 0 {
+			return r.errf("batch has two events entries")
+		}
+		if c, err := r.peek(); err != nil {
+			return err
+		} else if !(c >= 0x90 && c <= 0x9f || c == 0xdc || c == 0xdd) {
+			return r.errf("batch events is not an array")
+		}
+		events = r.off
+		return r.skip()
 	}
-	sawEvents := false
-	for i := 0; i < n; i++ {
-		k, ok, err := r.bytesValue()
+	ts := func() error {
+		f, ok, err := r.floatValue()
 		if err != nil {
-			return b, err
+			return err
 		}
 		if !ok {
-			if err := r.skip(); err != nil {
-				return b, err
-			}
-			if err := r.skip(); err != nil {
-				return b, err
-			}
-			continue
+			return r.errf("batch ts is not a number")
 		}
-		switch string(k) {
-		case "ts":
-			f, ok, err := r.floatValue()
+		b.TS = f
+		return nil
+	}
+	if n, ok, err := r.arrayLen(); err != nil {
+		return 0, err
+	} else if ok {
+		for i := 0; i < n; i++ {
+			var err error
+			switch i {
+			case 0:
+				err = ts()
+			case 1:
+				err = eventsArray()
+			case 2:
+				err = d.rank(b)
+			default:
+				err = r.skip()
+			}
 			if err != nil {
-				return b, err
+				return 0, err
+			}
+		}
+	} else {
+		n, ok, err := r.mapLen()
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return 0, r.errf("batch is neither an array nor a map")
+		}
+		for i := 0; i < n; i++ {
+			k, ok, err := r.bytesValue()
+			if err != nil {
+				return 0, err
 			}
 			if !ok {
-				return b, r.errf("batch ts is not a number")
+				if err := r.skip(); err != nil {
+					return 0, err
+				}
+				if err := r.skip(); err != nil {
+					return 0, err
+				}
+				continue
 			}
-			b.TS = f
-		case "events":
-			sawEvents = true
-			if err := d.events(&b, emit); err != nil {
-				return b, err
+			switch string(k) {
+			case "ts":
+				err = ts()
+			case "events":
+				err = eventsArray()
+			case "data_parallel_rank", "attn_dp_rank", "dp_rank":
+				err = d.rank(b)
+			default:
+				err = r.skip()
 			}
-		case "data_parallel_rank", "attn_dp_rank", "dp_rank":
-			if err := d.rank(&b); err != nil {
-				return b, err
-			}
-		default:
-			if err := r.skip(); err != nil {
-				return b, err
+			if err != nil {
+				return 0, err
 			}
 		}
 	}
-	if !sawEvents {
-		return b, r.errf("batch has no events")
+	if r.off != len(r.b) {
+		return 0, r.errf("trailing bytes after the batch")
 	}
-	return b, nil
+	if events < 0 {
+		return 0, r.errf("batch has no events")
+	}
+	return events, nil
 }
 
 func (d *Decoder) rank(b *Batch) error {

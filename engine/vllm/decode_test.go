@@ -279,6 +279,17 @@ func TestDecodeMalformed(t *testing.T) {
 		{"huge array header", []byte{0xdd, 0xff, 0xff, 0xff, 0xff}},
 		{"huge string header", []byte{0x92, 0x01, 0x91, 0xdb, 0xff, 0xff, 0xff, 0xff}},
 		{"bad rank", pack([]any{1.0, []any{}, -1})},
+		// Issue #22 item 2: the envelope is bad after valid events; nothing
+		// may be emitted (the events used to reach the index first).
+		{"rank is an array after events", pack([]any{1.0, []any{[]any{"BlockRemoved", []any{5}, nil}}, []any{1}})},
+		{"rank is a string after events", pack([]any{1.0, []any{[]any{"AllBlocksCleared"}}, "0"})},
+		{"rank too large after events", pack([]any{1.0, []any{[]any{"AllBlocksCleared"}}, uint64(1) << 40})},
+		{"map: bad rank after events", pack(omap{"ts", 1.0, "events", []any{omap{"type", "BlockRemoved", "block_hashes", []any{5}}}, "data_parallel_rank", []any{1}})},
+		{"map: bad attn_dp_rank after events", pack(omap{"events", []any{[]any{"AllBlocksCleared"}}, "attn_dp_rank", -3})},
+		{"map: bad ts after events", pack(omap{"events", []any{[]any{"AllBlocksCleared"}}, "ts", "now"})},
+		{"map: events twice", pack(omap{"events", []any{[]any{"AllBlocksCleared"}}, "events", []any{[]any{"AllBlocksCleared"}}})},
+		{"map: events not a list after ts", pack(omap{"ts", 1.0, "events", omap{"type", "AllBlocksCleared"}})},
+		{"trailing bytes after events", append(pack([]any{1.0, []any{[]any{"AllBlocksCleared"}}}), 0x90)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
