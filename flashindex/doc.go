@@ -105,6 +105,21 @@
 // comparing hashes at every node until new nodes are linked. An unknown
 // version fails with [ErrSnapshotVersion], damage with [ErrSnapshotFormat].
 //
+// Snapshots are untrusted input (they travel through object stores and
+// files). Restore caps the decompressed body at Config.MaxSnapshotBytes
+// (default 8 GiB) and at Config.MaxSnapshotExpansion (default 64) times the
+// compressed bytes read plus 1 MiB; a body past either fails with
+// [ErrSnapshotTooLarge] as it crosses, without reading further. Every count
+// is checked against what the cap leaves before it is used, repeated block
+// hashes fail as they arrive, and allocations grow with the items read, so
+// a 32 KB frame of RLE blocks claiming a node of 2^27 hashes fails after
+// allocating about 5 MiB (the zstd decoder's state) instead of 3 GB. What
+// Restore allocates is at most 64 times its input plus 12 MiB
+// (TestRestoreBombBounded). Snapshots of workers holding mostly different
+// blocks expand 1.5 to 3-fold; one where many workers hold the very same
+// blocks expands about as many times as there are such workers: raise
+// MaxSnapshotExpansion for such fleets.
+//
 // # Data structure
 //
 // Blocks are stored in nodes: a node is a run of sequence hashes laid out

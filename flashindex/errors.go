@@ -26,6 +26,11 @@ var (
 	// ErrSnapshotFormat reports a snapshot that is not a flashindex
 	// snapshot, is truncated, or is internally inconsistent.
 	ErrSnapshotFormat = errors.New("flashindex: malformed snapshot")
+	// ErrSnapshotTooLarge reports a snapshot whose body decompresses past
+	// Config.MaxSnapshotBytes or Config.MaxSnapshotExpansion times its
+	// compressed size, or declares a count the rest of the body could not
+	// hold within MaxSnapshotBytes. It matches ErrSnapshotFormat too.
+	ErrSnapshotTooLarge = fmt.Errorf("%w: too large", ErrSnapshotFormat)
 )
 
 // UnknownParentError rejects a Stored event whose parent engine hash is not

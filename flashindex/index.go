@@ -42,7 +42,33 @@ type Config struct {
 
 	// Now is the clock for approximate-entry TTLs. nil = time.Now.
 	Now func() time.Time
+
+	// MaxSnapshotBytes caps the decompressed size of a snapshot body that
+	// Restore reads; a larger one fails with ErrSnapshotTooLarge before
+	// more is read. 0 = DefaultMaxSnapshotBytes. Every count in the
+	// snapshot is also checked against the bytes this cap leaves before
+	// anything is allocated for it. Not used by New.
+	MaxSnapshotBytes int64
+
+	// MaxSnapshotExpansion caps how far a snapshot may decompress: the body
+	// read so far may not exceed MaxSnapshotExpansion times the compressed
+	// bytes read so far plus SnapshotExpansionSlack, so a small file cannot
+	// claim a huge index (a zstd frame of RLE blocks expands 32,000-fold).
+	// Snapshots of workers holding mostly different blocks expand 1.5 to
+	// 3-fold; the expansion grows with the number of workers that hold the
+	// very same blocks (their engine maps repeat: 128 workers holding the
+	// same 1000 blocks expand 136-fold), so raise it for fleets like that.
+	// 0 = DefaultMaxSnapshotExpansion; negative turns the check off
+	// (MaxSnapshotBytes still applies). Not used by New.
+	MaxSnapshotExpansion int
 }
+
+// Snapshot bounds; see Config.MaxSnapshotBytes and MaxSnapshotExpansion.
+const (
+	DefaultMaxSnapshotBytes     = 8 << 30
+	DefaultMaxSnapshotExpansion = 64
+	SnapshotExpansionSlack      = 1 << 20
+)
 
 // Match is one worker's overlap with a request, in blocks.
 //
@@ -215,6 +241,9 @@ func New(cfg Config) (*Index, error) {
 	}
 	if cfg.ApproxMaxEntries < 0 {
 		return nil, fmt.Errorf("%w: ApproxMaxEntries %d < 0", ErrConfig, cfg.ApproxMaxEntries)
+	}
+	if cfg.MaxSnapshotBytes < 0 {
+		return nil, fmt.Errorf("%w: MaxSnapshotBytes %d < 0", ErrConfig, cfg.MaxSnapshotBytes)
 	}
 	ix := &Index{
 		blockSize: cfg.BlockSize,

@@ -242,8 +242,62 @@ func (e *encoder) h(v uint64) {
 
 type decoder struct {
 	r   *bufio.Reader
+	lim *limitReader // under r: counts and caps the decompressed bytes
 	buf [8]byte
 	err error
+}
+
+// countReader counts the bytes read through it (the compressed input).
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// limitReader passes the decompressed body through and fails with
+// ErrSnapshotTooLarge once it exceeds max bytes, or ratio times the
+// compressed bytes read so far plus SnapshotExpansionSlack.
+type limitReader struct {
+	r     io.Reader
+	in    *countReader
+	out   int64
+	max   int64
+	ratio int64 // <= 0: no ratio check
+	err   error
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.err != nil {
+		return 0, l.err
+	}
+	// Never ask for more than the cap allows, plus one byte to see it
+	// crossed, so the decoder does no work past the cap.
+	if rest := l.max - l.out + 1; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := l.r.Read(p)
+	l.out += int64(n)
+	switch {
+	case l.out > l.max:
+		l.err = fmt.Errorf("%w: body exceeds MaxSnapshotBytes (%d)", ErrSnapshotTooLarge, l.max)
+	case l.ratio > 0 && l.out > l.ratio*l.in.n+SnapshotExpansionSlack:
+		l.err = fmt.Errorf("%w: %d bytes decompressed from %d (MaxSnapshotExpansion %d)", ErrSnapshotTooLarge, l.out, l.in.n, l.ratio)
+	}
+	if l.err != nil {
+		return 0, l.err
+	}
+	return n, err
+}
+
+// left is how many more body bytes the size cap allows after what the
+// decoder has consumed.
+func (d *decoder) left() int64 {
+	return d.lim.max - (d.lim.out - int64(d.r.Buffered()))
 }
 
 func (d *decoder) fail(format string, args ...any) {
@@ -252,18 +306,28 @@ func (d *decoder) fail(format string, args ...any) {
 	}
 }
 
+// readErr records an error from the body reader: the size cap's own error
+// as is, anything else as truncation.
+func (d *decoder) readErr(err error) {
+	if d.err == nil && errors.Is(err, ErrSnapshotTooLarge) {
+		d.err = err
+		return
+	}
+	d.fail("truncated (%v)", err)
+}
+
 func (d *decoder) u() uint64 {
 	if d.err != nil {
 		return 0
 	}
 	v, err := binary.ReadUvarint(d.r)
 	if err != nil {
-		d.fail("truncated (%v)", err)
+		d.readErr(err)
 	}
 	return v
 }
 
-// n reads a count, bounded to keep garbage from asking for absurd sizes.
+// n reads a number, bounded to keep garbage from asking for absurd sizes.
 func (d *decoder) n(limit uint64, what string) int {
 	v := d.u()
 	if v > limit {
@@ -273,12 +337,26 @@ func (d *decoder) n(limit uint64, what string) int {
 	return int(v)
 }
 
+// count reads a count of items that take at least per bytes each in the
+// body: besides limit, the count must fit in what MaxSnapshotBytes leaves,
+// so no count can ask for more than the cap (allocations still grow only
+// as items arrive).
+func (d *decoder) count(limit uint64, per int64, what string) int {
+	v := d.n(limit, what)
+	if d.err == nil && int64(v) > d.left()/per {
+		d.err = fmt.Errorf("%w: %s count %d needs at least %d bytes, %d left under MaxSnapshotBytes",
+			ErrSnapshotTooLarge, what, v, int64(v)*per, d.left())
+		return 0
+	}
+	return v
+}
+
 func (d *decoder) h() uint64 {
 	if d.err != nil {
 		return 0
 	}
 	if _, err := io.ReadFull(d.r, d.buf[:]); err != nil {
-		d.fail("truncated (%v)", err)
+		d.readErr(err)
 		return 0
 	}
 	return binary.LittleEndian.Uint64(d.buf[:])
@@ -291,7 +369,26 @@ const maxCount = 1 << 40
 // non-zero one is a *BlockSizeError. A snapshot of another version fails
 // with ErrSnapshotVersion, a damaged one with ErrSnapshotFormat; Restore
 // never panics on bad input.
+//
+// Snapshots are untrusted input. The decompressed body is capped by
+// cfg.MaxSnapshotBytes and cfg.MaxSnapshotExpansion (a body past either
+// fails with ErrSnapshotTooLarge as soon as it crosses), every count is
+// checked against the bytes the cap leaves before it is used, and
+// allocations grow as items arrive, so what Restore allocates is
+// proportional to the body it actually read, and the body to the
+// compressed input (TestRestoreBombBounded measures both).
 func Restore(r io.Reader, cfg Config) (*Index, error) {
+	if cfg.MaxSnapshotBytes < 0 {
+		return nil, fmt.Errorf("%w: MaxSnapshotBytes %d < 0", ErrConfig, cfg.MaxSnapshotBytes)
+	}
+	lim := &limitReader{in: &countReader{r: r}, max: cfg.MaxSnapshotBytes, ratio: int64(cfg.MaxSnapshotExpansion)}
+	if lim.max == 0 {
+		lim.max = DefaultMaxSnapshotBytes
+	}
+	if lim.ratio == 0 {
+		lim.ratio = DefaultMaxSnapshotExpansion
+	}
+	r = lim.in
 	var head [len(snapshotMagic) + 1]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return nil, fmt.Errorf("%w: header: %v", ErrSnapshotFormat, err)
@@ -308,7 +405,8 @@ func Restore(r io.Reader, cfg Config) (*Index, error) {
 		return nil, fmt.Errorf("%w: %v", ErrSnapshotFormat, err)
 	}
 	defer func() { _ = zr.Reset(nil); decoders.Put(zr) }()
-	d := &decoder{r: bufio.NewReaderSize(zr, 1<<16)}
+	lim.r = zr
+	d := &decoder{r: bufio.NewReaderSize(lim, 1<<16), lim: lim}
 	ix, err := restoreBody(d, cfg, v)
 	if err != nil {
 		return nil, err
@@ -317,7 +415,7 @@ func Restore(r io.Reader, cfg Config) (*Index, error) {
 		if _, err := d.r.ReadByte(); err == nil {
 			d.fail("trailing data")
 		} else if !errors.Is(err, io.EOF) {
-			d.fail("%v", err)
+			d.readErr(err)
 		}
 	}
 	if d.err != nil {
@@ -341,7 +439,7 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 		return nil, fmt.Errorf("%w: %w", ErrSnapshotFormat, err)
 	}
 	ix.approxSeq = d.u()
-	nw := d.n(1<<32, "worker")
+	nw := d.count(1<<32, 11, "worker")
 	wss := make([]*workerState, 0, min(nw, 1<<12))
 	for i := 0; i < nw && d.err == nil; i++ {
 		id := d.u()
@@ -365,7 +463,7 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 		ws.lastID = d.u()
 		ws.gaps = d.u()
 		for p := range ws.engine {
-			n := d.n(maxCount, "engine entry")
+			n := d.count(maxCount, 16, "engine entry")
 			var last uint64
 			for j := 0; j < n && d.err == nil; j++ {
 				k, v := d.h(), d.h()
@@ -378,7 +476,7 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 			ws.full[p] = true
 		}
 		for p := range ws.alias {
-			n := d.n(maxCount, "alias")
+			n := d.count(maxCount, 9, "alias")
 			var last uint64
 			for j := 0; j < n && d.err == nil; j++ {
 				k, v := d.h(), d.u()
@@ -399,18 +497,24 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 	// Nodes.
 	var bitCount [][numPlanes]int // per worker number
 	bitCount = make([][numPlanes]int, len(wss))
-	nn := d.n(maxCount, "node")
+	nn := d.count(maxCount, 12, "node")
 	var nodes []*node // by node number
 	var lastFirst uint64
 	for i := 0; i < nn && d.err == nil; i++ {
-		nh := d.n(1<<32-1, "node length")
+		nh := d.count(1<<32-1, 8, "node length")
 		if nh == 0 {
 			d.fail("empty node")
 			break
 		}
 		hashes := make([]uint64, 0, min(nh, 1<<16))
 		for j := 0; j < nh && d.err == nil; j++ {
-			hashes = append(hashes, d.h())
+			// Reject repeats as they arrive (the full check is below), so
+			// a run of one value fails at its second element.
+			h := d.h()
+			if _, dup := ix.blocks.peek(h); dup || j > 0 && h == hashes[j-1] {
+				d.fail("block %#x indexed twice", h)
+			}
+			hashes = append(hashes, h)
 		}
 		if d.err != nil {
 			break
@@ -420,7 +524,7 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 			break
 		}
 		lastFirst = hashes[0]
-		nr := d.n(uint64(nh), "run")
+		nr := d.count(uint64(nh), 2, "run")
 		if nr == 0 && d.err == nil {
 			d.fail("node without runs")
 		}
@@ -432,7 +536,7 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 				d.fail("run ends out of order")
 				break
 			}
-			k := d.n(uint64(len(wss)), "member")
+			k := d.count(uint64(len(wss)), 2, "member")
 			var set []uint64
 			lastW := -1
 			for m := 0; m < k && d.err == nil; m++ {
@@ -476,7 +580,7 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 	}
 	// Links (version 2).
 	if version >= 2 {
-		nl := d.n(uint64(len(nodes)), "link")
+		nl := d.count(uint64(len(nodes)), 3, "link")
 		last := -1
 		for i := 0; i < nl && d.err == nil; i++ {
 			c := d.n(uint64(len(nodes))-1, "linked node")
@@ -530,7 +634,7 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 		}
 	}
 	// Approximate entries.
-	na := d.n(maxCount, "approximate entry")
+	na := d.count(maxCount, 11, "approximate entry")
 	var prev *approxEntry
 	if na > 0 && len(wss) == 0 {
 		d.fail("approximate entries without workers")
