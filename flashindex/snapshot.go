@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/agentkv/agentkv/internal/limitio"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -242,62 +243,15 @@ func (e *encoder) h(v uint64) {
 
 type decoder struct {
 	r   *bufio.Reader
-	lim *limitReader // under r: counts and caps the decompressed bytes
+	lim *limitio.Reader // under r: counts and caps the decompressed bytes
 	buf [8]byte
 	err error
-}
-
-// countReader counts the bytes read through it (the compressed input).
-type countReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
-
-// limitReader passes the decompressed body through and fails with
-// ErrSnapshotTooLarge once it exceeds max bytes, or ratio times the
-// compressed bytes read so far plus SnapshotExpansionSlack.
-type limitReader struct {
-	r     io.Reader
-	in    *countReader
-	out   int64
-	max   int64
-	ratio int64 // <= 0: no ratio check
-	err   error
-}
-
-func (l *limitReader) Read(p []byte) (int, error) {
-	if l.err != nil {
-		return 0, l.err
-	}
-	// Never ask for more than the cap allows, plus one byte to see it
-	// crossed, so the decoder does no work past the cap.
-	if rest := l.max - l.out + 1; int64(len(p)) > rest {
-		p = p[:rest]
-	}
-	n, err := l.r.Read(p)
-	l.out += int64(n)
-	switch {
-	case l.out > l.max:
-		l.err = fmt.Errorf("%w: body exceeds MaxSnapshotBytes (%d)", ErrSnapshotTooLarge, l.max)
-	case l.ratio > 0 && l.out > l.ratio*l.in.n+SnapshotExpansionSlack:
-		l.err = fmt.Errorf("%w: %d bytes decompressed from %d (MaxSnapshotExpansion %d)", ErrSnapshotTooLarge, l.out, l.in.n, l.ratio)
-	}
-	if l.err != nil {
-		return 0, l.err
-	}
-	return n, err
 }
 
 // left is how many more body bytes the size cap allows after what the
 // decoder has consumed.
 func (d *decoder) left() int64 {
-	return d.lim.max - (d.lim.out - int64(d.r.Buffered()))
+	return d.lim.Max - (d.lim.Out() - int64(d.r.Buffered()))
 }
 
 func (d *decoder) fail(format string, args ...any) {
@@ -381,14 +335,15 @@ func Restore(r io.Reader, cfg Config) (*Index, error) {
 	if cfg.MaxSnapshotBytes < 0 {
 		return nil, fmt.Errorf("%w: MaxSnapshotBytes %d < 0", ErrConfig, cfg.MaxSnapshotBytes)
 	}
-	lim := &limitReader{in: &countReader{r: r}, max: cfg.MaxSnapshotBytes, ratio: int64(cfg.MaxSnapshotExpansion)}
-	if lim.max == 0 {
-		lim.max = DefaultMaxSnapshotBytes
+	lim := &limitio.Reader{In: &limitio.Counter{R: r}, Max: cfg.MaxSnapshotBytes,
+		Ratio: int64(cfg.MaxSnapshotExpansion), Slack: SnapshotExpansionSlack, Err: ErrSnapshotTooLarge}
+	if lim.Max == 0 {
+		lim.Max = DefaultMaxSnapshotBytes
 	}
-	if lim.ratio == 0 {
-		lim.ratio = DefaultMaxSnapshotExpansion
+	if lim.Ratio == 0 {
+		lim.Ratio = DefaultMaxSnapshotExpansion
 	}
-	r = lim.in
+	r = lim.In
 	var head [len(snapshotMagic) + 1]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return nil, fmt.Errorf("%w: header: %v", ErrSnapshotFormat, err)
@@ -405,7 +360,7 @@ func Restore(r io.Reader, cfg Config) (*Index, error) {
 		return nil, fmt.Errorf("%w: %v", ErrSnapshotFormat, err)
 	}
 	defer func() { _ = zr.Reset(nil); decoders.Put(zr) }()
-	lim.r = zr
+	lim.R = zr
 	d := &decoder{r: bufio.NewReaderSize(lim, 1<<16), lim: lim}
 	ix, err := restoreBody(d, cfg, v)
 	if err != nil {
