@@ -45,6 +45,13 @@ type ccFile struct {
 // maxSeconds bounds the times in a Claude Code trace (about 100 days).
 const maxSeconds = 1e7
 
+// MaxSubagentDepth bounds how deeply subagent entries of a Claude Code
+// trace may nest (Claude Code's own subagents nest one or two levels). A
+// deeper file is a *ParseError: each level lengthens every session ID
+// below it, so unbounded nesting costs time and memory quadratic in the
+// file size.
+const MaxSubagentDepth = 32
+
 // ReadClaudeCode reads one Claude Code session in kv-cache-tester's format
 // (one JSON object: id, block_size, system_tokens, tool_tokens,
 // requests[]). Model requests become the turns of the root session, whose
@@ -89,7 +96,7 @@ func ReadClaudeCode(r io.Reader, name string) (Workload, error) {
 	if err != nil || f.SystemTokens < 0 || f.ToolTokens < 0 {
 		return Workload{}, &ParseError{File: name, Line: 1, Path: "system_tokens", Err: errors.New("system_tokens and tool_tokens must be in [0, 2^32]")}
 	}
-	if _, err := b.session(id, "", -1, 0, 0, "", sys, f.Requests, "requests", f.Lines, 0); err != nil {
+	if _, err := b.session(id, "", -1, 0, 0, "", sys, f.Requests, "requests", f.Lines, 0, 0); err != nil {
 		return Workload{}, err
 	}
 	b.finish()
@@ -99,6 +106,36 @@ func ReadClaudeCode(r io.Reader, name string) (Workload, error) {
 func lineAt(data []byte, off int64) int {
 	off = min(max(off, 0), int64(len(data)))
 	return 1 + bytes.Count(data[:off], []byte{'\n'})
+}
+
+// push appends v to s, doubling the capacity when s is full: append grows
+// large slices by 1.25, which allocates about five times the final size on
+// the way, and these slices hold one large struct per input record.
+func push[T any](s []T, v T) []T {
+	if len(s) == cap(s) {
+		ns := make([]T, len(s), max(2*cap(s), 8))
+		copy(ns, s)
+		s = ns
+	}
+	return append(s, v)
+}
+
+// lineCounter gives the lines of increasing offsets, counting each byte
+// once (lineAt from the start for every request was quadratic).
+type lineCounter struct {
+	data []byte
+	off  int64
+	line int
+}
+
+func (c *lineCounter) at(off int64) int {
+	off = min(max(off, 0), int64(len(c.data)))
+	if off < c.off {
+		return lineAt(c.data, off)
+	}
+	c.line += bytes.Count(c.data[c.off:off], []byte{'\n'})
+	c.off = off
+	return 1 + c.line
 }
 
 // decodeClaudeFile decodes the top-level object, remembering the line of
@@ -116,6 +153,7 @@ func decodeClaudeFile(data []byte, name string) (*ccFile, error) {
 		return nil, fail(0, "", errors.New("want a JSON object"))
 	}
 	f := &ccFile{}
+	lines := lineCounter{data: data}
 	for dec.More() {
 		kt, err := dec.Token()
 		if err != nil {
@@ -138,12 +176,12 @@ func decodeClaudeFile(data []byte, name string) (*ccFile, error) {
 				if err := dec.Decode(&e); err != nil {
 					return nil, fail(eoff, "requests["+strconv.Itoa(i)+"]", err)
 				}
-				f.Requests = append(f.Requests, e)
+				f.Requests = push(f.Requests, e)
 				start := eoff
 				for start < int64(len(data)) && strings.IndexByte(", \t\r\n", data[start]) >= 0 {
 					start++
 				}
-				f.Lines = append(f.Lines, lineAt(data, start))
+				f.Lines = append(f.Lines, lines.at(start))
 			}
 			if _, err := dec.Token(); err != nil {
 				return nil, fail(dec.InputOffset(), key, err)
@@ -190,9 +228,12 @@ type ccChild struct {
 // session adds a session built from entries and returns its index. start
 // is its absolute start in seconds.
 func (b *ccBuilder) session(id, parent string, parentTurn int, startRel time.Duration, start float64,
-	agent string, sys int, entries []ccEntry, path string, lines []int, line int) (int, error) {
+	agent string, sys int, entries []ccEntry, path string, lines []int, line, depth int) (int, error) {
 	if len(b.sessions) > 1<<20 {
 		return 0, &ParseError{File: b.name, Line: line, Path: path, Err: errors.New("more than 2^20 sessions")}
+	}
+	if depth > MaxSubagentDepth {
+		return 0, &ParseError{File: b.name, Line: line, Path: path, Err: fmt.Errorf("subagents nested deeper than %d", MaxSubagentDepth)}
 	}
 	si := len(b.sessions)
 	b.sessions = append(b.sessions, Session{ID: id, Parent: parent, ParentTurn: parentTurn, Start: startRel, SystemTokens: sys, Agent: agent})
@@ -251,7 +292,7 @@ func (b *ccBuilder) session(id, parent string, parentTurn int, startRel time.Dur
 				return 0, bad(".system_tokens", errors.New("system_tokens and tool_tokens must be in [0, 2^32]"))
 			}
 			rel := secs(max(cstart-base, 0))
-			ci, err := b.session(cid, id, pt, rel, cstart, e.SubagentType, csys, e.Requests, p+".requests", nil, line)
+			ci, err := b.session(cid, id, pt, rel, cstart, e.SubagentType, csys, e.Requests, p+".requests", nil, line, depth+1)
 			if err != nil {
 				return 0, err
 			}
@@ -328,9 +369,9 @@ func (b *ccBuilder) session(id, parent string, parentTurn int, startRel time.Dur
 			default:
 				turn.Delay = secs(max(abs-prevEnd, 0))
 			}
-			turns = append(turns, turn)
+			turns = push(turns, turn)
 			prevEnd = abs + api
-			ends = append(ends, prevEnd)
+			ends = push(ends, prevEnd)
 		default:
 			return 0, bad(".type", fmt.Errorf("unknown request type %q", e.Type))
 		}

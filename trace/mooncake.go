@@ -148,7 +148,7 @@ func ReadMooncake(r io.Reader, name string, blockTokens int) (Workload, error) {
 				id := string(fr.session)
 				idx = len(sessions)
 				byID[id] = idx
-				sessions = append(sessions, Session{ID: id, ParentTurn: -1})
+				sessions = push(sessions, Session{ID: id, ParentTurn: -1})
 			}
 			p.sessionIdx = idx
 		} else {
@@ -158,9 +158,9 @@ func ReadMooncake(r io.Reader, name string, blockTokens int) (Workload, error) {
 			}
 			byID[id] = len(sessions)
 			p.sessionIdx = len(sessions)
-			sessions = append(sessions, Session{ID: id, ParentTurn: -1})
+			sessions = push(sessions, Session{ID: id, ParentTurn: -1})
 		}
-		rows = append(rows, p)
+		rows = push(rows, p)
 	}
 	counts := make([]int, len(sessions))
 	for i := range rows {

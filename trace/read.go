@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/agentkv/agentkv/internal/limitio"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 )
@@ -24,10 +25,21 @@ var (
 	// ErrBlockSize means records disagree about the block size, or a block
 	// size is missing or out of range.
 	ErrBlockSize = errors.New("trace: bad or inconsistent block size")
+	// ErrTooLarge means a compressed input decompressed past
+	// ReadOptions.MaxDecompressedBytes or MaxExpansion times its
+	// compressed size; the error is a *limitio.LimitError with the figures.
+	ErrTooLarge = errors.New("trace: decompressed input too large")
 )
 
 // MaxLineBytes bounds one JSONL line (and one Claude Code file).
 const MaxLineBytes = 64 << 20
+
+// Bounds on compressed input; see ReadOptions.
+const (
+	DefaultMaxDecompressedBytes = 16 << 30
+	DefaultMaxExpansion         = 128
+	ExpansionSlack              = 1 << 20
+)
 
 // ParseError is bad input: where it is and what is wrong with it. Line is
 // 1-based; Path, when set, is the JSON path of the offending value inside
@@ -112,6 +124,36 @@ type ReadOptions struct {
 	// MooncakeBlockTokens is the block size of Mooncake hash ids, which the
 	// format does not record. Default 512 (Mooncake's and AIPerf's).
 	MooncakeBlockTokens int
+
+	// MaxDecompressedBytes caps what a gzip or zstd input may decompress
+	// to; past it the read fails with ErrTooLarge. 0 =
+	// DefaultMaxDecompressedBytes (16 GiB); negative = no cap.
+	MaxDecompressedBytes int64
+	// MaxExpansion caps the decompressed bytes at MaxExpansion times the
+	// compressed bytes read so far plus ExpansionSlack (1 MiB), so a small
+	// file cannot stand for a huge one (real traces expand 3 to 11-fold
+	// under gzip -9 and zstd -19, regular synthetic ones with sequential
+	// hash ids up to 90-fold; gzip can reach 1,000-fold and a zstd frame of
+	// RLE blocks 32,000-fold). Past it the read fails with ErrTooLarge.
+	// 0 = DefaultMaxExpansion (128); negative = no cap. Lower it for traces
+	// from untrusted sources: the readers allocate up to 100 times what
+	// they decompress.
+	MaxExpansion int
+}
+
+// limits returns the caps for a compressed stream reading from in.
+func (o ReadOptions) limits(in *limitio.Counter) *limitio.Reader {
+	l := &limitio.Reader{In: in, Max: o.MaxDecompressedBytes, Ratio: int64(o.MaxExpansion), Slack: ExpansionSlack, Err: ErrTooLarge}
+	switch {
+	case l.Max == 0:
+		l.Max = DefaultMaxDecompressedBytes
+	case l.Max < 0:
+		l.Max = 0
+	}
+	if l.Ratio == 0 {
+		l.Ratio = DefaultMaxExpansion
+	}
+	return l
 }
 
 // ReadFile reads one trace file into a Workload, decompressing gzip or zstd
@@ -126,11 +168,21 @@ func ReadFile(path string, opt ReadOptions) (Workload, error) {
 	return Read(f, filepath.Base(path), opt)
 }
 
-// Read reads a trace from r; name labels errors and the Workload.
+// Read reads a trace from r; name labels errors and the Workload. r is
+// streamed (Mooncake and Dynamo JSONL line by line, a Claude Code file up
+// to MaxLineBytes), never read whole, so standard input has the same
+// bounds as a file.
 func Read(r io.Reader, name string, opt ReadOptions) (Workload, error) {
-	br, closeFn, err := Decompress(r)
+	w, _, err := ReadDetect(r, name, opt)
+	return w, err
+}
+
+// ReadDetect is Read that also returns the format it read (opt.Format, or
+// the one detected).
+func ReadDetect(r io.Reader, name string, opt ReadOptions) (Workload, Format, error) {
+	br, closeFn, err := opt.Decompress(r)
 	if err != nil {
-		return Workload{}, &ParseError{File: name, Err: err}
+		return Workload{}, opt.Format, &ParseError{File: name, Err: err}
 	}
 	defer closeFn()
 	f := opt.Format
@@ -138,25 +190,38 @@ func Read(r io.Reader, name string, opt ReadOptions) (Workload, error) {
 		head, _ := br.Peek(4096)
 		f, err = DetectFormat(head)
 		if err != nil {
-			return Workload{}, &ParseError{File: name, Line: 1, Err: err}
+			return Workload{}, f, &ParseError{File: name, Line: 1, Err: err}
 		}
 	}
+	var w Workload
 	switch f {
 	case FormatMooncake:
-		return ReadMooncake(br, name, opt.MooncakeBlockTokens)
+		w, err = ReadMooncake(br, name, opt.MooncakeBlockTokens)
 	case FormatClaudeCode:
-		return ReadClaudeCode(br, name)
+		w, err = ReadClaudeCode(br, name)
 	case FormatDynamo:
-		return ReadDynamo(br, name)
+		w, err = ReadDynamo(br, name)
+	default:
+		err = fmt.Errorf("%w: %v", ErrFormat, f)
 	}
-	return Workload{}, fmt.Errorf("%w: %v", ErrFormat, f)
+	return w, f, err
 }
 
 // Decompress returns a buffered reader of r's content, transparently
 // decompressing gzip (including concatenated members) or zstd, recognised
-// by their magic numbers. Call closeFn when done.
+// by their magic numbers, under the default caps (see
+// ReadOptions.Decompress). Call closeFn when done.
 func Decompress(r io.Reader) (br *bufio.Reader, closeFn func(), err error) {
-	in := bufio.NewReaderSize(r, 1<<20)
+	return ReadOptions{}.Decompress(r)
+}
+
+// Decompress is the package-level Decompress with o's MaxDecompressedBytes
+// and MaxExpansion: reading past either fails with ErrTooLarge (wrapped in
+// a *limitio.LimitError). Plain input is passed through uncapped; the
+// readers bound its lines.
+func (o ReadOptions) Decompress(r io.Reader) (br *bufio.Reader, closeFn func(), err error) {
+	cnt := &limitio.Counter{R: r}
+	in := bufio.NewReaderSize(cnt, 1<<20)
 	magic, _ := in.Peek(4)
 	switch {
 	case len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
@@ -164,13 +229,17 @@ func Decompress(r io.Reader) (br *bufio.Reader, closeFn func(), err error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("gzip: %w", err)
 		}
-		return bufio.NewReaderSize(gz, 1<<20), func() { gz.Close() }, nil
+		l := o.limits(cnt)
+		l.R = gz
+		return bufio.NewReaderSize(l, 1<<20), func() { gz.Close() }, nil
 	case len(magic) == 4 && bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
 		zs, err := zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30))
 		if err != nil {
 			return nil, nil, fmt.Errorf("zstd: %w", err)
 		}
-		return bufio.NewReaderSize(zs, 1<<20), zs.Close, nil
+		l := o.limits(cnt)
+		l.R = zs
+		return bufio.NewReaderSize(l, 1<<20), zs.Close, nil
 	}
 	return in, func() {}, nil
 }
@@ -220,11 +289,12 @@ func (l *lineReader) next() ([]byte, error) {
 	for {
 		chunk, err := l.r.ReadSlice('\n')
 		if err == bufio.ErrBufferFull {
-			l.buf = append(l.buf, chunk...)
-			if len(l.buf) > MaxLineBytes {
+			if len(l.buf)+len(chunk) > MaxLineBytes {
 				l.line++
 				return nil, ErrLineTooLong
 			}
+			l.grow(len(chunk))
+			l.buf = append(l.buf, chunk...)
 			continue
 		}
 		if err != nil && err != io.EOF {
@@ -236,6 +306,10 @@ func (l *lineReader) next() ([]byte, error) {
 		l.line++
 		var out []byte
 		if len(l.buf) > 0 {
+			if len(l.buf)+len(chunk) > MaxLineBytes {
+				return nil, ErrLineTooLong
+			}
+			l.grow(len(chunk))
 			l.buf = append(l.buf, chunk...)
 			out = l.buf
 		} else {
@@ -247,4 +321,16 @@ func (l *lineReader) next() ([]byte, error) {
 		out = bytes.TrimRight(out, "\r\n")
 		return out, nil
 	}
+}
+
+// grow makes room for n more bytes in l.buf, doubling its capacity (append
+// grows large slices by 1.25, which allocates five times a long line on the
+// way to the cap), never past MaxLineBytes.
+func (l *lineReader) grow(n int) {
+	if len(l.buf)+n <= cap(l.buf) {
+		return
+	}
+	nb := make([]byte, len(l.buf), min(max(2*cap(l.buf), len(l.buf)+n), MaxLineBytes))
+	copy(nb, l.buf)
+	l.buf = nb
 }

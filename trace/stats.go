@@ -90,9 +90,23 @@ func Summarize(w *Workload) (Summary, error) {
 	for i := range w.Sessions {
 		parentOf[w.Sessions[i].ID] = w.Sessions[i].Parent
 	}
-	rootOf := func(id string) string { // Schedule rejected parent cycles
+	// rootOf walks up to the root once per chain and remembers it for every
+	// session on the way, so deep parent chains cost linear time (Schedule
+	// rejected cycles).
+	roots := make(map[string]string, len(w.Sessions))
+	var walk []string
+	rootOf := func(id string) string {
+		walk = walk[:0]
 		for parentOf[id] != "" {
+			if r, ok := roots[id]; ok {
+				id = r
+				break
+			}
+			walk = append(walk, id)
 			id = parentOf[id]
+		}
+		for _, k := range walk {
+			roots[k] = id
 		}
 		return id
 	}

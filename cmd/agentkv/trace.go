@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -89,23 +89,12 @@ func readInputs(env *cmdEnv, files []string, format trace.Format, blockTokens in
 		var w trace.Workload
 		var err error
 		if f == "-" {
-			data, rerr := io.ReadAll(env.stdin)
-			if rerr != nil {
-				return nil, rerr
+			// Streamed like a file, with the same bounds (MaxLineBytes,
+			// the decompression caps), never read whole into memory.
+			w, fm, err = trace.ReadDetect(env.stdin, "stdin", trace.ReadOptions{Format: fm, MooncakeBlockTokens: blockTokens})
+			if errors.Is(err, trace.ErrFormat) && format == trace.FormatAuto {
+				err = fmt.Errorf("%w (use --format)", err)
 			}
-			if fm == trace.FormatAuto {
-				br, closeFn, derr := trace.Decompress(bytes.NewReader(data))
-				if derr != nil {
-					return nil, fmt.Errorf("stdin: %v", derr)
-				}
-				head, _ := br.Peek(4096)
-				fm, err = trace.DetectFormat(head)
-				closeFn()
-				if err != nil {
-					return nil, fmt.Errorf("stdin: %v (use --format)", err)
-				}
-			}
-			w, err = trace.Read(bytes.NewReader(data), "stdin", trace.ReadOptions{Format: fm, MooncakeBlockTokens: blockTokens})
 		} else {
 			w, err = trace.ReadFile(f, trace.ReadOptions{Format: fm, MooncakeBlockTokens: blockTokens})
 		}
