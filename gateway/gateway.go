@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,6 +93,10 @@ type Config struct {
 	Trace *TraceSink
 	// Registerer receives the gateway's metrics (nil: none are exported).
 	Registerer prometheus.Registerer
+	// Route, if set, routes each request instead of Router.Route, through
+	// Router (a replica of package eventplane routes with the session
+	// bindings shared by every replica).
+	Route func(ctx context.Context, req *agentkv.Request) (*agentkv.Decision, error)
 	// Logger receives warnings (nil discards).
 	Logger *slog.Logger
 }
@@ -330,7 +335,11 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, a API) {
 		return
 	}
 	c.id = "gw" + strconv.FormatUint(g.reqSeq.Add(1), 10)
-	d, err := g.router.Route(ctx, &agentkv.Request{ID: c.id, Tokens: c.tokens, Agent: ac})
+	route := g.router.Route
+	if g.cfg.Route != nil {
+		route = g.cfg.Route
+	}
+	d, err := route(ctx, &agentkv.Request{ID: c.id, Tokens: c.tokens, Agent: ac})
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -128,6 +129,13 @@ type StackConfig struct {
 	// Registry receives the metrics (nil: a new one with the Go and
 	// process collectors).
 	Registry *prometheus.Registry
+	// ExternalEvents says the KV events reach the router another way (the
+	// event plane's relays): workers without events= do not switch the
+	// router to approximate mode.
+	ExternalEvents bool
+	// IndexSnapshot, if set, is the router's Config.IndexSnapshot (a
+	// replica starting warm).
+	IndexSnapshot io.Reader
 }
 
 // Stack is a complete router in front of vLLM-compatible workers: the
@@ -211,7 +219,7 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 			BlockSize: blockSize}
 		if spec.Events != "" {
 			wc.Events = &vllm.Config{Endpoint: spec.Events, ReplayEndpoint: spec.Replay, Sink: sink, Logger: s.log}
-		} else {
+		} else if !cfg.ExternalEvents {
 			approximate = true
 		}
 		vw, err := vllm.NewWorker(ctx, wc)
@@ -236,7 +244,7 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	}
 	var ts *TraceSink
 	rc := agentkv.Config{BlockSize: blockSize, Policy: cfg.Policy, Affinity: cfg.Affinity, Approximate: approximate,
-		Logger: s.log, Metrics: rm}
+		Logger: s.log, Metrics: rm, IndexSnapshot: cfg.IndexSnapshot}
 	if cfg.Trace != nil {
 		ts = NewTraceSink(cfg.Trace)
 		rc.Trace = ts

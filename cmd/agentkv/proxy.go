@@ -161,6 +161,7 @@ func runProxy(env *cmdEnv, args []string) error {
 	grace := fs.Duration("shutdown-timeout", defaultShutdownGrace, "how long requests in flight may finish on shutdown")
 	traceOut := fs.String("trace-out", "", "write content-free request records (JSONL; .gz or .zst compress) to this file")
 	stripBilling := fs.Bool("strip-billing-header", true, "remove Claude Code's per-request billing preamble from Messages system prompts")
+	nf := addNATSFlags(fs)
 	var starts []func(ctx context.Context, log *slog.Logger) ([]gateway.WorkerSpec, func(), error)
 	for _, h := range proxyHooks {
 		starts = append(starts, h(fs))
@@ -232,11 +233,23 @@ func runProxy(env *cmdEnv, args []string) error {
 		defer tw.Close() // after the stack: the last records are flushed
 		cfg.Trace = tw
 	}
+	nr, err := nf.prepare(ctx, &cfg, *listen, logger, env.stdout)
+	if err != nil {
+		return err
+	}
+	defer nr.stop()
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	s, err := gateway.NewStack(startCtx, cfg)
 	cancel()
 	if err != nil {
 		return err
+	}
+	handler := s.Handler(*metrics)
+	if nr != nil {
+		if handler, err = nr.start(s, handler); err != nil {
+			_ = s.Close()
+			return err
+		}
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -251,7 +264,7 @@ func runProxy(env *cmdEnv, args []string) error {
 	affName := map[agentkv.AffinityMode]string{agentkv.AffinityOff: "off", agentkv.AffinitySoft: "soft", agentkv.AffinityHard: "hard"}[aff]
 	fmt.Fprintf(env.stdout, "agentkv proxy listening on http://%s: %d workers, block size %d, policy %s, affinity %s, admission %v, index %s\n",
 		ln.Addr(), s.Workers(), info.BlockSize, pol, affName, *adm, mode)
-	err = serveStack(ctx, s, s.Handler(*metrics), ln, *grace, gateway.ServerConfig{MaxBodyBytes: *maxBody,
+	err = serveStack(ctx, s, handler, ln, *grace, gateway.ServerConfig{MaxBodyBytes: *maxBody,
 		BodyReadTimeout: *bodyTimeout, MaxHeaderBytes: *maxHeader, MaxBodyBytesInFlight: *maxInFlight}, logger)
 	fmt.Fprintln(env.stdout, "agentkv proxy stopped")
 	return err

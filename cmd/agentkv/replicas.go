@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/agentkv/agentkv"
+	"github.com/agentkv/agentkv/eventplane"
+	"github.com/agentkv/agentkv/eventplane/embedded"
+	"github.com/agentkv/agentkv/gateway"
+)
+
+// natsFlags are the proxy's event-plane flags (--nats and friends).
+type natsFlags struct {
+	url, model, name, dir *string
+	port                  *int
+	snapshotEvery         *time.Duration
+}
+
+func addNATSFlags(fs flagSet) *natsFlags {
+	return &natsFlags{
+		url:           fs.String("nats", "", "run as one router replica on this NATS JetStream server (nats://HOST:4222), or \"embedded\" to start one in this process; KV events then come from an \"agentkv relay\" beside each worker"),
+		model:         fs.String("model", "default", "with --nats: the model name that scopes the stream and buckets (the same on every replica and relay)"),
+		name:          fs.String("replica", "", "with --nats: this replica's name (letters, digits, - and _; default: host name and listen port)"),
+		dir:           fs.String("nats-dir", "", "with --nats embedded: the JetStream store directory (default: a new temporary directory)"),
+		port:          fs.Int("nats-port", 4222, "with --nats embedded: the client port on 127.0.0.1 (0: any free port)"),
+		snapshotEvery: fs.Duration("snapshot-every", eventplane.DefaultSnapshotEvery, "with --nats: how often this replica stores an index snapshot"),
+	}
+}
+
+// natsReplica is the proxy's event-plane state between prepare and stop.
+type natsReplica struct {
+	srv   *embedded.Server
+	plane *eventplane.Plane
+	rp    *eventplane.Replica
+	seq   uint64
+	name  string
+	log   *slog.Logger
+}
+
+// prepare connects to (or starts) NATS, loads the newest snapshot into
+// cfg and points the gateway's routing at the replica. It returns nil when
+// --nats is not set.
+func (f *natsFlags) prepare(ctx context.Context, cfg *gateway.StackConfig, listen string, log *slog.Logger, stdout io.Writer) (*natsReplica, error) {
+	if *f.url == "" {
+		return nil, nil
+	}
+	for _, w := range cfg.Workers {
+		if w.Events != "" {
+			return nil, usagef("proxy: with --nats, KV events come from \"agentkv relay\" beside each worker: drop events= from --worker %s", w.URL)
+		}
+	}
+	nr := &natsReplica{log: log, name: *f.name}
+	if nr.name == "" {
+		host, _ := os.Hostname()
+		nr.name = host + "-" + listen
+	}
+	nr.name = sanitize(nr.name)
+	url := *f.url
+	if url == "embedded" {
+		dir := *f.dir
+		if dir == "" {
+			d, err := os.MkdirTemp("", "agentkv-nats-")
+			if err != nil {
+				return nil, err
+			}
+			dir = d
+		}
+		srv, err := embedded.Start(embedded.Config{Dir: dir, Port: *f.port})
+		if err != nil {
+			return nil, fmt.Errorf("proxy: --nats embedded: %w", err)
+		}
+		nr.srv, url = srv, srv.URL()
+		fmt.Fprintf(stdout, "agentkv proxy: embedded NATS JetStream at %s (store %s)\n", url, dir)
+	}
+	plane, err := eventplane.Connect(url, eventplane.Config{Model: *f.model, SnapshotEvery: *f.snapshotEvery, Logger: log})
+	if err != nil {
+		nr.stop()
+		return nil, err
+	}
+	nr.plane = plane
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := plane.Ensure(c); err != nil {
+		// NATS down at start: route on local state, the replica catches up later.
+		log.Warn("proxy: NATS not reachable; starting cold on local state", "err", err)
+	} else if snap, err := eventplane.LoadSnapshot(c, plane); err == nil {
+		cfg.IndexSnapshot = bytes.NewReader(snap.Data)
+		nr.seq = snap.Seq
+		log.Info("proxy: starting warm from snapshot", "replica", snap.Replica, "seq", snap.Seq, "bytes", len(snap.Data))
+	} else if !errors.Is(err, eventplane.ErrNoSnapshot) {
+		log.Warn("proxy: snapshot not loaded; starting cold", "err", err)
+	}
+	cfg.ExternalEvents = true
+	cfg.Gateway.Route = func(ctx context.Context, req *agentkv.Request) (*agentkv.Decision, error) {
+		return nr.rp.Route(ctx, req)
+	}
+	return nr, nil
+}
+
+// start runs the replica on the stack's router and adds /readyz to h.
+func (nr *natsReplica) start(s *gateway.Stack, h http.Handler) (http.Handler, error) {
+	m, err := eventplane.NewMetrics(s.Registry())
+	if err != nil {
+		return nil, err
+	}
+	rp, err := eventplane.NewReplica(nr.plane, eventplane.ReplicaConfig{Name: nr.name, Router: s.Router(),
+		StartSeq: nr.seq + 1, Metrics: m})
+	if err != nil {
+		return nil, err
+	}
+	nr.rp = rp
+	rp.Start(context.Background())
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := rp.Ready(); err != nil {
+			// Degraded still routes: 200 with the reason, so a load
+			// balancer keeps the replica while operators see why.
+			w.Header().Set("X-Agentkv-Degraded", "1")
+			fmt.Fprintf(w, "degraded: %v\n", err)
+			return
+		}
+		fmt.Fprintf(w, "ok: replica %s applied %d\n", nr.name, rp.Applied())
+	})
+	mux.Handle("/", h)
+	return mux, nil
+}
+
+func (nr *natsReplica) stop() {
+	if nr == nil {
+		return
+	}
+	if nr.rp != nil {
+		_ = nr.rp.Close()
+	}
+	if nr.plane != nil {
+		nr.plane.Close()
+	}
+	if nr.srv != nil {
+		nr.srv.Stop()
+	}
+}
+
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
