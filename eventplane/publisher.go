@@ -37,7 +37,8 @@ type PublisherConfig struct {
 	// rank's next message starts with a Cleared event, so replicas
 	// under-report rather than keep blocks the engine may have evicted.
 	MaxPending int
-	// MaxBatch bounds the events in one message (default 1024).
+	// MaxBatch bounds the events in one message (default 4096, about
+	// 75 KB).
 	MaxBatch int
 	// Announce keeps the worker's presence record alive (default true
 	// through Start; set NoAnnounce to publish events only).
@@ -112,7 +113,7 @@ func NewPublisher(p *Plane, cfg PublisherConfig) (*Publisher, error) {
 		cfg.MaxPending = 1 << 20
 	}
 	if cfg.MaxBatch == 0 {
-		cfg.MaxBatch = 1024
+		cfg.MaxBatch = 4096
 	}
 	pb := &Publisher{p: p, cfg: cfg, wake: make(chan struct{}, 1), ranks: map[uint32]*rankState{},
 		hashers: map[string]*flashindex.Hasher{}}
@@ -358,14 +359,32 @@ func (pb *Publisher) flushOnce(ctx context.Context, buf *[]byte) (progress bool,
 		pb.mu.Unlock()
 		progress = true
 	}
-	for _, r := range ranks {
-		ok, err := pb.flushRank(ctx, r, buf)
-		if err != nil {
-			return progress, err
-		}
-		progress = progress || ok
+	// Ranks are independent subjects: publish them concurrently (each
+	// waits for its own acknowledgement).
+	if len(ranks) == 1 {
+		ok, err := pb.flushRank(ctx, ranks[0], buf)
+		return progress || ok, err
 	}
-	return progress, nil
+	type result struct {
+		ok  bool
+		err error
+	}
+	res := make([]result, len(ranks))
+	var wg sync.WaitGroup
+	for i, r := range ranks {
+		wg.Go(func() {
+			var b []byte
+			res[i].ok, res[i].err = pb.flushRank(ctx, r, &b)
+		})
+	}
+	wg.Wait()
+	for _, x := range res {
+		progress = progress || x.ok
+		if err == nil {
+			err = x.err
+		}
+	}
+	return progress, err
 }
 
 func (pb *Publisher) flushRank(ctx context.Context, r uint32, buf *[]byte) (bool, error) {

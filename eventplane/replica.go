@@ -114,6 +114,8 @@ type Replica struct {
 
 	lastMsg atomic.Int64 // unix nanos of the last consumer activity
 
+	testApplied chan uint64 // tests and benchmarks: each applied sequence (non-blocking send)
+
 	load *loadShare
 	bind *bindings
 
@@ -380,6 +382,7 @@ func (rp *Replica) handle(msg jetstream.Msg) {
 	}
 	rp.applyLocked(msg, s)
 	last := msg
+	defer rp.notifyApplied()
 	for {
 		m, ok := rp.stash[rp.applied+1]
 		if !ok {
@@ -394,6 +397,15 @@ func (rp *Replica) handle(msg jetstream.Msg) {
 	}
 	rp.mu.Unlock()
 	_ = last.Ack() // AckAll: everything up to it
+}
+
+func (rp *Replica) notifyApplied() {
+	if rp.testApplied != nil {
+		select {
+		case rp.testApplied <- rp.Applied():
+		default:
+		}
+	}
 }
 
 // applyLocked applies message msg with stream sequence s. Callers hold mu.

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv/engine/vllm"
+	"github.com/agentkv/agentkv/flashindex"
+)
+
+// startCmd runs an agentkv command in-process and returns a reader of its
+// stdout lines, its exit status channel and its stderr.
+func startCmd(t *testing.T, args ...string) (*bufio.Scanner, chan int, *lockedBuffer) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	stderr := &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(&cmdEnv{stdin: strings.NewReader(""), stdout: pw, stderr: stderr}, args)
+		pw.Close()
+	}()
+	return bufio.NewScanner(pr), done, stderr
+}
+
+func drain(s *bufio.Scanner) {
+	go func() {
+		for s.Scan() {
+		}
+	}()
+}
+
+// TestProxyReplicasOnNATS runs two "agentkv proxy --nats" replicas (the
+// first with an embedded NATS server) in front of the same two workers and
+// an "agentkv relay" for the worker that publishes KV events: both
+// replicas route the prompt to that worker with its cached prefix, and a
+// session started on one replica continues on the same worker through the
+// other.
+func TestProxyReplicasOnNATS(t *testing.T) {
+	const bs = 16
+	a, b := newFakeVLLM(t, bs, 1000), newFakeVLLM(t, bs, 1000)
+	ep := fmt.Sprintf("tcp://127.0.0.1:%d", freeTCPPort(t))
+	pub := zmq4.NewPub(context.Background(), zmq4.WithLogger(log.New(io.Discard, "", 0)))
+	require.NoError(t, pub.Listen(ep))
+	defer pub.Close()
+
+	outA, doneA, errA := startCmd(t, "proxy", "--listen", "127.0.0.1:0", "--worker", a.URL(), "--worker", b.URL(),
+		"--nats", "embedded", "--nats-port", "0", "--nats-dir", t.TempDir(), "--replica", "a", "--affinity", "hard")
+	require.True(t, outA.Scan(), "no NATS line; stderr: %s", errA.String())
+	natsURL, _, ok := strings.Cut(strings.TrimPrefix(outA.Text(), "agentkv proxy: embedded NATS JetStream at "), " ")
+	require.True(t, ok, outA.Text())
+	require.True(t, outA.Scan(), "no listening line; stderr: %s", errA.String())
+	baseA, _, _ := strings.Cut(strings.TrimPrefix(outA.Text(), "agentkv proxy listening on "), ": ")
+	drain(outA)
+
+	outB, doneB, errB := startCmd(t, "proxy", "--listen", "127.0.0.1:0", "--worker", a.URL(), "--worker", b.URL(),
+		"--nats", natsURL, "--replica", "b", "--affinity", "hard")
+	require.True(t, outB.Scan(), "no listening line; stderr: %s", errB.String())
+	baseB, _, _ := strings.Cut(strings.TrimPrefix(outB.Text(), "agentkv proxy listening on "), ": ")
+	drain(outB)
+
+	outR, doneR, errR := startCmd(t, "relay", "--nats", natsURL, "--worker-id", "1", "--url", b.URL(), "--events", ep, "--health-every", "0")
+	require.True(t, outR.Scan(), "no relay line; stderr: %s", errR.String())
+	require.Contains(t, outR.Text(), "worker 1")
+	drain(outR)
+
+	msgs := []chatMsg{{"system", systemPrompt}, {"user", "which worker has me?"}}
+	toks := tokensOf(renderChat(toMaps(msgs)))
+	nb := 8
+	hashes := make([]uint64, nb)
+	for i := range hashes {
+		hashes[i] = 0xabc000 + uint64(i)
+	}
+	payload, err := vllm.Encoding{MapEvents: true}.Append(nil, 1, []vllm.WireEvent{{
+		Kind: flashindex.Stored, Hashes: hashes, Tokens: toks[:nb*bs], BlockSize: bs, Medium: "GPU"}})
+	require.NoError(t, err)
+	s := uint64(0)
+	eventually(t, "KV events to reach both replicas through the relay and the stream", func() bool {
+		frame := make([]byte, 8)
+		binary.BigEndian.PutUint64(frame, s)
+		s++
+		require.NoError(t, pub.SendMulti(zmq4.NewMsgFrom([]byte("kv"), frame, payload)))
+		return metricValue(t, baseA, "agentkv_eventplane_events_applied_total") > 0 &&
+			metricValue(t, baseB, "agentkv_eventplane_events_applied_total") > 0
+	})
+	for _, base := range []string{baseA, baseB} {
+		resp, body := post(t, base+vllm.ChatPath, nil, chatBody(t, false, msgs...))
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		require.Equal(t, b.URL(), resp.Header.Get(headerWorker))
+		require.Equal(t, strconv.Itoa(nb*bs), resp.Header.Get(headerCachedTokens))
+
+		r, err := http.Get(base + "/readyz")
+		require.NoError(t, err)
+		rb, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		require.Equal(t, http.StatusOK, r.StatusCode)
+		require.True(t, strings.HasPrefix(string(rb), "ok: replica"), string(rb))
+	}
+	// Sessions alternate between the replicas and stay on one worker.
+	for i := 0; i < 10; i++ {
+		hdr := map[string]string{"X-Claude-Code-Session-Id": "sess-" + strconv.Itoa(i)}
+		var first string
+		for turn := 0; turn < 4; turn++ {
+			base := []string{baseA, baseB}[(i+turn)%2]
+			resp, body := post(t, base+vllm.ChatPath, hdr, chatBody(t, false, chatMsg{"user", "turn " + strconv.Itoa(turn) + " of " + strconv.Itoa(i)}))
+			require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+			w := resp.Header.Get(headerWorker)
+			if turn == 0 {
+				first = w
+			}
+			require.Equal(t, first, w, "session %d turn %d", i, turn)
+		}
+	}
+
+	self, err := os.FindProcess(os.Getpid())
+	require.NoError(t, err)
+	if err := self.Signal(os.Interrupt); err != nil {
+		t.Skipf("cannot signal self on this platform: %v", err)
+	}
+	require.Equal(t, 0, <-doneR, errR.String())
+	require.Equal(t, 0, <-doneB, errB.String())
+	require.Equal(t, 0, <-doneA, errA.String())
+}
