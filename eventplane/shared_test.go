@@ -100,6 +100,58 @@ func TestHerding(t *testing.T) {
 	}
 }
 
+// TestHerdingOnACachedPrefix is the herding that hurts: every request
+// shares a long prefix that one worker holds, so each replica, alone,
+// sends its first requests there; two replicas that do not share load
+// both do, and the worker gets twice the new work.
+func TestHerdingOnACachedPrefix(t *testing.T) {
+	ns := startNATS(t)
+	cfg := testConfig()
+	workers := []uint64{1, 2, 3, 4}
+	rng := rand.New(rand.NewPCG(3, 4))
+	prefix := make([]uint32, 1024)
+	for k := range prefix {
+		prefix[k] = rng.Uint32()
+	}
+	stored := flashindex.Event{Worker: flashindex.Worker{ID: 1}, EventID: 1, Kind: flashindex.Stored, BlockSize: testBS}
+	for k := 0; k < len(prefix); k += testBS {
+		stored.Blocks = append(stored.Blocks, flashindex.StoredBlock{EngineHash: uint64(k + 1), Tokens: prefix[k : k+testBS]})
+	}
+	prompts := make([][]uint32, 24)
+	for i := range prompts {
+		p := append([]uint32(nil), prefix...)
+		for k := 0; k < 64; k++ {
+			p = append(p, rng.Uint32())
+		}
+		prompts[i] = p
+	}
+	mk := func() *agentkv.Router {
+		r := newRouter(t, nil, workers...)
+		require.NoError(t, r.ApplyEvent(&stored))
+		return r
+	}
+	onHolder := func(rs []*agentkv.Router) int {
+		n := 0
+		for _, r := range rs {
+			n += r.OwnLoad(flashindex.Worker{ID: 1}).Requests
+		}
+		return n
+	}
+	single := []*agentkv.Router{mk()}
+	routeBurst(t, nil, single, prompts, false)
+	local := []*agentkv.Router{mk(), mk()}
+	routeBurst(t, nil, local, prompts, false)
+	shared := []*agentkv.Router{mk(), mk()}
+	for i, r := range shared {
+		startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: []string{"a", "b"}[i], Router: r})
+	}
+	routeBurst(t, nil, shared, prompts, true)
+	t.Logf("requests on the worker holding the prefix (24 requests, 4 workers): single router %d, two replicas with shared load %d, without %d; imbalance %.3f / %.3f / %.3f",
+		onHolder(single), onHolder(shared), onHolder(local), imbalance(single, workers), imbalance(shared, workers), imbalance(local, workers))
+	require.Equal(t, onHolder(single), onHolder(shared), "shared load herds no more than one router")
+	require.Greater(t, onHolder(local), onHolder(single), "without shared load both replicas pick the holder")
+}
+
 func TestAffinityBehindRoundRobin(t *testing.T) {
 	ns := startNATS(t)
 	cfg := testConfig()
