@@ -73,6 +73,17 @@ const (
 	AffinityHard
 )
 
+// Defaults of the router's lifecycle settings (see Config).
+const (
+	// DefaultTickInterval is Config.TickInterval's default without
+	// admission (with it, admission.Config.Interval).
+	DefaultTickInterval = 5 * time.Second
+	// DefaultHeldTTL is Config.HeldTTL's default.
+	DefaultHeldTTL = time.Minute
+	// DefaultMaxHeld is Config.MaxHeld's default.
+	DefaultMaxHeld = 1 << 16
+)
+
 // DefaultHashCacheTokens is the default Config.HashCacheTokens: 64M prompt
 // tokens, 32 MiB of hashes at block size 16 (two thousand 32K-token
 // sessions).
@@ -113,6 +124,27 @@ type Config struct {
 	RequestTTL time.Duration
 	// Now is the clock (default time.Now). Simulators inject virtual time.
 	Now func() time.Time
+	// TickInterval is how often Run calls Tick (default
+	// Admission.Interval with admission, else DefaultTickInterval).
+	TickInterval time.Duration
+	// Ticker makes Run's ticks: a channel that delivers one every d and a
+	// function that stops it (default: a time.Ticker). Tests and simulators
+	// inject their own to drive Run step by step.
+	Ticker func(d time.Duration) (ticks <-chan time.Time, stop func())
+	// OnTick, if set, is called by Run with every Tick's result.
+	OnTick func(TickResult)
+	// HeldTTL is how long a request held for a TryRoute caller may wait,
+	// once admission released it, for that caller's retry: after it the
+	// next Tick ends the turn and drops the request (OnRelease is told
+	// ErrDropped), so callers that gave up leak nothing. Requests Route
+	// holds are retried at once and never expire; a held request not yet
+	// released waits at most admission's MaxWait. Default DefaultHeldTTL.
+	HeldTTL time.Duration
+	// MaxHeld bounds the requests held at once (default DefaultMaxHeld); a
+	// request admission would hold beyond it is withdrawn and refused with
+	// ErrTooManyHeld. A client sending many request IDs for one paused
+	// session would otherwise grow the held set without bound.
+	MaxHeld int
 	// Seed seeds tie-breaking and sampling; the same seed and inputs give
 	// the same decisions.
 	Seed uint64
@@ -216,6 +248,11 @@ type Decision struct {
 	received     time.Time
 	firstToken   time.Time
 	replayHashes []uint64
+	// recorded is the approximate entries' blocks this route added (beyond
+	// the worker's matched device prefix), boundHere whether it bound the
+	// session: what a failure undoes.
+	recorded  []uint64
+	boundHere bool
 
 	r       *Router
 	id      uint64
@@ -230,7 +267,10 @@ type Usage struct {
 	PromptTokens, CompletionTokens, CachedTokens int
 	FinishReason                                 string
 	ToolCalls                                    []string
-	// Failed is set when the request errored or was cancelled.
+	// Failed is set when the request errored or was cancelled (a client
+	// that went away included). Done then also undoes what routing
+	// recorded for the request: the approximate index entries it added and
+	// the session binding it made (see Config.Approximate, Affinity).
 	Failed bool
 }
 
@@ -246,6 +286,9 @@ var (
 	ErrDropped = errors.New("agentkv: held request dropped")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("agentkv: router closed")
+	// ErrTooManyHeld means admission would hold the request but
+	// Config.MaxHeld requests are held already; nothing was recorded.
+	ErrTooManyHeld = errors.New("agentkv: too many held requests")
 )
 
 // Router routes agent requests to workers. It is safe for concurrent use;
@@ -285,12 +328,14 @@ type Router struct {
 }
 
 type heldRequest struct {
-	program  string
-	since    time.Time
-	released bool
-	adm      admission.Admission
-	ready    chan struct{} // closed on release or drop
-	dropped  bool
+	program    string
+	since      time.Time
+	waiter     bool // a Route call is blocked on ready (it never expires)
+	released   bool
+	releasedAt time.Time
+	adm        admission.Admission
+	ready      chan struct{} // closed on release or drop
+	dropped    bool
 }
 
 // New validates cfg and returns a Router with no workers.
@@ -316,6 +361,9 @@ func New(cfg Config) (*Router, error) {
 	}
 	if cfg.RequestTTL == 0 {
 		cfg.RequestTTL = 10 * time.Minute
+	}
+	if err := cfg.fillLifecycle(); err != nil {
+		return nil, err
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -391,7 +439,8 @@ func (r *Router) Sessions() *session.Table { return r.table }
 
 // AddWorker adds a worker with each of its DP ranks. A worker whose block
 // size differs from the router's is refused with *BlockSizeMismatchError.
-// Adding a worker ID that exists updates its capacity.
+// Adding a worker ID that exists updates its capacity. It updates every
+// rank or, on error, none.
 func (r *Router) AddWorker(w Worker) error {
 	info := w.Info()
 	if info.BlockSize != r.cfg.BlockSize {
@@ -400,6 +449,12 @@ func (r *Router) AddWorker(w Worker) error {
 	if info.KVCapacityTokens < 0 || info.DPRanks < 0 {
 		return fmt.Errorf("agentkv: worker %d: negative capacity or DP ranks", info.ID)
 	}
+	// Admission counts an unknown (0) capacity as one token, so that the
+	// worker's programs pause until a refresh reports the real one.
+	admCap := int64(max(info.KVCapacityTokens, 1))
+	if r.adm != nil && admCap > admission.MaxTokens {
+		return fmt.Errorf("agentkv: worker %d: KV capacity %d exceeds %d tokens", info.ID, admCap, admission.MaxTokens)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -407,29 +462,28 @@ func (r *Router) AddWorker(w Worker) error {
 	}
 	for rank := 0; rank < info.ranks(); rank++ {
 		key := flashindex.Worker{ID: info.ID, DPRank: uint32(rank)}
-		capTokens := info.KVCapacityTokens
+		capBlock := info.KVCapacityTokens / r.cfg.BlockSize
 		if i, ok := r.byKey[key]; ok {
 			ws := r.workers[i]
-			ws.info, ws.adapter, ws.capBlock = info, w, capTokens/r.cfg.BlockSize
 			if r.adm != nil {
-				if err := r.adm.SetCapacity(ws.admID, int64(capTokens)); err != nil {
-					return err
-				}
+				// Cannot fail: the worker is known and admCap valid.
+				_ = r.adm.SetCapacity(ws.admID, admCap)
 			}
+			ws.info, ws.adapter, ws.capBlock = info, w, capBlock
 			continue
 		}
-		r.byKey[key] = len(r.workers)
-		ws := &workerState{key: key, info: info, adapter: w, capBlock: capTokens / r.cfg.BlockSize}
-		r.workers = append(r.workers, ws)
-		r.loads.addWorker(key)
+		ws := &workerState{key: key, info: info, adapter: w, capBlock: capBlock}
 		if r.adm != nil {
 			ws.admID = r.nextAdm
+			if err := r.adm.AddWorker(ws.admID, admCap); err != nil {
+				return err // a fresh id and a valid capacity: not reached
+			}
 			r.nextAdm++
 			r.byAdm[ws.admID] = key
-			if err := r.adm.AddWorker(ws.admID, int64(max(capTokens, 1))); err != nil {
-				return err
-			}
 		}
+		r.byKey[key] = len(r.workers)
+		r.workers = append(r.workers, ws)
+		r.loads.addWorker(key)
 	}
 	return nil
 }
@@ -707,8 +761,15 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 				r.mu.Unlock()
 				return nil, nil, err
 			}
+			if !a.Run && len(r.held) >= r.cfg.MaxHeld {
+				_ = r.adm.Cancel(start, program)
+				rel := r.drainAdmissionLocked()
+				r.mu.Unlock()
+				r.notify(rel)
+				return nil, nil, ErrTooManyHeld
+			}
 			if !a.Run {
-				h := &heldRequest{program: program, since: start, ready: make(chan struct{})}
+				h := &heldRequest{program: program, since: start, waiter: hold, ready: make(chan struct{})}
 				r.held[req.ID] = h
 				r.heldByPg[program] = append(r.heldByPg[program], req.ID)
 				rel := r.drainAdmissionLocked()
@@ -789,15 +850,20 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 			r.log.Debug("agentkv: session not tracked", "session", ac.SessionID, "err", err)
 		}
 	}
+	boundHere := false
 	if ac.Valid() && r.cfg.Affinity != AffinityOff && !viaAffinity {
 		mode := session.Soft
 		if r.cfg.Affinity == AffinityHard {
 			mode = session.Hard
 		}
-		_ = r.table.Bind(ac.SessionID, session.Worker{ID: c.ws.key.ID, DPRank: c.ws.key.DPRank}, mode)
+		boundHere = r.table.Bind(ac.SessionID, session.Worker{ID: c.ws.key.ID, DPRank: c.ws.key.DPRank}, mode) == nil
 	}
+	var recorded []uint64
 	if r.cfg.Approximate && len(seq) > 0 {
 		r.index.Record(c.ws.key, seq, r.cfg.ApproxTTL)
+		if c.match.Device < len(seq) {
+			recorded = slices.Clone(seq[c.match.Device:])
+		}
 	}
 	d := &Decision{
 		RequestID: req.ID,
@@ -814,6 +880,8 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 		Admission:    adm,
 		Waited:       waited,
 		Affinity:     viaAffinity,
+		recorded:     recorded,
+		boundHere:    boundHere,
 		r:            r,
 		id:           internal,
 		program:      program,
@@ -918,9 +986,12 @@ func (r *Router) done(d *Decision, u Usage) {
 	if prompt == 0 {
 		prompt = d.prompt
 	}
+	if u.Failed {
+		r.undoRoute(d)
+	}
 	r.mu.Lock()
 	r.loads.finish(d.id)
-	if d.agent.Valid() && !d.agent.Final {
+	if d.agent.Valid() && !d.agent.Final && !u.Failed {
 		r.acting[d.agent.SessionID] = actingSession{worker: d.Worker, since: now}
 	}
 	var rel []release
@@ -979,6 +1050,9 @@ type TickResult struct {
 	SweptRequests int
 	// ExpiredSessions counts sessions removed for idleness.
 	ExpiredSessions int
+	// ExpiredHeld counts released requests dropped because their TryRoute
+	// caller did not retry within Config.HeldTTL.
+	ExpiredHeld int
 }
 
 // Tick runs one control-loop round: admission pause/resume, the expiry
@@ -998,11 +1072,14 @@ func (r *Router) Tick() TickResult {
 		}
 	}
 	waiting := 0
+	var rel []release
 	if r.adm != nil {
+		rel = r.expireHeldLocked(now)
+		res.ExpiredHeld = len(rel)
 		res.Admission = r.adm.Tick(now)
 		waiting = r.adm.Waiting()
 	}
-	rel := r.drainAdmissionLocked()
+	rel = append(rel, r.drainAdmissionLocked()...)
 	r.mu.Unlock()
 	for _, x := range rel {
 		if x.id != "" && !x.dropped {
@@ -1025,6 +1102,7 @@ type release struct {
 	id      string
 	h       *heldRequest
 	dropped bool
+	woken   bool // h.ready is closed already (an expired release)
 }
 
 // drainAdmissionLocked consumes admission decisions and marks released or
@@ -1040,7 +1118,9 @@ func (r *Router) drainAdmissionLocked() []release {
 		if r.metrics != nil {
 			r.metrics.observeAdmission(d)
 		}
-		if !d.Released {
+		if !d.Released || d.Kind == admission.KindCancel {
+			// A cancel is the router withdrawing one turn itself (Cancel,
+			// MaxHeld): that request is gone already, its siblings wait on.
 			continue
 		}
 		ids := r.heldByPg[d.Program]
@@ -1052,7 +1132,7 @@ func (r *Router) drainAdmissionLocked() []release {
 			}
 			switch d.Kind {
 			case admission.KindResume:
-				h.released = true
+				h.released, h.releasedAt = true, d.At
 				h.adm = admission.Admission{Run: true, Worker: d.Worker, Priority: d.Priority,
 					Status: admission.StatusRunnable, Reason: d.Reason}
 			default: // terminated or cancelled: the turn will never run
@@ -1068,7 +1148,9 @@ func (r *Router) drainAdmissionLocked() []release {
 // notify wakes waiters and calls OnRelease, outside the router's lock.
 func (r *Router) notify(rel []release) {
 	for _, x := range rel {
-		close(x.h.ready)
+		if !x.woken {
+			close(x.h.ready)
+		}
 		if r.cfg.OnRelease != nil {
 			var err error
 			if x.dropped {

@@ -148,12 +148,49 @@ func (ix *Index) expireLocked(now time.Time) {
 
 // dropApproxWhile pops entries off the heap while more (called with the
 // heap non-empty) holds, and clears their residencies; it returns how many
-// it dropped. Entries leave the heap in (expiry, order) order, which for a
+// it dropped.
+func (ix *Index) dropApproxWhile(more func() bool) int {
+	return ix.dropApprox(func() *approxEntry {
+		if len(ix.approx) == 0 || !more() {
+			return nil
+		}
+		return heap.Pop(&ix.approx).(*approxEntry)
+	})
+}
+
+// Unrecord drops w's approximate entries for the blocks of seq (what a
+// Record for a request that then failed had added); residencies from events
+// are untouched, and blocks without an approximate entry are skipped. A
+// router calls it when the request never reached the engine's cache, so
+// the worker is not credited with blocks it does not hold.
+func (ix *Index) Unrecord(w Worker, seq []uint64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ws := ix.workers[w]
+	if ws == nil || len(ws.approx) == 0 {
+		return
+	}
+	i := 0
+	ix.dropApprox(func() *approxEntry {
+		for ; i < len(seq); i++ {
+			if e := ws.approx[seq[i]]; e != nil {
+				i++
+				ix.approx.remove(e)
+				return e
+			}
+		}
+		return nil
+	})
+}
+
+// dropApprox clears the residencies of the entries next yields (each
+// already off the heap) until it yields nil, and returns how many it
+// cleared. Entries leave the heap in (expiry, order) order, which for a
 // recorded request is its chain's order, so consecutive entries of one
 // worker are mostly adjacent blocks of one node: each such run is cleared
 // with one node update, not one per block (a session flood prunes every
 // request's blocks, issue #22).
-func (ix *Index) dropApproxWhile(more func() bool) int {
+func (ix *Index) dropApprox(next func() *approxEntry) int {
 	var run struct {
 		ws   *workerState
 		n    *node
@@ -166,8 +203,7 @@ func (ix *Index) dropApproxWhile(more func() bool) int {
 		}
 	}
 	dropped := 0
-	for len(ix.approx) > 0 && more() {
-		e := heap.Pop(&ix.approx).(*approxEntry)
+	for e := next(); e != nil; e = next() {
 		dropped++
 		ws := e.ws
 		delete(ws.approx, e.seq)

@@ -92,3 +92,38 @@ func BenchmarkRecordAtBound(b *testing.B) {
 		})
 	}
 }
+
+// TestUnrecord: a failed request's approximate entries go, on that worker
+// only; blocks confirmed by events and other workers' entries stay, and
+// once nothing holds a block it leaves the index.
+func TestUnrecord(t *testing.T) {
+	ix := mustNew(t, Config{BlockSize: 2})
+	w1, w2 := Worker{ID: 1}, Worker{ID: 2}
+	blocks := [][]uint32{toks(1, 1), toks(2, 2), toks(3, 3), toks(4, 4)}
+	seq := hashChain(t, 2, blocks...)
+	depth := func(w Worker) int {
+		for _, m := range ix.FindMatches(seq, nil) {
+			if m.Worker == w {
+				return m.Device
+			}
+		}
+		return 0
+	}
+	if err := ix.Apply(chainEvent(w1, 0, Device, blocks[:2], nil, 0)); err != nil {
+		t.Fatal(err)
+	}
+	ix.Record(w1, seq, time.Minute)
+	ix.Record(w2, seq[:3], time.Minute)
+	if depth(w1) != 4 || depth(w2) != 3 || ix.Stats().Approx != 5 {
+		t.Fatalf("before: depths %d, %d, %d entries", depth(w1), depth(w2), ix.Stats().Approx)
+	}
+	ix.Unrecord(w1, seq)
+	if depth(w1) != 2 || depth(w2) != 3 || ix.Stats().Approx != 3 {
+		t.Fatalf("after Unrecord(w1): depths %d, %d, %d entries", depth(w1), depth(w2), ix.Stats().Approx)
+	}
+	ix.Unrecord(w2, seq[1:]) // the first block's entry stays
+	ix.Unrecord(Worker{ID: 9}, seq)
+	if depth(w2) != 1 || ix.Stats().Approx != 1 || ix.Stats().Blocks != 2 {
+		t.Fatalf("after Unrecord(w2): depth %d, %+v", depth(w2), ix.Stats())
+	}
+}
