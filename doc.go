@@ -22,11 +22,23 @@
 //     admission outcome). Call [Decision.FirstToken] when the first token
 //     streams, [Decision.Progress] while it streams, and [Decision.Done] with
 //     the engine's usage when it ends: admission, the session table and the
-//     trace learn from real numbers.
-//  4. [Router.Tick] every few seconds (5 s by default): admission pauses and
-//     resumes programs, hint policies run for sessions between turns, and
-//     expired sessions, silent requests and approximate index entries are
-//     swept. A request that keeps streaming is never swept.
+//     trace learn from real numbers. A request that failed or was cancelled
+//     calls Done with Usage.Failed: besides its load, the approximate index
+//     entries it added and the session binding it made are undone, so the
+//     next route is not drawn to a worker for a cache it lacks.
+//  4. [Router.Run] in a goroutine of its own: it calls [Router.Tick] every
+//     Config.TickInterval (5 s by default, admission's interval with
+//     admission) until its context ends: admission pauses and resumes
+//     programs, hint policies run for sessions between turns, and expired
+//     sessions, silent requests, approximate index entries and held
+//     requests their TryRoute caller abandoned (Config.HeldTTL) are swept.
+//     A request that keeps streaming is never swept. Simulators call Tick
+//     themselves, on virtual time.
+//
+// To take a worker out of routing call [Router.RemoveWorker] (its index
+// entries and load go; with admission its programs are paused and resumed
+// elsewhere) and AddWorker when it is back; to steer one request away from
+// a worker that just failed, retry with Override.AllowedWorkers.
 //
 // # Choosing a worker
 //
@@ -58,8 +70,10 @@
 // no room, is held: Route blocks until a Tick resumes it (or ctx ends: the
 // turn is withdrawn and Route returns ctx.Err()); TryRoute returns ErrHeld
 // and the caller learns of the release through Config.OnRelease or
-// TickResult.Released, then retries with the same Request.ID. A held request
-// whose session ends is reported with ErrDropped. New programs are offered
+// TickResult.Released, then retries with the same Request.ID (a release
+// not retried within Config.HeldTTL is dropped). A held request whose
+// session ends is reported with ErrDropped. At most Config.MaxHeld requests
+// are held at once; beyond that TryRoute and Route return ErrTooManyHeld. New programs are offered
 // the workers in cost order, so they land where their prefix is cached.
 //
 // # Concurrency and ownership

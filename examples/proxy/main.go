@@ -17,7 +17,6 @@ import (
 	"log"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/engine/vllm"
@@ -69,21 +68,12 @@ func newProxy(ctx context.Context, urls []string) (http.Handler, func(), error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	tick, quit := time.NewTicker(5*time.Second), make(chan struct{}) // expiry sweeps (and admission)
-	go func() {
-		for {
-			select {
-			case <-tick.C:
-				r.Tick()
-			case <-quit:
-				return
-			}
-		}
-	}()
+	ctx, stop := context.WithCancel(context.Background())
+	go func() { _ = r.Run(ctx) }() // expiry sweeps (and admission) every 5 s
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sessions", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "%d sessions\n", r.Sessions().Len()) // an endpoint of your own
 	})
 	mux.Handle("/", g) // the OpenAI and Anthropic APIs
-	return mux, func() { tick.Stop(); close(quit); r.Close() }, nil
+	return mux, func() { stop(); r.Close() }, nil
 }

@@ -86,7 +86,7 @@ func rollout(ctx context.Context, cfg config, urls []string) (summary, error) {
 	if len(ws) == 0 {
 		return summary{}, errors.New("rollout: no workers")
 	}
-	rc := agentkv.Config{BlockSize: ws[0].BlockSize(), Approximate: true}
+	rc := agentkv.Config{BlockSize: ws[0].BlockSize(), Approximate: true, TickInterval: cfg.Tick}
 	if cfg.Admission {
 		rc.Admission = &admission.Config{Interval: cfg.Tick}
 	}
@@ -111,18 +111,7 @@ func rollout(ctx context.Context, cfg config, urls []string) (summary, error) {
 	// The control loop: admission pauses and resumes programs on each tick.
 	tickCtx, stopTicks := context.WithCancel(ctx)
 	defer stopTicks()
-	go func() {
-		t := time.NewTicker(cfg.Tick)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				r.Tick()
-			case <-tickCtx.Done():
-				return
-			}
-		}
-	}()
+	go func() { _ = r.Run(tickCtx) }()
 
 	d := &driver{cfg: cfg, r: r, ws: ws, hc: &http.Client{}}
 	start := time.Now()
