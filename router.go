@@ -756,7 +756,15 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 			if r.adm.Status(program) == admission.StatusUnknown && r.cfg.Policy == KVAware {
 				prefer = r.preferenceLocked(sc.cands)
 			}
-			a, err := r.adm.StartRequestOn(start, program, int64(promptTokens), prefer)
+			var a admission.Admission
+			var err error
+			if ac.ParentSessionID != "" && ac.ProgramID == "" {
+				// A subagent: its parent waits for it, so it does not queue
+				// at the door behind new programs.
+				a, err = r.adm.StartSubRequest(start, program, ac.ParentSessionID, int64(promptTokens), prefer)
+			} else {
+				a, err = r.adm.StartRequestOn(start, program, int64(promptTokens), prefer)
+			}
 			if err != nil {
 				r.mu.Unlock()
 				return nil, nil, err

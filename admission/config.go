@@ -75,6 +75,23 @@ type Config struct {
 	OnDecision func(Decision)
 	// MaxPending bounds the Drain buffer. Default 65536.
 	MaxPending int
+	// MaxWait, when positive, bounds how long a held turn of a program
+	// that has run before waits, without the overcommit of a forced
+	// resume: held turns resume oldest first (aging) instead of smallest
+	// first, and at the first Tick at or after MaxWait the program is
+	// swapped in: on its home worker (where it last ran, so its cache is
+	// there), or else on the worker where it costs least, Acting programs
+	// are paused (largest first, then the longest acting) until it fits
+	// under the resume ceiling, and it resumes there (ReasonSwap). Where
+	// pausing every Acting program would not make room, Reasoning programs
+	// are marked to pause at their next tool boundary and it resumes once
+	// they have. New programs still wait at the door in arrival order.
+	// Zero (default) keeps the upstream order and the forced resume only.
+	MaxWait time.Duration
+	// HomeFirst resumes a program on its home worker when it fits there
+	// under the resume ceiling, before the Placement sees it: a resumed
+	// program finds its prefix cached instead of landing elsewhere.
+	HomeFirst bool
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -93,7 +110,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"ResumeBoost", c.ResumeBoost}, {"ActingWeight", c.ActingWeight},
 		{"Buffer", float64(c.Buffer)}, {"ForcedResume", float64(c.ForcedResume)},
 		{"Interval", float64(c.Interval)}, {"DecayHalfLife", float64(c.DecayHalfLife)},
-		{"MaxPending", float64(c.MaxPending)},
+		{"MaxPending", float64(c.MaxPending)}, {"MaxWait", float64(c.MaxWait)},
 	} {
 		if err := neg(f.name, f.v); err != nil {
 			return c, err

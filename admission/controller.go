@@ -56,6 +56,7 @@ type program struct {
 	phase     Phase
 	life      Lifecycle
 	w         *worker // non-nil iff Active
+	home      *worker // where it last ran (nil: never placed, or removed)
 	placed    bool    // was ever placed (false: a queued new program)
 	tokens    int64
 	steps     int
@@ -153,6 +154,11 @@ func (c *Controller) RemoveWorker(now time.Time, id WorkerID) error {
 	delete(c.byID, id)
 	i := sort.Search(len(c.workers), func(i int) bool { return c.workers[i].id >= id })
 	c.workers = append(c.workers[:i], c.workers[i+1:]...)
+	for _, p := range c.paused {
+		if p.home == w {
+			p.home = nil
+		}
+	}
 	return nil
 }
 
@@ -350,11 +356,42 @@ func (c *Controller) StartRequestOn(now time.Time, id string, promptTokens int64
 	return Admission{Status: status(p), Reason: ReasonPaused}, nil
 }
 
+// StartSubRequest is StartRequestOn for the first turn of a subagent
+// whose parent program is parent: the parent waits for it, so it does not
+// queue behind new programs at the door. A new subagent program is placed
+// on the parent's worker when that has room under the resume ceiling,
+// else as StartRequestOn places it but without waiting for held turns to
+// go first; when no worker has room it is held as a turn of a running
+// program (resumed before new programs, and swapped in at Config.MaxWait
+// with the parent's worker as its home). For a program the controller
+// knows, or an unknown parent, it is StartRequestOn.
+func (c *Controller) StartSubRequest(now time.Time, id, parent string, promptTokens int64, prefer []WorkerID) (Admission, error) {
+	pp, ok := c.progs[parent]
+	if _, known := c.progs[id]; known || !ok || id == "" || parent == id || promptTokens < 0 || promptTokens > MaxTokens {
+		return c.StartRequestOn(now, id, promptTokens, prefer)
+	}
+	home := pp.w
+	if home == nil {
+		home = pp.home
+	}
+	if home != nil {
+		prefer = append([]WorkerID{home.id}, prefer...)
+	}
+	return c.startNewAs(now, id, promptTokens, prefer, home), nil
+}
+
 func (c *Controller) startNew(now time.Time, id string, tokens int64, prefer []WorkerID) Admission {
-	p := &program{id: id, phase: Reasoning, steps: 1, inflight: 1, held: 1, tokens: tokens, slot: -1, pslot: -1}
+	return c.startNewAs(now, id, tokens, prefer, nil)
+}
+
+// startNewAs places or queues a new program; with a non-nil home (a
+// subagent's parent worker) it skips the fairness queue and, held, counts
+// as a placed program's held turn.
+func (c *Controller) startNewAs(now time.Time, id string, tokens int64, prefer []WorkerID, home *worker) Admission {
+	p := &program{id: id, phase: Reasoning, steps: 1, inflight: 1, held: 1, tokens: tokens, slot: -1, pslot: -1, home: home}
 	c.progs[id] = p
 	reason := ReasonFairness
-	if c.nWaiting == 0 {
+	if c.nWaiting == 0 || home != nil {
 		w, why := c.preferredWithRoom(tokens+c.cfg.Buffer, prefer), ReasonPreferred
 		if w == nil {
 			w, why = c.leastUtilisedWithRoom(tokens+c.cfg.Buffer), ReasonRoom
@@ -380,6 +417,9 @@ func (c *Controller) startNew(now time.Time, id string, tokens int64, prefer []W
 	}
 	p.life = Paused
 	p.waitSince = now
+	if home != nil {
+		p.placed = true // part of a running program: a held turn, not the door
+	}
 	c.addPaused(now, p)
 	c.updateWaiting(p)
 	c.stats.Queued++
@@ -581,6 +621,7 @@ func (c *Controller) Tick(now time.Time) TickResult {
 	c.tickNo++
 	var r TickResult
 	c.forceResume(now, &r)
+	c.swapIn(now, &r)
 	c.resume(now, &r)
 	c.pauseOver(now, &r)
 	c.softDemote(now)
@@ -611,7 +652,10 @@ func (c *Controller) forceResume(now time.Time, r *TickResult) {
 	}
 	due := c.sProgs[:0]
 	for _, p := range c.paused {
-		if p.held > 0 && now.Sub(p.waitSince) >= c.cfg.ForcedResume {
+		// With MaxWait, placed programs are swapped in long before the
+		// cap, and new ones wait at the door in order: no forced resume
+		// overcommits a worker for them.
+		if p.held > 0 && now.Sub(p.waitSince) >= c.cfg.ForcedResume && (c.cfg.MaxWait <= 0 || p.placed && now.Sub(p.waitSince) >= 2*c.cfg.ForcedResume) {
 			due = append(due, p)
 		}
 	}
@@ -682,6 +726,23 @@ func resumeOrder(a, b *program) int {
 	return cmp.Compare(a.pauseSeq, b.pauseSeq)
 }
 
+// agedOrder is the resume order with Config.MaxWait: group, then held
+// turns and queued programs by how long they have waited (oldest first),
+// paused programs with no turn held smallest first.
+func agedOrder(a, b *program) int {
+	ga, gb := resumeGroup(a), resumeGroup(b)
+	if c := cmp.Compare(ga, gb); c != 0 {
+		return c
+	}
+	if ga < 2 {
+		if c := a.waitSince.Compare(b.waitSince); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.pauseSeq, b.pauseSeq)
+	}
+	return resumeOrder(a, b)
+}
+
 func (c *Controller) resume(now time.Time, r *TickResult) {
 	if len(c.paused) == 0 {
 		return
@@ -707,7 +768,14 @@ func (c *Controller) resume(now time.Time, r *TickResult) {
 		return
 	}
 	cand := append(c.sProgs[:0], c.paused...)
-	slices.SortFunc(cand, resumeOrder)
+	if c.cfg.MaxWait > 0 {
+		slices.SortFunc(cand, agedOrder)
+	} else {
+		slices.SortFunc(cand, resumeOrder)
+	}
+	if c.cfg.HomeFirst {
+		cand = c.resumeHome(now, cand, bins, binW, r)
+	}
 	items := c.sItems[:0]
 	for _, p := range cand {
 		items = append(items, Item{Size: p.tokens + c.cfg.Buffer})
@@ -761,6 +829,143 @@ func (c *Controller) maxCap() int64 {
 		m = max(m, w.cap)
 	}
 	return m
+}
+
+// resumeHome resumes, in order, the candidates whose home worker is one
+// of bins and still has room for them, charging the room to the bin; it
+// returns the others, in order.
+func (c *Controller) resumeHome(now time.Time, cand []*program, bins []Bin, binW []*worker, r *TickResult) []*program {
+	keep := cand[:0]
+	for _, p := range cand {
+		placed := false
+		if p.home != nil && (p.held > 0 || !p.placed) {
+			for j, w := range binW {
+				if w == p.home && p.tokens+c.cfg.Buffer <= bins[j].Free {
+					bins[j].Free -= p.tokens + c.cfg.Buffer
+					c.resumeOn(now, p, w, ReasonHome, r)
+					placed = true
+					break
+				}
+			}
+		}
+		if !placed {
+			keep = append(keep, p)
+		}
+	}
+	return keep
+}
+
+// swapIn resumes every held turn of a placed program that has waited
+// MaxWait, oldest first, making room for it by pausing Acting programs on
+// its home worker or the worker where that pauses least; where no worker
+// can make room by pausing, it marks Reasoning programs on the home
+// worker (or the least used) so the room comes at their tool boundaries.
+func (c *Controller) swapIn(now time.Time, r *TickResult) {
+	if c.cfg.MaxWait <= 0 || c.nWaiting == 0 || len(c.workers) == 0 {
+		return
+	}
+	due := c.sProgs[:0]
+	for _, p := range c.paused {
+		if p.held > 0 && p.placed && now.Sub(p.waitSince) >= c.cfg.MaxWait {
+			due = append(due, p)
+		}
+	}
+	slices.SortFunc(due, func(a, b *program) int {
+		if c := a.waitSince.Compare(b.waitSince); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.pauseSeq, b.pauseSeq)
+	})
+	due = slices.Clone(due) // pause below reuses the scratch slices
+	for _, p := range due {
+		need := float64(p.tokens + c.cfg.Buffer)
+		var best *worker
+		bestCost := math.Inf(1)
+		for _, w := range c.workers {
+			room := c.ceiling*float64(w.cap) - c.used(w)
+			short := need - room
+			if short > float64(w.acting)*c.cfg.ActingWeight {
+				continue // pausing every Acting program would not do
+			}
+			cost := max(short, 0)
+			if w == p.home {
+				cost -= need / 2 // its cache is there: prefer it unless another is clearly cheaper
+			}
+			if best == nil || cost < bestCost {
+				best, bestCost = w, cost
+			}
+		}
+		if best == nil {
+			c.markFor(now, p, need, r)
+			continue
+		}
+		room := c.ceiling*float64(best.cap) - c.used(best)
+		if room < need {
+			cand := make([]*program, 0, best.nAct)
+			for _, q := range best.progs {
+				if q.phase == Acting {
+					cand = append(cand, q)
+				}
+			}
+			slices.SortFunc(cand, func(a, b *program) int {
+				if c := cmp.Compare(b.tokens, a.tokens); c != 0 {
+					return c
+				}
+				return a.actingSince.Compare(b.actingSince)
+			})
+			for _, q := range cand {
+				if room >= need {
+					break
+				}
+				room += c.weight(q)
+				if q.marked {
+					c.setMarked(q, false)
+				}
+				c.pause(now, q, ReasonSwap)
+				c.stats.SwapPaused++
+				r.Paused++
+			}
+		}
+		c.resumeOn(now, p, best, ReasonSwap, r)
+		c.stats.Swapped++
+	}
+	c.sProgs = c.sProgs[:0]
+}
+
+// markFor marks Reasoning programs on p's home worker (or the least used
+// one) until the marked weight covers what p lacks there under the resume
+// ceiling: they pause at their next tool boundary, and p resumes then.
+func (c *Controller) markFor(now time.Time, p *program, need float64, r *TickResult) {
+	w := p.home
+	if w == nil {
+		for _, x := range c.workers {
+			if w == nil || c.util(x) < c.util(w) {
+				w = x
+			}
+		}
+	}
+	short := need - (c.ceiling*float64(w.cap) - c.used(w)) - float64(w.marked)
+	if short <= 0 {
+		return
+	}
+	cand := make([]*program, 0, len(w.progs))
+	for _, q := range w.progs {
+		if q.phase == Reasoning && !q.marked && q.resumedAt != c.tickNo {
+			cand = append(cand, q)
+		}
+	}
+	slices.SortFunc(cand, smallerFirst)
+	for _, q := range cand {
+		if short <= 0 {
+			break
+		}
+		short -= c.weight(q)
+		c.setMarked(q, true)
+		c.stats.Marked++
+		r.Marked++
+		c.emit(Decision{At: now, Kind: KindMark, Reason: ReasonSwap, Program: q.id, Worker: w.id, HasWorker: true,
+			Tokens: q.tokens, Util: c.util(w)})
+	}
 }
 
 func (c *Controller) resumeOn(now time.Time, p *program, w *worker, reason Reason, r *TickResult) {
@@ -901,6 +1106,7 @@ func (c *Controller) softDemote(now time.Time) {
 
 func (c *Controller) pause(now time.Time, p *program, reason Reason) {
 	w := p.w
+	p.home = w
 	c.detach(p)
 	p.life = Paused
 	c.addPaused(now, p)

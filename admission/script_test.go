@@ -20,8 +20,11 @@ var rewrite = flag.Bool("rewrite", false, "rewrite expected output in testdata s
 //
 //	config [threshold=F] [target=F] [soft=F] [hysteresis=F] [buffer=N]
 //	       [forced=D] [interval=D] [weight=F] [decay=D] [placement=worst|bfd|least]
+//	       [maxwait=D] [home=BOOL]
 //	worker add id=N cap=N | worker remove id=N | worker cap id=N cap=N
-//	start s=ID [tokens=N]       a request of session ID starts
+//	start s=ID [tokens=N] [prefer=N,..] [parent=ID]
+//	                            a request of session ID starts (parent: a
+//	                            subagent's first turn, StartSubRequest)
 //	end s=ID prompt=N completion=N
 //	close s=ID                  the session ends
 //	cancel s=ID                 a held turn is withdrawn
@@ -116,6 +119,10 @@ func (s *script) run(line string) (string, error) {
 				cfg.Interval, err = time.ParseDuration(v)
 			case "decay":
 				cfg.DecayHalfLife, err = time.ParseDuration(v)
+			case "maxwait":
+				cfg.MaxWait, err = time.ParseDuration(v)
+			case "home":
+				cfg.HomeFirst, err = strconv.ParseBool(v)
 			case "placement":
 				switch v {
 				case "worst":
@@ -170,7 +177,11 @@ func (s *script) run(line string) (string, error) {
 				prefer = append(prefer, WorkerID(n))
 			}
 		}
-		_, opErr = s.ctl.StartRequestOn(s.now, args["s"], opt("tokens"), prefer)
+		if parent := args["parent"]; parent != "" {
+			_, opErr = s.ctl.StartSubRequest(s.now, args["s"], parent, opt("tokens"), prefer)
+		} else {
+			_, opErr = s.ctl.StartRequestOn(s.now, args["s"], opt("tokens"), prefer)
+		}
 	case "end":
 		opErr = s.ctl.EndRequest(s.now, args["s"], opt("prompt"), opt("completion"))
 	case "close":

@@ -188,9 +188,15 @@ const (
 	// best place it will ever get (otherwise it could only run by forced
 	// resume after the full cap).
 	ReasonEmptyWorker
+	// ReasonSwap: a held turn reached Config.MaxWait; Acting programs were
+	// paused (KindPause) or Reasoning ones marked (KindMark) to make room
+	// for it, and it was resumed (KindResume) without overcommit.
+	ReasonSwap
+	// ReasonHome: resumed on its home worker, where it last ran.
+	ReasonHome
 )
 
-var reasonNames = [...]string{"", "active", "room", "no-room", "fairness", "paused", "over-threshold", "tool-boundary", "below-target", "bin-packed", "forced", "band", "session-end", "worker-removed", "cancelled", "preferred", "empty-worker"}
+var reasonNames = [...]string{"", "active", "room", "no-room", "fairness", "paused", "over-threshold", "tool-boundary", "below-target", "bin-packed", "forced", "band", "session-end", "worker-removed", "cancelled", "preferred", "empty-worker", "swap", "home"}
 
 func (r Reason) String() string {
 	if int(r) > 0 && int(r) < len(reasonNames) {
@@ -317,6 +323,9 @@ type WorkerInfo struct {
 // Stats counts decisions and anomalies since the controller was created.
 type Stats struct {
 	Admitted, Queued, Held, Paused, Marked, Unmarked, Resumed, Forced, Terminated, Cancelled uint64
+	// Swapped counts programs resumed at Config.MaxWait by making room
+	// (ReasonSwap); SwapPaused the Acting programs paused for them.
+	Swapped, SwapPaused uint64
 	// DroppedDecisions counts decisions lost because the pending buffer was
 	// full (only without Config.OnDecision).
 	DroppedDecisions uint64

@@ -83,12 +83,28 @@ var Policies = []Policy{
 	{Name: "kv", Select: agentkv.KVAware},
 	{Name: "kv+cap", Select: agentkv.KVAware, BestCap: true},
 	{Name: "kv+affinity", Select: agentkv.KVAware, Affinity: agentkv.AffinitySoft},
-	{Name: "kv+admission", Select: agentkv.KVAware, Admission: &admission.Config{}},
+	{Name: "kv+admission", Select: agentkv.KVAware, Admission: &AdmissionConfig},
+	{Name: "kv+admission:upstream", Select: agentkv.KVAware, Admission: &admission.Config{}},
 	{Name: "kv+hint:tail", Select: agentkv.KVAware, Hints: []kvhint.Policy{hintPolicies.Tail}},
 	{Name: "kv+hint:pin", Select: agentkv.KVAware, Hints: []kvhint.Policy{hintPolicies.Pin}},
 	{Name: "kv+hint:share", Select: agentkv.KVAware, Hints: []kvhint.Policy{hintPolicies.Share}},
 	{Name: "kv+hint:release", Select: agentkv.KVAware, Hints: []kvhint.Policy{hintPolicies.Release}},
 	{Name: "kv+hints", Select: agentkv.KVAware, Hints: hintPolicies.All()},
+}
+
+// AdmissionConfig is the admission the "kv+admission" policy runs: an
+// Acting program (in a tool call) weighs half its context, decaying with
+// a one-minute half-life while the tool runs (its KV is only cache, and
+// goes cold); a held turn of a running program waits at most 3 minutes and
+// is then swapped in (Acting programs paused to make room, never a forced
+// overcommit); resumed programs go back to their home worker when it has
+// room. "kv+admission:upstream" is ThunderAgent's configuration as Dynamo
+// ports it (admission.Config{}).
+var AdmissionConfig = admission.Config{
+	ActingWeight:  0.5,
+	DecayHalfLife: time.Minute,
+	MaxWait:       3 * time.Minute,
+	HomeFirst:     true,
 }
 
 // HintPolicies are the kvhint built-ins the "kv+hint*" policies use.
