@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -73,9 +75,10 @@ func runSimulate(env *cmdEnv, args []string) error {
 	var f simulateFlags
 	fs.StringVar(&f.workload, "workload", "", "trace file to replay (default: the built-in synthetic agentic workload)")
 	fs.StringVar(&f.format, "format", "auto", "trace format of --workload: auto, agentkv, dynamo, mooncake, claude-code")
-	fs.IntVar(&f.tile, "tile", 1, "replay this many copies of the workload's sessions, each with its own hash namespace")
+	fs.IntVar(&f.tile, "tile", 1, "replay this many copies of the workload's sessions, each with its own hash namespace past the shared prefix")
+	fs.IntVar(&f.tileShared, "tile-shared-tokens", 15_040, "with --tile: the prompt prefix, in tokens, every copy of a session shares (system prompt and tools; 0 = copies share nothing)")
 	fs.IntVar(&f.sessions, "sessions", 1024, "root sessions (agent programs) of the synthetic workload")
-	fs.IntVar(&f.workers, "workers", 4, "simulated workers")
+	fs.IntVar(&f.workers, "workers", 0, "simulated workers (default 4; for an open-loop trace, enough for its arrival rate: one per 5,000 offered prompt tokens/s, at least 4)")
 	fs.IntVar(&f.blockSize, "block-size", 64, "KV block size in tokens (the synthetic workload's hash block; 16 is vLLM's default and 4× slower to simulate)")
 	fs.IntVar(&f.deviceBlocks, "device-blocks", 0, "device KV pool per worker, in blocks (default: 440,000 tokens)")
 	fs.IntVar(&f.hostBlocks, "host-blocks", 0, "host (CPU) KV tier per worker, in blocks; 0 = none")
@@ -97,6 +100,15 @@ func runSimulate(env *cmdEnv, args []string) error {
 	}
 	if f.slo <= 0 {
 		return usagef("simulate: --slo must be positive, got %v", f.slo)
+	}
+	var bad error
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "workers" && f.workers < 1 {
+			bad = usagef("simulate: --workers must be ≥ 1, got %d", f.workers)
+		}
+	})
+	if bad != nil {
+		return bad
 	}
 	var policies []simrun.Policy
 	for _, name := range splitList(f.policies) {
@@ -120,7 +132,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 	if len(levels) == 0 {
 		return usagef("simulate: --concurrency is empty")
 	}
-	for name, v := range map[string]int{"workers": f.workers, "block-size": f.blockSize, "device-blocks": f.deviceBlocks,
+	for name, v := range map[string]int{ "block-size": f.blockSize, "device-blocks": f.deviceBlocks,
 		"sessions": f.sessions, "tile": f.tile, "parallel": f.parallel} {
 		if v < 1 {
 			return usagef("simulate: --%s must be ≥ 1, got %d", name, v)
@@ -133,6 +145,9 @@ func runSimulate(env *cmdEnv, args []string) error {
 	w, err := f.workloadFlags.load("simulate")
 	if err != nil {
 		return err
+	}
+	if f.workers == 0 {
+		f.workers = defaultWorkers(&w)
 	}
 	sum, err := trace.Summarize(&w)
 	if err != nil {
@@ -330,4 +345,31 @@ func writeSimJSON(path string, f *simulateFlags, name string, results []*simrun.
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// defaultWorkers is 4, or for an open-loop trace one worker per 5,000
+// prompt tokens per second of its arrival span (an 8B model on an A100
+// prefills ~10 K uncached tokens/s; about half hit the cache), at least 4.
+func defaultWorkers(w *trace.Workload) int {
+	if !w.OpenLoop {
+		return 4
+	}
+	var first, last time.Duration
+	var tokens int64
+	n := 0
+	for i := range w.Sessions {
+		for _, t := range w.Sessions[i].Turns {
+			if n == 0 || t.Arrival < first {
+				first = t.Arrival
+			}
+			last = max(last, t.Arrival)
+			tokens += int64(t.InputTokens)
+			n++
+		}
+	}
+	span := (last - first).Seconds()
+	if span <= 0 {
+		return 4
+	}
+	return max(4, int(math.Ceil(float64(tokens)/span/5000)))
 }

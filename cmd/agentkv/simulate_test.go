@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv/internal/shareddata"
 )
 
 func TestSimulateSmallRun(t *testing.T) {
@@ -53,4 +55,28 @@ func TestSimulateBadFlags(t *testing.T) {
 	code, _, stderr := runCLI(t, "", "simulate", "--workload", filepath.Join(t.TempDir(), "missing.jsonl"))
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "missing.jsonl")
+}
+
+// TestSimulateDirectoryTiled: --workload takes a folder of Claude Code
+// session files (merged), --tile copies it sharing the system prompt and
+// tools prefix (--tile-shared-tokens) and, with sharing off, the copies hit
+// the cache less.
+func TestSimulateDirectoryTiled(t *testing.T) {
+	dir := filepath.Join(shareddata.Dir(t), "claude_code_traces")
+	hit := map[string]float64{}
+	for _, shared := range []string{"15040", "0"} {
+		js := filepath.Join(t.TempDir(), "r.json")
+		code, stdout, stderr := runCLI(t, "", "simulate", "--workload", dir, "--tile", "2", "--tile-shared-tokens", shared,
+			"--concurrency", "8", "--policies", "kv", "--workers", "2", "--json", js, "--plot", "")
+		require.Equal(t, 0, code, stderr)
+		require.Contains(t, stdout, "workload claude_code_traces:")
+		var out simJSON
+		b, err := os.ReadFile(js)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(b, &out))
+		require.Len(t, out.Results, 1)
+		hit[shared] = out.Results[0].HitRate
+	}
+	t.Logf("hit rate with the shared prefix %.3f, without %.3f", hit["15040"], hit["0"])
+	require.Greater(t, hit["15040"], hit["0"])
 }
