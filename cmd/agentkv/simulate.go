@@ -132,7 +132,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 	if len(levels) == 0 {
 		return usagef("simulate: --concurrency is empty")
 	}
-	for name, v := range map[string]int{ "block-size": f.blockSize, "device-blocks": f.deviceBlocks,
+	for name, v := range map[string]int{"block-size": f.blockSize, "device-blocks": f.deviceBlocks,
 		"sessions": f.sessions, "tile": f.tile, "parallel": f.parallel} {
 		if v < 1 {
 			return usagef("simulate: --%s must be ≥ 1, got %d", name, v)
