@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/sharedpool"
 )
 
 // feed publishes n generated events through one publisher per worker and
@@ -148,4 +149,54 @@ func TestNATSRestartMidStream(t *testing.T) {
 	st := a.Stats()
 	require.Equal(t, uint64(30_000), st.Events+st.Rejected, "no event lost, none applied twice: %+v", st)
 	require.NoError(t, a.Ready())
+}
+
+func TestSharedPoolEventsReachEveryReplica(t *testing.T) {
+	ns := startNATS(t)
+	cfg := testConfig()
+	l := sharedpool.Layout{PageSize: testBS, MLA: true}
+	newPool := func() *sharedpool.Pool {
+		p, err := sharedpool.NewPool(sharedpool.Config{Layout: l})
+		require.NoError(t, err)
+		return p
+	}
+	pools := []*sharedpool.Pool{newPool(), newPool()}
+	for i, pool := range pools {
+		startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: []string{"a", "b"}[i], Router: newRouter(t, nil, 1), Pool: pool, NoSharedLoad: true})
+	}
+	pb, err := NewPublisher(connect(t, ns, cfg), PublisherConfig{Worker: WorkerInfo{ID: 1, BlockSize: testBS}, NoAnnounce: true})
+	require.NoError(t, err)
+	pb.Start(context.Background())
+	defer pb.Close()
+
+	tokens := make([]uint32, 6*testBS)
+	for i := range tokens {
+		tokens[i] = uint32(100 + i)
+	}
+	pages := sharedpool.PageHashes(tokens, l.PageSize, l.Eagle, nil)
+	ref := newPool()
+	for seq, idx := range [][]int{{0, 1, 2}, {3, 5}} {
+		var evs []sharedpool.Event
+		for _, i := range idx {
+			for _, k := range l.AppendObjectKeys(nil, pages[i]) {
+				evs = append(evs, sharedpool.Event{Kind: sharedpool.Store, Key: k, Medium: "cpu"})
+			}
+		}
+		batch := sharedpool.Batch{Seq: uint64(seq + 1), DPRank: -1, Events: evs}
+		require.NoError(t, pb.ApplyPool("mooncake", &batch))
+		ref.Apply(&batch)
+	}
+	flush(t, pb)
+	want, err := ref.Query(pages)
+	require.NoError(t, err)
+	require.Equal(t, 5, want.Total)
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pool := range pools {
+		for pool.Len() < ref.Len() && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		got, err := pool.Query(pages)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
 }
