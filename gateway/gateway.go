@@ -74,8 +74,7 @@ type Config struct {
 	Router *agentkv.Router
 	// Workers are the engines, each with the ID the Router knows it by.
 	Workers []Worker
-	// HTTPClient talks to the workers (nil: a client without timeouts,
-	// so long generations are not cut).
+	// HTTPClient talks to the workers (nil: NewHTTPClient()).
 	HTTPClient *http.Client
 	// MaxBodyBytes bounds a request body (default DefaultMaxBodyBytes):
 	// larger is 413.
@@ -99,6 +98,19 @@ type Config struct {
 	Route func(ctx context.Context, req *agentkv.Request) (*agentkv.Decision, error)
 	// Logger receives warnings (nil discards).
 	Logger *slog.Logger
+}
+
+// NewHTTPClient returns the client the gateway talks to workers with when
+// Config.HTTPClient is nil: no overall timeout (long generations are not
+// cut), up to 1,024 idle connections kept per worker (so hundreds of
+// concurrent streams reuse connections instead of dialing one each: Go's
+// default keeps 2), no transparent compression (a stream must reach the
+// client as the engine flushed it).
+func NewHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 4096, 1024
+	t.DisableCompression = true
+	return &http.Client{Transport: t}
 }
 
 // ErrConfig reports an invalid Config.
@@ -141,7 +153,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.TokenizeTimeout = DefaultTokenizeTimeout
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{}
+		cfg.HTTPClient = NewHTTPClient()
 	}
 	g := &Gateway{cfg: cfg, log: cfg.Logger, router: cfg.Router, sess: cfg.Sessions, workers: map[uint64]*worker{}}
 	if g.log == nil {

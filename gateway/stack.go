@@ -122,7 +122,7 @@ type StackConfig struct {
 	// Gateway configures the front door; its Router, Workers, Trace and
 	// Registerer are filled in by the Stack.
 	Gateway Config
-	// HTTPClient talks to the workers (nil: a client without timeouts).
+	// HTTPClient talks to the workers (nil: NewHTTPClient()).
 	HTTPClient *http.Client
 	// Logger receives warnings (nil discards).
 	Logger *slog.Logger
@@ -190,7 +190,7 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		cfg.Refresh = DefaultRefresh
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{}
+		cfg.HTTPClient = NewHTTPClient()
 	}
 	s := &Stack{cfg: cfg, log: cfg.Logger, reg: cfg.Registry}
 	if s.log == nil {
