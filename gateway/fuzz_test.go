@@ -78,7 +78,9 @@ func FuzzTranslateReplies(f *testing.F) {
 			}
 		}
 		for _, mk := range []func(w http.ResponseWriter) translator{
-			func(w http.ResponseWriter) translator { return newResponsesStream(newEventWriter(w), "r", "m", 1, req, nil) },
+			func(w http.ResponseWriter) translator {
+				return newResponsesStream(newEventWriter(w), "r", "m", 1, req, nil)
+			},
 			func(w http.ResponseWriter) translator { return newMessagesStream(newEventWriter(w), "m", "m", 3) },
 		} {
 			rec := httptest.NewRecorder()
