@@ -9,11 +9,13 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/eventplane"
 	"github.com/agentkv/agentkv/eventplane/embedded"
+	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/gateway"
 )
 
@@ -111,8 +113,24 @@ func (nr *natsReplica) start(s *gateway.Stack, h http.Handler) (http.Handler, er
 	if err != nil {
 		return nil, err
 	}
-	rp, err := eventplane.NewReplica(nr.plane, eventplane.ReplicaConfig{Name: nr.name, Router: s.Router(),
-		StartSeq: nr.seq + 1, Metrics: m})
+	r := s.Router()
+	rp, err := eventplane.NewReplica(nr.plane, eventplane.ReplicaConfig{Name: nr.name, Router: r,
+		StartSeq: nr.seq + 1, Metrics: m,
+		// A worker whose relay went is removed; when its relay comes back
+		// the worker (one of --worker, by ID) is routed to again.
+		OnWorker: func(w eventplane.WorkerInfo, up bool) {
+			if !up {
+				r.RemoveWorker(w.ID)
+				return
+			}
+			if w.ID >= uint64(s.Workers()) || slices.ContainsFunc(r.Workers(), func(k flashindex.Worker) bool { return k.ID == w.ID }) {
+				return
+			}
+			id := int(w.ID)
+			if err := r.AddWorker(agentkv.WorkerFunc(func() agentkv.WorkerInfo { return s.WorkerInfo(id) })); err != nil {
+				nr.log.Warn("proxy: returning worker refused", "worker", id, "err", err)
+			}
+		}})
 	if err != nil {
 		return nil, err
 	}

@@ -202,4 +202,37 @@ func TestReplicaProcessesSurviveAKill(t *testing.T) {
 	}
 	t.Logf("restarted replica ready in %v; %d sessions × 9 turns, every turn on its session's worker", ready, sessions)
 	require.Contains(t, procs[1].stderr.String(), "starting warm from snapshot")
+
+	// The relay of worker 1 stops (its worker is going away): every
+	// replica removes worker 1; its sessions move to worker 0 by
+	// compare-and-set and stay there.
+	require.NoError(t, relay.cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, relay.cmd.Wait())
+	for i := range procs {
+		eventually(t, "replica "+strconv.Itoa(i)+" to drop worker 1", func() bool {
+			resp, _ := post(t, base(i)+vllm.ChatPath, nil, chatBody(t, false, msgs...))
+			return resp.StatusCode == http.StatusOK && resp.Header.Get(headerWorker) == a.URL()
+		})
+	}
+	mu.Lock()
+	clear(worker) // sessions on worker 1 move once
+	mu.Unlock()
+	for n := 9; n < 11; n++ {
+		for s := 0; s < sessions; s++ {
+			turn(s, n)
+		}
+	}
+	for s := 0; s < sessions; s++ {
+		require.Equal(t, a.URL(), worker[s], "session %d", s)
+	}
+	// The relay comes back: worker 1 is routed to again.
+	relay = startProcess(t, "relay", "--nats", ns.URL(), "--worker-id", "1", "--url", b.URL(), "--events", ep, "--health-every", "0")
+	relay.line(t, "agentkv relay: worker 1")
+	for i := range procs {
+		eventually(t, "replica "+strconv.Itoa(i)+" to route to worker 1 again", func() bool {
+			hdr := map[string]string{"X-Claude-Code-Session-Id": "new-" + strconv.FormatInt(time.Now().UnixNano(), 10)}
+			resp, _ := post(t, base(i)+vllm.ChatPath, hdr, chatBody(t, false, chatMsg{"user", "fresh"}))
+			return resp.StatusCode == http.StatusOK && resp.Header.Get(headerWorker) == b.URL()
+		})
+	}
 }
