@@ -244,7 +244,7 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	}
 	var ts *TraceSink
 	rc := agentkv.Config{BlockSize: blockSize, Policy: cfg.Policy, Affinity: cfg.Affinity, Approximate: approximate,
-		Logger: s.log, Metrics: rm, IndexSnapshot: cfg.IndexSnapshot}
+		Logger: s.log, Metrics: rm, IndexSnapshot: cfg.IndexSnapshot, TickInterval: cfg.Tick}
 	if cfg.Trace != nil {
 		ts = NewTraceSink(cfg.Trace)
 		rc.Trace = ts
@@ -284,7 +284,10 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		}
 	}
 	s.wg.Add(1)
-	go s.tickLoop(bg)
+	go func() {
+		defer s.wg.Done()
+		_ = s.router.Run(bg)
+	}()
 	if cfg.Refresh > 0 {
 		s.wg.Add(1)
 		go s.refreshLoop(bg)
@@ -343,23 +346,6 @@ func (s *Stack) Close() error {
 // are refused; requests in flight still finish.
 func (s *Stack) DropHeld() {
 	s.closeOnce.Do(func() { _ = s.router.Close() })
-}
-
-func (s *Stack) tickLoop(ctx context.Context) {
-	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.Tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			res := s.router.Tick()
-			if res.SweptRequests > 0 {
-				s.log.Warn("gateway: forgot requests that showed no sign of life", "count", res.SweptRequests)
-			}
-		}
-	}
 }
 
 func (s *Stack) refreshLoop(ctx context.Context) {
