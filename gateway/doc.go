@@ -36,7 +36,8 @@
 //	  response.function_call_arguments.delta ... .done,
 //	  response.output_item.done, response.completed (each with its
 //	  sequence_number).
-//	Messages → chat: system (string or text blocks, joined by "\n") → a
+//	Messages → chat: system (string or text blocks, joined by "\n"), and
+//	  system-role messages (Claude Code 2.1 sends them mid-conversation) → a
 //	  system message; text and image blocks → parts; tool_use → tool_calls;
 //	  tool_result → tool messages ahead of the rest of their turn; thinking
 //	  blocks dropped; client tools (input_schema) → functions, server tools

@@ -28,7 +28,7 @@ func TestRejectsInCallersShape(t *testing.T) {
 		{"responses-no-input", "POST", ResponsesPath, `{"model":"m"}`, nil, 400, false},
 		{"responses-previous-id", "POST", ResponsesPath, `{"model":"m","input":"hi","previous_response_id":"resp_1"}`, nil, 400, false},
 		{"messages-not-json", "POST", MessagesPath, `nope`, nil, 400, true},
-		{"messages-bad-role", "POST", MessagesPath, `{"model":"m","messages":[{"role":"system","content":"x"}]}`, nil, 400, true},
+		{"messages-bad-role", "POST", MessagesPath, `{"model":"m","messages":[{"role":"tool","content":"x"}]}`, nil, 400, true},
 		{"messages-oversize", "POST", MessagesPath, big, nil, 413, true},
 		{"chat-oversize", "POST", ChatPath, big, nil, 413, false},
 		{"count-tokens-empty", "POST", CountTokensPath, ``, nil, 400, true},

@@ -80,7 +80,9 @@ func systemText(raw json.RawMessage) string {
 }
 
 // messagesToChat translates an Anthropic Messages request to chat
-// completions: the system prompt becomes a system message; text and image
+// completions: the system prompt, and system-role messages among the
+// messages (Claude Code 2.1 sends them mid-conversation), become system
+// messages; text and image
 // blocks become content parts; tool_use blocks become the assistant's
 // tool_calls (input as JSON arguments); tool_result blocks become tool
 // messages, ahead of the rest of their user turn; thinking blocks are
@@ -124,8 +126,14 @@ func messagesToChat(body []byte) (*chatRequest, error) {
 		}
 	}
 	for i, m := range in.Messages {
-		if m.Role != "user" && m.Role != "assistant" {
-			return nil, badRequest("messages.%d.role: want user or assistant, got %q", i, m.Role)
+		if m.Role != "user" && m.Role != "assistant" && m.Role != "system" {
+			return nil, badRequest("messages.%d.role: want user, assistant or system, got %q", i, m.Role)
+		}
+		if m.Role == "system" {
+			// Claude Code 2.1 sends mid-conversation system messages
+			// (anthropic-beta mid-conversation-tool-changes): text only.
+			cr.Messages = append(cr.Messages, chatMessage{Role: "system", Content: systemText(m.Content)})
+			continue
 		}
 		var s string
 		if json.Unmarshal(m.Content, &s) == nil {

@@ -124,6 +124,7 @@ const claudeTurn = `{"model":"claude-x","max_tokens":100,"stream":%s,
  "tools":[{"name":"Bash","description":"run","input_schema":{"type":"object"}},{"type":"web_search_20250305","name":"web_search"}],
  "messages":[
   {"role":"user","content":[{"type":"text","text":"list files"}]},
+  {"role":"system","content":[{"type":"text","text":"# Environment"}]},
   {"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"s"},{"type":"text","text":"Let me look."},
     {"type":"tool_use","id":"toolu_1","name":"Bash","input":{"cmd":"ls"}}]}%s]}`
 
@@ -144,13 +145,14 @@ func TestMessagesTranslatedToChat(t *testing.T) {
 	for _, m := range msgs {
 		roles = append(roles, m.(map[string]any)["role"].(string))
 	}
-	require.Equal(t, []string{"system", "user", "assistant", "tool"}, roles)
+	require.Equal(t, []string{"system", "user", "system", "assistant", "tool"}, roles)
+	require.Equal(t, "# Environment", msgs[2].(map[string]any)["content"])
 	require.Equal(t, "You are Claude Code.", msgs[0].(map[string]any)["content"], "billing preamble stripped")
-	asst := msgs[2].(map[string]any)
+	asst := msgs[3].(map[string]any)
 	require.Equal(t, "Let me look.", asst["content"])
 	require.Equal(t, "toolu_1", asst["tool_calls"].([]any)[0].(map[string]any)["id"])
 	require.JSONEq(t, `{"cmd":"ls"}`, asst["tool_calls"].([]any)[0].(map[string]any)["function"].(map[string]any)["arguments"].(string))
-	require.Equal(t, "a.go", msgs[3].(map[string]any)["content"])
+	require.Equal(t, "a.go", msgs[4].(map[string]any)["content"])
 	require.Len(t, up["tools"].([]any), 1)
 	require.EqualValues(t, 100, up["max_tokens"])
 
@@ -160,7 +162,7 @@ func TestMessagesTranslatedToChat(t *testing.T) {
 	require.Equal(t, "end_turn", *m.StopReason)
 	require.Equal(t, f.cachedTokens, m.Usage.CacheReadInputTokens)
 	require.Equal(t, 3, m.Usage.OutputTokens)
-	require.Equal(t, "ok 4", *m.Content[0].Text)
+	require.Equal(t, "ok 5", *m.Content[0].Text)
 
 	// Streamed tool use.
 	resp, body = postJSON(t, srv.URL+MessagesPath, hdr, sprintf(claudeTurn, "true", ""))
