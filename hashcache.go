@@ -9,9 +9,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/zeebo/xxh3"
-
 	"github.com/agentkv/agentkv/flashindex"
+	"github.com/zeebo/xxh3"
 )
 
 // hashCache remembers, per session, the block hashes of its last prompt and
@@ -128,22 +127,37 @@ func (c *hashCache) hash(h *flashindex.Hasher, session, lora string, tokens []ui
 		}
 		return dst
 	}
-	key := hashKey{session, lora}
-	c.mu.Lock()
-	var e *hashEntry
-	if el := c.sessions[key]; el != nil {
-		e = c.removeLocked(el)
+	e := c.take(hashKey{session, lora})
+	reuse, kept := c.verified(e, tokens)
+	rb := reuse / c.bs
+	dst = append(dst, e.seq[:rb]...)
+	var parent uint64
+	if rb > 0 {
+		parent = dst[rb-1]
 	}
-	c.mu.Unlock()
-	if e == nil {
-		e = &hashEntry{key: key}
-	}
+	_, dst = h.AppendHashes(nil, dst, tokens[reuse:], parent, rb > 0)
+	c.hashed.Add(uint64(len(dst) - rb))
+	c.remember(e, tokens, dst, rb, kept)
+	return dst
+}
 
-	// Verify the resent prefix chunk by chunk.
-	bs := c.bs
-	ct := c.chunkBlocks * bs // tokens per chunk
-	full := len(e.seq) * bs  // tokens the old prompt's full blocks cover
-	reuse, kept := 0, 0      // tokens verified; fingerprints still valid
+// take removes key's entry from the cache and returns it (a new one when
+// absent): the caller owns it until remember puts it back.
+func (c *hashCache) take(key hashKey) *hashEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el := c.sessions[key]; el != nil {
+		return c.removeLocked(el)
+	}
+	return &hashEntry{key: key}
+}
+
+// verified checks the resent prefix chunk by chunk against e's
+// fingerprints: it returns the tokens verified (reuse) and how many of e's
+// fingerprints are of whole chunks still valid (kept).
+func (c *hashCache) verified(e *hashEntry, tokens []uint32) (reuse, kept int) {
+	ct := c.chunkBlocks * c.bs // tokens per chunk
+	full := len(e.seq) * c.bs  // tokens the old prompt's full blocks cover
 	for k, fp := range e.fps {
 		end := min((k+1)*ct, full)
 		if end > len(tokens) || c.fingerprint(tokens[k*ct:end]) != fp {
@@ -154,34 +168,30 @@ func (c *hashCache) hash(h *flashindex.Hasher, session, lora string, tokens []ui
 			kept = k + 1 // a whole chunk: its fingerprint stays valid
 		}
 	}
-	rb := reuse / bs
-	dst = append(dst, e.seq[:rb]...)
-	var parent uint64
-	if rb > 0 {
-		parent = dst[rb-1]
-	}
-	_, dst = h.AppendHashes(nil, dst, tokens[reuse:], parent, rb > 0)
+	return reuse, kept
+}
 
-	// Remember this prompt: its hashes, and fingerprints from the first
-	// chunk not known to be whole and unchanged.
-	e.seq = append(e.seq[:rb], dst[rb:]...)
+// remember stores the prompt in e (its hashes seq, of which the first rb
+// were reused, and fingerprints from the first chunk not known to be whole
+// and unchanged) and puts e back as the most recent entry, evicting the
+// least recent beyond the budget.
+func (c *hashCache) remember(e *hashEntry, tokens []uint32, seq []uint64, rb, kept int) {
+	e.seq = append(e.seq[:rb], seq[rb:]...)
 	e.fps = e.fps[:kept]
-	newFull := len(dst) * bs
+	ct := c.chunkBlocks * c.bs
+	newFull := len(seq) * c.bs
 	for start := kept * ct; start < newFull; start += ct {
 		e.fps = append(e.fps, c.fingerprint(tokens[start:min(start+ct, newFull)]))
 	}
-
-	c.hashed.Add(uint64(len(dst) - rb))
 	c.mu.Lock()
-	if old := c.sessions[key]; old != nil { // a concurrent request of the session
+	defer c.mu.Unlock()
+	if old := c.sessions[e.key]; old != nil { // a concurrent request of the session
 		c.removeLocked(old)
 	}
 	c.insertLocked(e)
 	for c.tokens > c.max && c.lru.Len() > 0 {
 		c.removeLocked(c.lru.Back())
 	}
-	c.mu.Unlock()
-	return dst
 }
 
 // insertLocked adds e as the most recent entry; its key must be absent.

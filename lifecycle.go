@@ -2,46 +2,12 @@ package agentkv
 
 import (
 	"context"
-	"fmt"
-	"slices"
-	"strings"
-	"time"
+
+	"github.com/agentkv/agentkv/admission"
+	"github.com/agentkv/agentkv/flashindex"
 )
 
-// This file holds the router's lifecycle: the control loop (Run), the
-// expiry of held requests their callers abandoned, and undoing what routing
-// recorded for a request that failed.
-
-// fillLifecycle fills the lifecycle defaults of c and checks them.
-func (c *Config) fillLifecycle() error {
-	switch {
-	case c.TickInterval < 0:
-		return fmt.Errorf("agentkv: Config.TickInterval must be ≥ 0, got %v", c.TickInterval)
-	case c.HeldTTL < 0:
-		return fmt.Errorf("agentkv: Config.HeldTTL must be ≥ 0, got %v", c.HeldTTL)
-	case c.MaxHeld < 0:
-		return fmt.Errorf("agentkv: Config.MaxHeld must be ≥ 0, got %d", c.MaxHeld)
-	}
-	if c.TickInterval == 0 {
-		c.TickInterval = DefaultTickInterval
-		if c.Admission != nil && c.Admission.Interval > 0 {
-			c.TickInterval = c.Admission.Interval
-		}
-	}
-	if c.Ticker == nil {
-		c.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
-			t := time.NewTicker(d)
-			return t.C, t.Stop
-		}
-	}
-	if c.HeldTTL == 0 {
-		c.HeldTTL = DefaultHeldTTL
-	}
-	if c.MaxHeld == 0 {
-		c.MaxHeld = DefaultMaxHeld
-	}
-	return nil
-}
+// This file holds the router's control loop: Run, and the Tick it calls.
 
 // Run is the router's control loop: it calls Tick every
 // Config.TickInterval (admission pause and resume, the expiry sweeps, tick
@@ -70,39 +36,58 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 }
 
-// expireHeldLocked drops the held requests that admission released more
-// than Config.HeldTTL ago for a TryRoute caller that never retried: their
-// turns, counted as running since the release, end. Callers hold r.mu and
-// notify the result after unlocking.
-func (r *Router) expireHeldLocked(now time.Time) []release {
-	var out []release
-	for id, h := range r.held {
-		if h.released && !h.waiter && now.Sub(h.releasedAt) >= r.cfg.HeldTTL {
-			delete(r.held, id)
-			_ = r.adm.EndRequest(now, h.program, 0, 0)
-			h.dropped = true
-			out = append(out, release{id: id, h: h, dropped: true, woken: true})
-		}
-	}
-	// In ID order, so OnRelease calls are reproducible.
-	slices.SortFunc(out, func(a, b release) int { return strings.Compare(a.id, b.id) })
-	return out
+// TickResult summarises one control-loop round.
+type TickResult struct {
+	Admission admission.TickResult
+	// Released lists the held request IDs that may now be retried.
+	Released []string
+	// SweptRequests counts requests forgotten for lack of any sign of life.
+	SweptRequests int
+	// ExpiredSessions counts sessions removed for idleness.
+	ExpiredSessions int
+	// ExpiredHeld counts released requests dropped because their TryRoute
+	// caller did not retry within Config.HeldTTL.
+	ExpiredHeld int
 }
 
-// undoRoute takes back what routing recorded for a request that failed
-// (Usage.Failed): the approximate index entries it added on its worker
-// (the engine never cached that prompt, or it is gone) and the session
-// binding it created, so the next route of the session is not drawn to a
-// worker for a cache it lacks. Its load is released by done as for every
-// request. The lineage tree and the hash cache describe the session's
-// prompt, not its placement, and stay.
-func (r *Router) undoRoute(d *Decision) {
-	if d.recorded != nil {
-		r.index.Unrecord(d.Worker, d.recorded)
-	}
-	if d.boundHere {
-		if b, ok := r.table.Affinity(d.agent.SessionID); ok && b.Worker.ID == d.Worker.ID && b.Worker.DPRank == d.Worker.DPRank {
-			r.table.Unbind(d.agent.SessionID)
+// Tick runs one control-loop round: admission pause/resume, the expiry
+// sweeps of requests, sessions and approximate index entries. Call it
+// periodically (every 5 s by default; see admission.Config.Interval).
+func (r *Router) Tick() TickResult {
+	now := r.cfg.Now()
+	var res TickResult
+	res.ExpiredSessions = r.table.Expire()
+	r.index.Expire()
+	r.mu.Lock()
+	res.SweptRequests = r.loads.sweep(now.Add(-r.cfg.RequestTTL))
+	var swept []flashindex.Worker
+	if res.SweptRequests > 0 && r.loadObs.Load() != nil {
+		for _, ws := range r.workers {
+			swept = append(swept, ws.key)
 		}
 	}
+	waiting := 0
+	var rel []release
+	if r.adm != nil {
+		rel = r.expireHeldLocked(now)
+		res.ExpiredHeld = len(rel)
+		res.Admission = r.adm.Tick(now)
+		waiting = r.adm.Waiting()
+	}
+	rel = append(rel, r.drainAdmissionLocked()...)
+	r.mu.Unlock()
+	for _, x := range rel {
+		if x.id != "" && !x.dropped {
+			res.Released = append(res.Released, x.id)
+		}
+	}
+	r.notify(rel)
+	for _, w := range swept {
+		r.observeLoad(w)
+	}
+	r.hintsOnTick(now)
+	if r.metrics != nil && r.adm != nil {
+		r.metrics.observeTick(waiting)
+	}
+	return res
 }

@@ -5,10 +5,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/agentkv/agentkv/admission"
 	"github.com/agentkv/agentkv/flashindex"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metrics are the router's Prometheus metrics. Create them with NewMetrics,
@@ -41,50 +40,22 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "agentkv", Subsystem: "router", Name: "overhead_seconds",
 			Help: "Router overhead per request by stage (hash, match, schedule, total).", Buckets: buckets,
 		}, []string{"stage"}),
-		routed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agentkv", Subsystem: "router", Name: "requests_routed_total",
-			Help: "Requests routed, by how the worker was chosen.",
-		}, []string{"via"}),
-		promptTokens: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "agentkv", Subsystem: "router", Name: "prompt_tokens_total",
-			Help: "Prompt tokens of routed requests.",
-		}),
-		cachedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agentkv", Subsystem: "router", Name: "cached_tokens_total",
-			Help: "Prompt tokens the chosen worker held, by tier (hit rate = this / prompt_tokens_total).",
-		}, []string{"tier"}),
-		sharedBlocks: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "agentkv", Subsystem: "router", Name: "shared_pool_credit_blocks_total",
-			Help: "Shared-pool blocks credited beyond the chosen worker's own prefix.",
-		}),
-		held: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "agentkv", Subsystem: "admission", Name: "requests_held_total",
-			Help: "Requests held by admission control.",
-		}),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agentkv", Subsystem: "admission", Name: "decisions_total",
-			Help: "Admission decisions by kind (admit, queue, hold, pause, mark, resume, ...).",
-		}, []string{"kind"}),
+		routed:       counterVec("router", "requests_routed_total", "Requests routed, by how the worker was chosen.", "via"),
+		promptTokens: counter("router", "prompt_tokens_total", "Prompt tokens of routed requests."),
+		cachedTokens: counterVec("router", "cached_tokens_total",
+			"Prompt tokens the chosen worker held, by tier (hit rate = this / prompt_tokens_total).", "tier"),
+		sharedBlocks: counter("router", "shared_pool_credit_blocks_total", "Shared-pool blocks credited beyond the chosen worker's own prefix."),
+		held:         counter("admission", "requests_held_total", "Requests held by admission control."),
+		decisions: counterVec("admission", "decisions_total",
+			"Admission decisions by kind (admit, queue, hold, pause, mark, resume, ...).", "kind"),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "agentkv", Subsystem: "admission", Name: "queue_depth",
 			Help: "Programs with a held turn (queued or paused) after the last tick.",
 		}),
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agentkv", Subsystem: "index", Name: "events_total",
-			Help: "KV events per worker by result (applied or the rejection reason).",
-		}, []string{"worker", "result"}),
-		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agentkv", Subsystem: "index", Name: "event_gaps_total",
-			Help: "KV event id gaps per worker.",
-		}, []string{"worker"}),
-		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "agentkv", Subsystem: "router", Name: "requests_finished_total",
-			Help: "Requests reported done, by outcome.",
-		}, []string{"outcome"}),
-		hints: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "agentkv", Subsystem: "hints", Name: "actions_sent_total",
-			Help: "KV hint actions delivered to worker sinks.",
-		}),
+		events:   counterVec("index", "events_total", "KV events per worker by result (applied or the rejection reason).", "worker", "result"),
+		gaps:     counterVec("index", "event_gaps_total", "KV event id gaps per worker.", "worker"),
+		finished: counterVec("router", "requests_finished_total", "Requests reported done, by outcome.", "outcome"),
+		hints:    counter("hints", "actions_sent_total", "KV hint actions delivered to worker sinks."),
 	}
 	for _, c := range []prometheus.Collector{m.hints, m.overhead, m.routed, m.promptTokens, m.cachedTokens, m.sharedBlocks,
 		m.held, m.decisions, m.waiting, m.events, m.gaps, m.finished} {
@@ -93,6 +64,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+func counter(subsystem, name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "agentkv", Subsystem: subsystem, Name: name, Help: help})
+}
+
+func counterVec(subsystem, name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "agentkv", Subsystem: subsystem, Name: name, Help: help}, labels)
 }
 
 func (m *Metrics) observeRoute(d *Decision, blocks int, hash, match, sched, total time.Duration) {

@@ -1,0 +1,246 @@
+package agentkv
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/agentkv/agentkv/admission"
+	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/kvhint"
+	"github.com/agentkv/agentkv/radix"
+	"github.com/agentkv/agentkv/session"
+	"github.com/agentkv/agentkv/sharedpool"
+)
+
+// This file holds the router's configuration: the routing policy and
+// affinity enums, the defaults, and Config with how New fills it.
+
+// Policy chooses how the router picks a worker.
+type Policy uint8
+
+const (
+	// KVAware minimises the cost function over the workers' cached prefix
+	// (device, host, disk, shared pool) and active load. The default.
+	KVAware Policy = iota
+	// RoundRobin cycles through the workers, ignoring the cache.
+	RoundRobin
+	// Random picks a worker uniformly at random.
+	Random
+)
+
+func (p Policy) String() string {
+	switch p {
+	case KVAware:
+		return "kv"
+	case RoundRobin:
+		return "round-robin"
+	case Random:
+		return "random"
+	}
+	return fmt.Sprintf("policy(%d)", uint8(p))
+}
+
+// ParsePolicy parses "kv", "round-robin" or "random".
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "kv", "kv-aware":
+		return KVAware, nil
+	case "round-robin", "rr":
+		return RoundRobin, nil
+	case "random":
+		return Random, nil
+	}
+	return 0, fmt.Errorf("agentkv: unknown policy %q (want kv, round-robin or random)", s)
+}
+
+// AffinityMode binds a session to the worker that served it.
+type AffinityMode uint8
+
+const (
+	// AffinityOff routes every request on its own merits.
+	AffinityOff AffinityMode = iota
+	// AffinitySoft prefers the session's worker while it is not busy or
+	// filtered out; otherwise it routes freely and rebinds.
+	AffinitySoft
+	// AffinityHard sends every request of a session to its worker while the
+	// binding lives and the worker exists.
+	AffinityHard
+)
+
+// Defaults of the router's lifecycle settings (see Config).
+const (
+	// DefaultTickInterval is Config.TickInterval's default without
+	// admission (with it, admission.Config.Interval).
+	DefaultTickInterval = 5 * time.Second
+	// DefaultHeldTTL is Config.HeldTTL's default.
+	DefaultHeldTTL = time.Minute
+	// DefaultMaxHeld is Config.MaxHeld's default.
+	DefaultMaxHeld = 1 << 16
+)
+
+// DefaultHashCacheTokens is the default Config.HashCacheTokens: 64M prompt
+// tokens, 32 MiB of hashes at block size 16 (two thousand 32K-token
+// sessions).
+const DefaultHashCacheTokens = 64 << 20
+
+// Config configures a Router. Zero fields mean the documented defaults.
+type Config struct {
+	// BlockSize is the KV block size in tokens, shared by every worker.
+	// Required.
+	BlockSize int
+	// Policy picks the worker selection (default KVAware).
+	Policy Policy
+	// Cost weights the KV-aware cost function.
+	Cost CostConfig
+	// Affinity binds sessions to workers (default off) for AffinityTTL
+	// (default 10 minutes).
+	Affinity    AffinityMode
+	AffinityTTL time.Duration
+	// BusyThreshold, when positive, skips workers whose tracked decode
+	// blocks exceed this fraction of their KV capacity, unless every
+	// worker is that busy.
+	BusyThreshold float64
+	// Admission enables program-aware admission control with this
+	// configuration; nil disables it. Its OnDecision must be nil: the
+	// router consumes the decisions.
+	Admission *admission.Config
+	// Sessions configures the session table (its OnRemove is the router's).
+	Sessions session.TableConfig
+	// MaxBlocksPerWorker bounds the index per worker (see flashindex).
+	MaxBlocksPerWorker int
+	// Approximate records each routing decision in the index with
+	// ApproxTTL (default 120 s), for engines that publish no KV events.
+	Approximate bool
+	ApproxTTL   time.Duration
+	// RequestTTL is how long a routed request may go without a sign of
+	// life (route, first token, progress) before the sweep forgets its
+	// load. Default 10 minutes.
+	RequestTTL time.Duration
+	// Now is the clock (default time.Now). Simulators inject virtual time.
+	Now func() time.Time
+	// TickInterval is how often Run calls Tick (default
+	// Admission.Interval with admission, else DefaultTickInterval).
+	TickInterval time.Duration
+	// Ticker makes Run's ticks: a channel that delivers one every d and a
+	// function that stops it (default: a time.Ticker). Tests and simulators
+	// inject their own to drive Run step by step.
+	Ticker func(d time.Duration) (ticks <-chan time.Time, stop func())
+	// OnTick, if set, is called by Run with every Tick's result.
+	OnTick func(TickResult)
+	// HeldTTL is how long a request held for a TryRoute caller may wait,
+	// once admission released it, for that caller's retry: after it the
+	// next Tick ends the turn and drops the request (OnRelease is told
+	// ErrDropped), so callers that gave up leak nothing. Requests Route
+	// holds are retried at once and never expire; a held request not yet
+	// released waits at most admission's MaxWait. Default DefaultHeldTTL.
+	HeldTTL time.Duration
+	// MaxHeld bounds the requests held at once (default DefaultMaxHeld); a
+	// request admission would hold beyond it is withdrawn and refused with
+	// ErrTooManyHeld. A client sending many request IDs for one paused
+	// session would otherwise grow the held set without bound.
+	MaxHeld int
+	// Seed seeds tie-breaking and sampling; the same seed and inputs give
+	// the same decisions.
+	Seed uint64
+	// OnRelease, if set, is called (outside the router's locks) with the
+	// ID of each request TryRoute held, once its fate is decided: err is
+	// nil when admission released it (retry TryRoute with the same ID), or
+	// ErrDropped when it will never run (its session ended, or the router
+	// closed).
+	OnRelease func(requestID string, err error)
+	// Lineage configures the session-prefix tree (radix) that records each
+	// session's context chain; it feeds hint policies.
+	Lineage radix.Config
+	// Hints are evaluated when a turn is routed or resumed, at every tick
+	// for sessions between turns, and when a session ends; the hints go to
+	// workers that implement HintReceiver.
+	Hints []kvhint.Policy
+	// SharedPool, if set, credits each worker with the shared-pool pages
+	// beyond everything it holds itself (Cost.SharedWeight per block).
+	// Requests must carry Tokens for the pool's page hashes.
+	SharedPool *sharedpool.Pool
+	// Trace, if set, receives a request_end record per finished request.
+	Trace TraceSink
+	// HashCacheTokens bounds, in prompt tokens covered, the per-session
+	// prompt cache that lets an agent turn hash only the blocks it appended
+	// (the resent prefix is verified first, by a keyed fingerprint per
+	// 1,024-token chunk). An entry costs 8 bytes per block (0.5 B per token
+	// at block size 16). 0 means DefaultHashCacheTokens; negative disables
+	// it.
+	HashCacheTokens int
+	// Logger receives warnings (rejected events, gaps); nil discards.
+	Logger *slog.Logger
+	// Metrics, if set, receives the router's metrics.
+	Metrics *Metrics
+	// IndexSnapshot, if set, is a flashindex snapshot New restores the
+	// index from (a replica starting warm; see replicas.go).
+	IndexSnapshot io.Reader
+}
+
+// fill checks c and fills its defaults (New's first step).
+func (c *Config) fill() error {
+	switch {
+	case c.BlockSize < 1 || c.BlockSize > flashindex.MaxBlockSize:
+		return fmt.Errorf("agentkv: Config.BlockSize must be in [1, %d], got %d", flashindex.MaxBlockSize, c.BlockSize)
+	case c.Policy > Random:
+		return fmt.Errorf("agentkv: unknown Config.Policy %d", c.Policy)
+	case c.BusyThreshold < 0:
+		return fmt.Errorf("agentkv: Config.BusyThreshold must be ≥ 0, got %v", c.BusyThreshold)
+	case c.Admission != nil && c.Admission.OnDecision != nil:
+		return errors.New("agentkv: Config.Admission.OnDecision must be nil; the router consumes decisions")
+	}
+	if err := c.Cost.validate(); err != nil {
+		return err
+	}
+	c.Cost = c.Cost.withDefaults()
+	if c.AffinityTTL == 0 {
+		c.AffinityTTL = 10 * time.Minute
+	}
+	if c.ApproxTTL == 0 {
+		c.ApproxTTL = flashindex.DefaultApproxTTL
+	}
+	if c.RequestTTL == 0 {
+		c.RequestTTL = 10 * time.Minute
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.HashCacheTokens == 0 {
+		c.HashCacheTokens = DefaultHashCacheTokens
+	}
+	return c.fillLifecycle()
+}
+
+// fillLifecycle fills the lifecycle defaults of c and checks them.
+func (c *Config) fillLifecycle() error {
+	switch {
+	case c.TickInterval < 0:
+		return fmt.Errorf("agentkv: Config.TickInterval must be ≥ 0, got %v", c.TickInterval)
+	case c.HeldTTL < 0:
+		return fmt.Errorf("agentkv: Config.HeldTTL must be ≥ 0, got %v", c.HeldTTL)
+	case c.MaxHeld < 0:
+		return fmt.Errorf("agentkv: Config.MaxHeld must be ≥ 0, got %d", c.MaxHeld)
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = DefaultTickInterval
+		if c.Admission != nil && c.Admission.Interval > 0 {
+			c.TickInterval = c.Admission.Interval
+		}
+	}
+	if c.Ticker == nil {
+		c.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(d)
+			return t.C, t.Stop
+		}
+	}
+	if c.HeldTTL == 0 {
+		c.HeldTTL = DefaultHeldTTL
+	}
+	if c.MaxHeld == 0 {
+		c.MaxHeld = DefaultMaxHeld
+	}
+	return nil
+}

@@ -1,0 +1,158 @@
+package agentkv
+
+import (
+	"sync"
+	"time"
+
+	"github.com/agentkv/agentkv/admission"
+	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/session"
+)
+
+// This file holds a routing decision and what happens to it after
+// routing: first token, progress, and Done, which settles the request's
+// load, admission turn, session totals and trace, and on failure undoes
+// what routing recorded.
+
+// TierTokens counts prompt tokens per tier.
+type TierTokens struct {
+	Device, Host, Disk int
+}
+
+// Decision is where a request goes and why.
+type Decision struct {
+	// RequestID is the request's ID (assigned when the request had none).
+	RequestID string
+	// Worker is the chosen worker and DP rank.
+	Worker flashindex.Worker
+	// Cached is the prompt tokens the chosen worker is expected to hold,
+	// per tier (exclusive depths times the block size).
+	Cached TierTokens
+	// SharedBlocks is the shared-pool credit in blocks beyond the worker's
+	// own prefix.
+	SharedBlocks int
+	// Cost is the chosen worker's cost breakdown; Candidates how many
+	// workers were scored.
+	Cost       Cost
+	Candidates int
+	// Admission is the admission outcome (zero when admission is off);
+	// Waited how long admission held the request.
+	Admission admission.Admission
+	Waited    time.Duration
+	// Affinity is set when a session binding chose the worker.
+	Affinity bool
+	// Hints counts the hint actions delivered for this request.
+	Hints int
+
+	received     time.Time
+	firstToken   time.Time
+	replayHashes []uint64
+	// recorded is the approximate entries' blocks this route added (beyond
+	// the worker's matched device prefix), boundHere whether it bound the
+	// session: what a failure undoes.
+	recorded  []uint64
+	boundHere bool
+
+	r       *Router
+	id      uint64
+	program string
+	agent   session.AgentContext
+	prompt  int
+	once    sync.Once
+}
+
+// Usage is what the engine reported for a finished request.
+type Usage struct {
+	PromptTokens, CompletionTokens, CachedTokens int
+	FinishReason                                 string
+	ToolCalls                                    []string
+	// Failed is set when the request errored or was cancelled (a client
+	// that went away included). Done then also undoes what routing
+	// recorded for the request: the approximate index entries it added and
+	// the session binding it made (see Config.Approximate, Affinity).
+	Failed bool
+}
+
+// FirstToken records that the request's prefill finished: its tokens move
+// from prefill to decode load.
+func (d *Decision) FirstToken() {
+	r := d.r
+	r.mu.Lock()
+	now := r.cfg.Now()
+	r.loads.prefilled(d.id, now)
+	if d.firstToken.IsZero() {
+		d.firstToken = now
+	}
+	r.mu.Unlock()
+	r.observeLoad(d.Worker)
+}
+
+// Progress records that the request is still streaming, so the expiry
+// sweep never forgets a long-running request.
+func (d *Decision) Progress() {
+	r := d.r
+	r.mu.Lock()
+	r.loads.touch(d.id, r.cfg.Now())
+	r.mu.Unlock()
+}
+
+// Done reports the request finished with the engine's usage. Admission, the
+// session table and metrics learn from these real numbers. Only the first
+// call counts.
+func (d *Decision) Done(u Usage) {
+	d.once.Do(func() { d.r.done(d, u) })
+}
+
+func (r *Router) done(d *Decision, u Usage) {
+	now := r.cfg.Now()
+	prompt := u.PromptTokens
+	if prompt == 0 {
+		prompt = d.prompt
+	}
+	if u.Failed {
+		r.undoRoute(d)
+	}
+	r.mu.Lock()
+	r.loads.finish(d.id)
+	if d.agent.Valid() && !d.agent.Final && !u.Failed {
+		r.acting[d.agent.SessionID] = actingSession{worker: d.Worker, since: now}
+	}
+	var rel []release
+	if r.adm != nil && d.program != "" {
+		_ = r.adm.EndRequest(now, d.program, int64(prompt), int64(u.CompletionTokens))
+		if d.agent.Final {
+			_ = r.adm.EndSession(now, d.program)
+		}
+		rel = r.drainAdmissionLocked()
+	}
+	r.mu.Unlock()
+	r.notify(rel)
+	r.observeLoad(d.Worker)
+	if d.agent.Valid() {
+		_, _ = r.table.End(d.agent.SessionID, session.Usage{
+			InputTokens: uint64(prompt), OutputTokens: uint64(u.CompletionTokens), CachedTokens: uint64(u.CachedTokens),
+		})
+	}
+	r.traceRecord(d, u, now)
+	if r.metrics != nil {
+		r.metrics.observeFinished(u.Failed)
+	}
+}
+
+// undoRoute takes back what routing recorded for a request that failed
+// (Usage.Failed): the approximate index entries it added on its worker
+// (the engine never cached that prompt, or it is gone) and the session
+// binding it created, so the next route of the session is not drawn to a
+// worker for a cache it lacks. Its load is released by done as for every
+// request. The lineage tree and the hash cache describe the session's
+// prompt, not its placement, and stay.
+func (r *Router) undoRoute(d *Decision) {
+	if d.recorded != nil {
+		r.index.Unrecord(d.Worker, d.recorded)
+	}
+	if d.boundHere {
+		if b, ok := r.table.Affinity(d.agent.SessionID); ok && b.Worker.ID == d.Worker.ID && b.Worker.DPRank == d.Worker.DPRank {
+			r.table.Unbind(d.agent.SessionID)
+		}
+	}
+}

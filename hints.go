@@ -1,0 +1,141 @@
+package agentkv
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/kvhint"
+)
+
+// This file evaluates the KV hint policies (kvhint) on route, tick and
+// session end, and delivers their hints to workers that take them.
+
+// actingSession is a session between turns, for tick-time hint policies.
+type actingSession struct {
+	worker flashindex.Worker
+	since  time.Time
+}
+
+// evaluateHints runs the hint policies and delivers the hints, outside the
+// router's lock. Sinks must not block (see HintReceiver).
+func (r *Router) evaluateHints(in *kvhint.Input) int {
+	if len(r.cfg.Hints) == 0 {
+		return 0
+	}
+	var hints []kvhint.Hint
+	for _, p := range r.cfg.Hints {
+		hints = p.Evaluate(hints, in)
+	}
+	if len(hints) == 0 {
+		return 0
+	}
+	out := r.batcher.Batch(nil, hints)
+	sent := 0
+	for i := range out {
+		key := flashindex.Worker{ID: out[i].Worker.ID, DPRank: out[i].Worker.DPRank}
+		r.mu.Lock()
+		var sink kvhint.Sink
+		if idx, ok := r.byKey[key]; ok {
+			if hr, ok := r.workers[idx].adapter.(HintReceiver); ok {
+				sink = hr.HintSink()
+			}
+		}
+		r.mu.Unlock()
+		if sink == nil {
+			continue
+		}
+		env := out[i].Envelope
+		if err := sink.Send(context.Background(), &env); err != nil {
+			r.log.Debug("agentkv: hint not delivered", "worker", key.String(), "err", err)
+			continue
+		}
+		sent += len(env.Actions)
+	}
+	if r.metrics != nil {
+		r.metrics.hints.Add(float64(sent))
+	}
+	return sent
+}
+
+// hintsOnRoute evaluates EventAdmit or EventResume for a routed request.
+func (r *Router) hintsOnRoute(d *Decision, seq []uint64, matches []flashindex.Match) {
+	if len(r.cfg.Hints) == 0 || !d.agent.Valid() {
+		return
+	}
+	in := kvhint.Input{Event: kvhint.EventAdmit, Worker: kvhint.WorkerID{ID: d.Worker.ID, DPRank: d.Worker.DPRank}, Prefix: seq}
+	if d.Waited > 0 {
+		in.Event = kvhint.EventResume
+	}
+	in.Session, _ = r.sessionView(d.agent.SessionID, d.agent.ParentSessionID, d.Worker)
+	in.Cached = r.residencies(in.Cached, matches)
+	d.Hints = r.evaluateHints(&in)
+}
+
+// hintsOnTick evaluates EventTick for every session between turns.
+func (r *Router) hintsOnTick(now time.Time) {
+	if len(r.cfg.Hints) == 0 {
+		return
+	}
+	r.mu.Lock()
+	type item struct {
+		id string
+		a  actingSession
+	}
+	items := make([]item, 0, len(r.acting))
+	for id, a := range r.acting {
+		items = append(items, item{id, a})
+	}
+	r.mu.Unlock()
+	// Sessions in a fixed order, so the hints sent are reproducible.
+	slices.SortFunc(items, func(a, b item) int { return strings.Compare(a.id, b.id) })
+	for _, it := range items {
+		info, ok := r.table.Get(it.id)
+		if !ok {
+			continue
+		}
+		in := kvhint.Input{Event: kvhint.EventTick, Worker: kvhint.WorkerID{ID: it.a.worker.ID, DPRank: it.a.worker.DPRank}}
+		in.Session, in.Prefix = r.sessionView(it.id, info.Parent, it.a.worker)
+		in.Session.Phase = kvhint.PhaseActing
+		in.Session.Acting = now.Sub(it.a.since)
+		in.Cached = r.residencies(in.Cached, r.index.FindMatches(in.Prefix, nil))
+		r.evaluateHints(&in)
+	}
+}
+
+// hintsOnFinish evaluates EventFinish for a session that left the table,
+// before its lineage is released.
+func (r *Router) hintsOnFinish(id, parent string) {
+	if len(r.cfg.Hints) == 0 {
+		return
+	}
+	r.mu.Lock()
+	a := r.acting[id]
+	r.mu.Unlock()
+	in := kvhint.Input{Event: kvhint.EventFinish, Worker: kvhint.WorkerID{ID: a.worker.ID, DPRank: a.worker.DPRank}}
+	in.Session, in.Prefix = r.sessionView(id, parent, a.worker)
+	in.Session.Finished = true
+	in.Cached = r.residencies(nil, r.index.FindMatches(in.Prefix, nil))
+	r.evaluateHints(&in)
+}
+
+// residencies converts index matches to kvhint residencies, with each
+// worker's control endpoint.
+func (r *Router) residencies(dst []kvhint.Residency, matches []flashindex.Match) []kvhint.Residency {
+	if len(matches) == 0 {
+		return dst
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range matches {
+		res := kvhint.Residency{Worker: kvhint.WorkerID{ID: m.Worker.ID, DPRank: m.Worker.DPRank},
+			Device: m.Device, Host: m.Host, Disk: m.Disk}
+		if i, ok := r.byKey[m.Worker]; ok {
+			res.Endpoint = r.workers[i].info.Endpoint
+		}
+		dst = append(dst, res)
+	}
+	return dst
+}

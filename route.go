@@ -1,0 +1,527 @@
+package agentkv
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/agentkv/agentkv/admission"
+	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/session"
+	"github.com/agentkv/agentkv/sharedpool"
+)
+
+// This file is the request path: Route and TryRoute, and route's stages
+// in the order a request passes them.
+
+// Request is one model call to route.
+type Request struct {
+	// ID identifies the request; it must stay the same when a held request
+	// is retried with TryRoute. Empty means the router assigns one.
+	ID string
+	// Tokens is the prompt. Alternatively SequenceHashes carries the
+	// prompt's block sequence hashes precomputed (then InputTokens gives
+	// the prompt length).
+	Tokens         []uint32
+	SequenceHashes []uint64
+	InputTokens    int
+	// ExpectedOutputTokens estimates the completion length for decode load.
+	ExpectedOutputTokens int
+	// Agent is the session the request belongs to (zero: an isolated call).
+	Agent session.AgentContext
+	// LoRA names the adapter; it changes the block hashes.
+	LoRA string
+	// Override adjusts this request's routing.
+	Override *Override
+}
+
+// Override adjusts routing for one request.
+type Override struct {
+	// Cost replaces the router's cost weights and temperature.
+	Cost *CostConfig
+	// AllowedWorkers restricts the candidates to these worker IDs.
+	AllowedWorkers []uint64
+	// AllowedRanks restricts the candidates to these worker ranks (a
+	// session binding held outside this router; see replicas.go).
+	AllowedRanks []flashindex.Worker
+}
+
+// Route routes req, blocking while admission control holds it. It returns
+// ctx.Err() if ctx ends first, with the held turn withdrawn. The caller
+// must call Decision.Done when the request finishes.
+func (r *Router) Route(ctx context.Context, req *Request) (*Decision, error) {
+	d, h, err := r.route(req, true)
+	if !errors.Is(err, ErrHeld) {
+		return d, err
+	}
+	select {
+	case <-h.ready:
+	case <-ctx.Done():
+		// Cancel withdraws the held turn, or ends it if its release raced
+		// with the cancellation.
+		r.Cancel(req.ID)
+		return nil, ctx.Err()
+	}
+	if h.dropped {
+		return nil, ErrDropped
+	}
+	d, _, err = r.route(req, true)
+	return d, err
+}
+
+// TryRoute routes req without blocking. When admission holds it, TryRoute
+// returns ErrHeld; the request keeps its place and, once released (see
+// Config.OnRelease and Tick), the caller retries TryRoute with the same
+// Request.ID to obtain the decision.
+func (r *Router) TryRoute(req *Request) (*Decision, error) {
+	d, _, err := r.route(req, false)
+	return d, err
+}
+
+// routing is one request on its way through route's stages; each stage
+// fills the fields it owns.
+type routing struct {
+	req   *Request
+	start time.Time // the router's clock when the request arrived
+	t0    time.Time // wall clock, for the stage metrics
+	// identify
+	program string // admission program ("" with no session)
+	binding session.Binding
+	bound   bool // the session has a live binding
+	// hash
+	seq    []uint64 // the prompt's block sequence hashes
+	prompt int      // prompt tokens
+	// match (sc.matches holds the index's answer)
+	hits *sharedpool.Hits
+	// price, admit, select
+	cost        CostConfig // the weights in force
+	adm         admission.Admission
+	waited      time.Duration
+	admitted    bool // admission chose the worker
+	heldNow     bool // admission held the turn in this call
+	pick        candidate
+	viaAffinity bool
+	// book
+	id uint64 // the load tracker's id of the request
+	// stage timings for Metrics
+	tHash, tMatch, tSched time.Duration
+}
+
+// scratch holds per-call buffers.
+type scratch struct {
+	rt      routing
+	seq     []uint64
+	matches []flashindex.Match
+	logits  []float64
+	cands   []candidate
+}
+
+type candidate struct {
+	ws     *workerState
+	match  flashindex.Match
+	shared int // shared-pool blocks credited
+	cost   Cost
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// route is Route and TryRoute: the request passes identify, hash and match
+// outside the router's lock, price, admit, select and book under it, and
+// commit outside it again. With hold (Route), a turn that must wait is
+// held for a blocked caller; the returned heldRequest signals its release.
+func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error) {
+	sc := scratchPool.Get().(*scratch)
+	defer func() {
+		sc.rt = routing{} // keep no request alive in the pool
+		scratchPool.Put(sc)
+	}()
+	rt := &sc.rt
+	*rt = routing{req: req, start: r.cfg.Now(), t0: time.Now()}
+	r.identify(rt)
+	if err := r.hashPrompt(rt, sc); err != nil {
+		return nil, nil, err
+	}
+	r.matchPrompt(rt, sc)
+
+	t := time.Now()
+	r.mu.Lock()
+	h, err := r.decideLocked(rt, sc, hold)
+	rel := r.drainAdmissionLocked()
+	r.mu.Unlock()
+	rt.tSched = time.Since(t)
+	r.notify(rel)
+	if err != nil {
+		if rt.heldNow && r.metrics != nil {
+			r.metrics.observeHeld()
+		}
+		return nil, h, err
+	}
+	r.observeLoad(rt.pick.ws.key)
+	return r.commit(rt, sc), nil, nil
+}
+
+// identify is the first stage: which session and admission program the
+// request belongs to, and the worker the session is bound to, if any (the
+// session table learns of the request only once it is routed, in commit).
+func (r *Router) identify(rt *routing) {
+	ac := rt.req.Agent
+	rt.program = programID(ac)
+	if ac.Valid() && r.cfg.Affinity != AffinityOff {
+		rt.binding, rt.bound = r.table.Affinity(ac.SessionID)
+	}
+}
+
+// hashPrompt is the hash stage: the prompt's block sequence hashes (given,
+// or computed through the session's hash cache) and its length in tokens,
+// at least its full blocks.
+func (r *Router) hashPrompt(rt *routing, sc *scratch) error {
+	req := rt.req
+	rt.seq, rt.prompt = req.SequenceHashes, req.InputTokens
+	if rt.seq == nil {
+		h, err := r.hasher(req.LoRA)
+		if err != nil {
+			return err
+		}
+		sc.seq = r.hashes.hash(h, req.Agent.SessionID, req.LoRA, req.Tokens, sc.seq)
+		rt.seq = sc.seq
+		if rt.prompt == 0 {
+			rt.prompt = len(req.Tokens)
+		}
+	}
+	rt.prompt = max(rt.prompt, len(rt.seq)*r.cfg.BlockSize)
+	rt.tHash = time.Since(rt.t0)
+	return nil
+}
+
+// matchPrompt is the match stage: each worker's cached prefix per tier
+// (KVAware only; the index has its own concurrency) and the shared pool's
+// pages of the prompt.
+func (r *Router) matchPrompt(rt *routing, sc *scratch) {
+	t := time.Now()
+	sc.matches = sc.matches[:0]
+	if r.cfg.Policy == KVAware {
+		sc.matches = r.index.FindMatches(rt.seq, sc.matches)
+	}
+	rt.tMatch = time.Since(t)
+	rt.hits = r.sharedHits(rt.req.Tokens)
+}
+
+// decideLocked runs the stages under the router's lock: price the
+// candidates, admit the turn (or hold it), select a worker and book the
+// load. A held turn returns its heldRequest and ErrHeld.
+func (r *Router) decideLocked(rt *routing, sc *scratch, hold bool) (*heldRequest, error) {
+	if r.closed {
+		return nil, ErrClosed
+	}
+	if rt.req.ID == "" {
+		r.nextID++
+		rt.req.ID = "r" + strconv.FormatUint(r.nextID, 10)
+	}
+	if err := r.priceLocked(rt, sc); err != nil {
+		return nil, err
+	}
+	if h, err := r.admitLocked(rt, sc, hold); err != nil {
+		return h, err
+	}
+	r.selectLocked(rt, sc)
+	r.bookLocked(rt)
+	return nil, nil
+}
+
+// priceLocked is the price stage: the candidates (the workers the
+// request's Override allows) with their matched prefix, shared-pool credit
+// and cost.
+func (r *Router) priceLocked(rt *routing, sc *scratch) error {
+	o := rt.req.Override
+	rt.cost = r.cfg.Cost
+	if o != nil && o.Cost != nil {
+		rt.cost = o.Cost.withDefaults()
+	}
+	sc.cands = sc.cands[:0]
+	for _, ws := range r.workers {
+		if o.allows(ws.key) {
+			sc.cands = append(sc.cands, candidate{ws: ws})
+		}
+	}
+	if len(sc.cands) == 0 {
+		return ErrNoWorkers
+	}
+	for _, m := range sc.matches {
+		for i := range sc.cands {
+			if sc.cands[i].ws.key == m.Worker {
+				sc.cands[i].match = m
+				break
+			}
+		}
+	}
+	for i := range sc.cands {
+		c := &sc.cands[i]
+		l := r.loads.load(c.ws.key)
+		c.shared = sharedBlocks(rt.hits, c.match)
+		c.cost = rt.cost.cost(costInput{
+			blockSize: r.cfg.BlockSize, requestTokens: rt.prompt,
+			device: c.match.Device, host: c.match.Host, disk: c.match.Disk, shared: c.shared,
+			activePrefillTokens: l.PrefillTokens, decodeBlocks: l.DecodeBlocks, requests: l.Requests,
+		})
+	}
+	return nil
+}
+
+// allows reports whether the override lets the request go to w (a nil
+// Override allows every worker).
+func (o *Override) allows(w flashindex.Worker) bool {
+	if o == nil {
+		return true
+	}
+	return (len(o.AllowedWorkers) == 0 || slices.Contains(o.AllowedWorkers, w.ID)) &&
+		(len(o.AllowedRanks) == 0 || slices.Contains(o.AllowedRanks, w))
+}
+
+// admitLocked is the admit stage. With admission, it asks whether the turn
+// may run now and where: a new program is offered the workers in cost
+// order, so it lands where its prefix is; a turn that must wait is held
+// (ErrHeld); one that runs keeps only its admission worker as candidate.
+// Without admission it drops the candidates over the busy threshold.
+func (r *Router) admitLocked(rt *routing, sc *scratch, hold bool) (*heldRequest, error) {
+	if r.adm == nil || rt.program == "" {
+		r.filterBusy(sc)
+		return nil, nil
+	}
+	id := rt.req.ID
+	if h := r.held[id]; h != nil {
+		if !h.released {
+			return h, ErrHeld
+		}
+		rt.adm, rt.waited = h.adm, rt.start.Sub(h.since)
+		delete(r.held, id)
+	} else {
+		var prefer []admission.WorkerID
+		if r.adm.Status(rt.program) == admission.StatusUnknown && r.cfg.Policy == KVAware {
+			prefer = r.preferenceLocked(sc.cands)
+		}
+		a, err := r.startTurnLocked(rt, prefer)
+		if err != nil {
+			return nil, err
+		}
+		if !a.Run {
+			return r.holdLocked(rt, hold)
+		}
+		rt.adm = a
+	}
+	rt.admitted = true
+	return nil, r.keepAdmissionWorkerLocked(rt, sc)
+}
+
+// startTurnLocked asks admission to start the request's turn. A
+// subagent's parent waits for it, so it does not queue at the door behind
+// new programs.
+func (r *Router) startTurnLocked(rt *routing, prefer []admission.WorkerID) (admission.Admission, error) {
+	ac := rt.req.Agent
+	if ac.ParentSessionID != "" && ac.ProgramID == "" {
+		return r.adm.StartSubRequest(rt.start, rt.program, ac.ParentSessionID, int64(rt.prompt), prefer)
+	}
+	return r.adm.StartRequestOn(rt.start, rt.program, int64(rt.prompt), prefer)
+}
+
+// holdLocked holds the request's turn, unless MaxHeld requests are held
+// already: then the turn is withdrawn and refused.
+func (r *Router) holdLocked(rt *routing, hold bool) (*heldRequest, error) {
+	if len(r.held) >= r.cfg.MaxHeld {
+		_ = r.adm.Cancel(rt.start, rt.program)
+		return nil, ErrTooManyHeld
+	}
+	h := &heldRequest{program: rt.program, since: rt.start, waiter: hold, ready: make(chan struct{})}
+	r.held[rt.req.ID] = h
+	r.heldByPg[rt.program] = append(r.heldByPg[rt.program], rt.req.ID)
+	rt.heldNow = true
+	return h, ErrHeld
+}
+
+// keepAdmissionWorkerLocked narrows the candidates to the worker admission
+// runs the program on; if the request may not go there, its turn ends and
+// the request is refused.
+func (r *Router) keepAdmissionWorkerLocked(rt *routing, sc *scratch) error {
+	w, ok := r.byAdm[rt.adm.Worker]
+	keep := sc.cands[:0]
+	for _, c := range sc.cands {
+		if ok && c.ws.key == w {
+			keep = append(keep, c)
+		}
+	}
+	sc.cands = keep
+	if len(sc.cands) == 0 {
+		_ = r.adm.EndRequest(rt.start, rt.program, 0, 0)
+		return ErrNoWorkers
+	}
+	return nil
+}
+
+// selectLocked is the select stage: the session's bound worker when it is
+// a candidate (and admission did not choose), else the policy's pick.
+func (r *Router) selectLocked(rt *routing, sc *scratch) {
+	pick := -1
+	if rt.bound && !rt.admitted {
+		bw := flashindex.Worker{ID: rt.binding.Worker.ID, DPRank: rt.binding.Worker.DPRank}
+		for i := range sc.cands {
+			if sc.cands[i].ws.key == bw {
+				pick, rt.viaAffinity = i, true
+			}
+		}
+	}
+	if pick < 0 {
+		switch r.cfg.Policy {
+		case RoundRobin:
+			pick = r.rr % len(sc.cands)
+			r.rr++
+		case Random:
+			pick = r.rng.IntN(len(sc.cands))
+		default:
+			sc.logits = sc.logits[:0]
+			for _, c := range sc.cands {
+				sc.logits = append(sc.logits, c.cost.Logit)
+			}
+			pick = selectIndex(sc.logits, rt.cost.Temperature, r.rng.Float64)
+		}
+	}
+	rt.pick = sc.cands[pick]
+}
+
+// bookLocked books the request's load on its worker: its uncached prompt
+// as prefill, prompt plus expected output as decode blocks.
+func (r *Router) bookLocked(rt *routing) {
+	r.nextID++
+	rt.id = r.nextID
+	bs := r.cfg.BlockSize
+	uncached := max(0, rt.prompt-rt.pick.match.Device*bs)
+	blocks := (rt.prompt + rt.req.ExpectedOutputTokens + bs - 1) / bs
+	r.loads.start(rt.id, rt.pick.ws.key, uncached, blocks, rt.start)
+	if rt.req.Agent.Valid() {
+		delete(r.acting, rt.req.Agent.SessionID)
+	}
+}
+
+// commit is the last stage, outside the lock: the session table learns of
+// the request (and binds the session to its worker), the approximate index
+// records the prompt on the worker, the lineage tree and hint policies see
+// the turn, and the Decision is made.
+func (r *Router) commit(rt *routing, sc *scratch) *Decision {
+	d := r.newDecision(rt, len(sc.cands))
+	d.boundHere = r.beginSession(rt)
+	if r.cfg.Approximate && len(rt.seq) > 0 {
+		r.index.Record(d.Worker, rt.seq, r.cfg.ApproxTTL)
+		if dev := rt.pick.match.Device; dev < len(rt.seq) {
+			d.recorded = slices.Clone(rt.seq[dev:])
+		}
+	}
+	r.updateLineage(d.agent, rt.seq)
+	r.hintsOnRoute(d, rt.seq, sc.matches)
+	if r.cfg.Trace != nil {
+		var h *flashindex.Hasher
+		if rt.req.SequenceHashes == nil {
+			h, _ = r.hasher(rt.req.LoRA)
+		}
+		d.replayHashes = replayHashes(h, rt.seq, rt.req.Tokens)
+	}
+	if r.metrics != nil {
+		r.metrics.observeRoute(d, len(rt.seq), rt.tHash, rt.tMatch, rt.tSched, time.Since(rt.t0))
+	}
+	return d
+}
+
+// beginSession records the request's start in the session table and, with
+// affinity on and the worker not chosen by the binding, binds the session
+// to its worker; it reports whether it bound.
+func (r *Router) beginSession(rt *routing) bool {
+	ac := rt.req.Agent
+	if !ac.Valid() {
+		return false
+	}
+	if _, err := r.table.Begin(ac); err != nil {
+		r.log.Debug("agentkv: session not tracked", "session", ac.SessionID, "err", err)
+	}
+	if r.cfg.Affinity == AffinityOff || rt.viaAffinity {
+		return false
+	}
+	mode := session.Soft
+	if r.cfg.Affinity == AffinityHard {
+		mode = session.Hard
+	}
+	w := rt.pick.ws.key
+	return r.table.Bind(ac.SessionID, session.Worker{ID: w.ID, DPRank: w.DPRank}, mode) == nil
+}
+
+// newDecision is the routed request's Decision.
+func (r *Router) newDecision(rt *routing, candidates int) *Decision {
+	c, bs := rt.pick, r.cfg.BlockSize
+	return &Decision{
+		RequestID: rt.req.ID,
+		Worker:    c.ws.key,
+		Cached: TierTokens{
+			Device: c.match.Device * bs,
+			Host:   c.match.Host * bs,
+			Disk:   c.match.Disk * bs,
+		},
+		SharedBlocks: c.shared,
+		Cost:         c.cost,
+		Candidates:   candidates,
+		received:     rt.start,
+		Admission:    rt.adm,
+		Waited:       rt.waited,
+		Affinity:     rt.viaAffinity,
+		r:            r,
+		id:           rt.id,
+		program:      rt.program,
+		agent:        rt.req.Agent,
+		prompt:       rt.prompt,
+	}
+}
+
+// preferenceLocked returns the candidates' admission ids, cheapest first.
+func (r *Router) preferenceLocked(cands []candidate) []admission.WorkerID {
+	order := make([]int, len(cands))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		la, lb := cands[a].cost.Logit, cands[b].cost.Logit
+		switch {
+		case la < lb:
+			return -1
+		case la > lb:
+			return 1
+		}
+		return 0
+	})
+	out := make([]admission.WorkerID, 0, len(cands))
+	for _, i := range order {
+		out = append(out, cands[i].ws.admID)
+	}
+	return out
+}
+
+// filterBusy drops candidates over the busy threshold unless all are.
+func (r *Router) filterBusy(sc *scratch) {
+	if r.cfg.BusyThreshold <= 0 {
+		return
+	}
+	keep := sc.cands[:0:0]
+	for _, c := range sc.cands {
+		l := r.loads.load(c.ws.key)
+		if c.ws.capBlock == 0 || float64(l.DecodeBlocks) <= r.cfg.BusyThreshold*float64(c.ws.capBlock) {
+			keep = append(keep, c)
+		}
+	}
+	if len(keep) > 0 && len(keep) < len(sc.cands) {
+		sc.cands = append(sc.cands[:0], keep...)
+	}
+}
+
+func programID(ac session.AgentContext) string {
+	if ac.ProgramID != "" {
+		return ac.ProgramID
+	}
+	return ac.SessionID
+}

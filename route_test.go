@@ -1,0 +1,178 @@
+package agentkv
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv/admission"
+	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/session"
+)
+
+// Tests of route's stages one at a time, in the order a request passes
+// them. Each builds a routing by hand, as route does.
+
+func newRouting(r *Router, req *Request) (*routing, *scratch) {
+	sc := new(scratch)
+	sc.rt = routing{req: req, start: r.cfg.Now(), t0: time.Now()}
+	return &sc.rt, sc
+}
+
+func TestStageIdentify(t *testing.T) {
+	r, _ := newTestRouter(t, Config{Affinity: AffinitySoft}, 1)
+	_, err := r.Sessions().Begin(session.AgentContext{SessionID: "s"})
+	require.NoError(t, err)
+	require.NoError(t, r.Sessions().Bind("s", session.Worker{ID: 1}, session.Soft))
+	rt, _ := newRouting(r, &Request{Agent: session.AgentContext{SessionID: "s"}})
+	r.identify(rt)
+	require.Equal(t, "s", rt.program, "a session is its own program")
+	require.True(t, rt.bound)
+	require.Equal(t, uint64(1), rt.binding.Worker.ID)
+
+	rt, _ = newRouting(r, &Request{Agent: session.AgentContext{SessionID: "s", ProgramID: "p"}})
+	r.identify(rt)
+	require.Equal(t, "p", rt.program, "ProgramID names the program")
+
+	off, _ := newTestRouter(t, Config{}, 1)
+	_, err = off.Sessions().Begin(session.AgentContext{SessionID: "s"})
+	require.NoError(t, err)
+	require.NoError(t, off.Sessions().Bind("s", session.Worker{ID: 1}, session.Soft))
+	rt, _ = newRouting(off, &Request{Agent: session.AgentContext{SessionID: "s"}})
+	off.identify(rt)
+	require.False(t, rt.bound, "with affinity off bindings are not read")
+}
+
+func TestStageHash(t *testing.T) {
+	r, _ := newTestRouter(t, Config{}, 1)
+	h, _ := flashindex.NewHasher(testBS, "")
+	toks := tokens(42, 1) // 10 full blocks and a partial one
+	_, want := h.AppendHashes(nil, nil, toks, 0, false)
+	rt, sc := newRouting(r, &Request{Tokens: toks})
+	require.NoError(t, r.hashPrompt(rt, sc))
+	require.Equal(t, want, rt.seq)
+	require.Equal(t, 42, rt.prompt)
+
+	rt, sc = newRouting(r, &Request{SequenceHashes: want, InputTokens: 7})
+	require.NoError(t, r.hashPrompt(rt, sc))
+	require.Equal(t, want, rt.seq, "given hashes are used as they are")
+	require.Equal(t, 40, rt.prompt, "the prompt covers at least its full blocks")
+}
+
+func TestStageMatch(t *testing.T) {
+	for _, p := range []Policy{KVAware, RoundRobin} {
+		r, _ := newTestRouter(t, Config{Policy: p}, 1, 2)
+		toks := tokens(64, 2)
+		store(t, r, 2, flashindex.Device, toks[:32], 1)
+		rt, sc := newRouting(r, &Request{Tokens: toks})
+		require.NoError(t, r.hashPrompt(rt, sc))
+		r.matchPrompt(rt, sc)
+		if p == KVAware {
+			require.Equal(t, []flashindex.Match{{Worker: flashindex.Worker{ID: 2}, Device: 8, Resident: 8}}, sc.matches)
+		} else {
+			require.Empty(t, sc.matches, "only KVAware asks the index")
+		}
+	}
+}
+
+// priced runs the stages up to price on a request.
+func priced(t *testing.T, r *Router, req *Request) (*routing, *scratch, error) {
+	t.Helper()
+	rt, sc := newRouting(r, req)
+	r.identify(rt)
+	require.NoError(t, r.hashPrompt(rt, sc))
+	r.matchPrompt(rt, sc)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return rt, sc, r.priceLocked(rt, sc)
+}
+
+func TestStagePrice(t *testing.T) {
+	r, _ := newTestRouter(t, Config{}, 1, 2, 3)
+	toks := tokens(64, 3)
+	store(t, r, 2, flashindex.Device, toks[:32], 1)
+	rt, sc, err := priced(t, r, &Request{Tokens: toks, Override: &Override{AllowedWorkers: []uint64{2, 3}}})
+	require.NoError(t, err)
+	require.Len(t, sc.cands, 2, "the override's workers only")
+	for _, c := range sc.cands {
+		want := rt.cost.cost(costInput{blockSize: testBS, requestTokens: 64, device: c.match.Device})
+		require.Equal(t, want, c.cost, "worker %d", c.ws.key.ID)
+	}
+	require.Less(t, sc.cands[0].cost.Logit, sc.cands[1].cost.Logit, "the cached worker is cheaper")
+	_, _, err = priced(t, r, &Request{Tokens: toks, Override: &Override{AllowedWorkers: []uint64{9}}})
+	require.ErrorIs(t, err, ErrNoWorkers)
+}
+
+func TestStageAdmit(t *testing.T) {
+	r, _ := newTestRouter(t, Config{Admission: &admission.Config{}})
+	require.NoError(t, r.AddWorker(worker(1, 1000)))
+	require.NoError(t, r.AddWorker(worker(2, 1000)))
+	admit := func(id, sid string) (*routing, *scratch, *heldRequest, error) {
+		rt, sc, err := priced(t, r, &Request{ID: id, Tokens: tokens(600, 4), Agent: session.AgentContext{SessionID: sid}})
+		require.NoError(t, err)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		h, err := r.admitLocked(rt, sc, false)
+		return rt, sc, h, err
+	}
+	for _, sid := range []string{"a", "b"} { // one program per worker
+		rt, sc, h, err := admit(sid+"1", sid)
+		require.NoError(t, err)
+		require.Nil(t, h)
+		require.True(t, rt.admitted)
+		require.Len(t, sc.cands, 1, "the program runs on its admission worker")
+	}
+	rt, _, h, err := admit("c1", "c")
+	require.ErrorIs(t, err, ErrHeld, "no room left: the new program waits")
+	require.True(t, rt.heldNow)
+	require.NotNil(t, h)
+	rt, _, h2, err := admit("c1", "c")
+	require.ErrorIs(t, err, ErrHeld)
+	require.Same(t, h, h2, "a retry finds the same hold")
+	require.False(t, rt.heldNow)
+}
+
+func TestStageSelectAndBook(t *testing.T) {
+	r, _ := newTestRouter(t, Config{Policy: RoundRobin, Affinity: AffinitySoft}, 1, 2, 3)
+	_, err := r.Sessions().Begin(session.AgentContext{SessionID: "s"})
+	require.NoError(t, err)
+	require.NoError(t, r.Sessions().Bind("s", session.Worker{ID: 3}, session.Soft))
+	var got []uint64
+	for _, sid := range []string{"", "", "s", ""} {
+		rt, sc, err := priced(t, r, &Request{Tokens: tokens(40, 5), ExpectedOutputTokens: 8, Agent: session.AgentContext{SessionID: sid}})
+		require.NoError(t, err)
+		r.mu.Lock()
+		r.selectLocked(rt, sc)
+		r.bookLocked(rt)
+		r.mu.Unlock()
+		require.Equal(t, sid == "s", rt.viaAffinity)
+		got = append(got, rt.pick.ws.key.ID)
+	}
+	require.Equal(t, []uint64{1, 2, 3, 3}, got, "round robin, the binding, round robin again")
+	require.Equal(t, Load{PrefillTokens: 80, DecodeBlocks: 24, Requests: 2}, r.WorkerLoad(flashindex.Worker{ID: 3}),
+		"each booked 40 uncached tokens and (40+8)/4 blocks")
+}
+
+func TestStageCommit(t *testing.T) {
+	r, _ := newTestRouter(t, Config{Affinity: AffinityHard, Approximate: true}, 1)
+	ac := session.AgentContext{SessionID: "s"}
+	rt, sc, err := priced(t, r, &Request{ID: "q", Tokens: tokens(40, 6), Agent: ac})
+	require.NoError(t, err)
+	r.mu.Lock()
+	r.selectLocked(rt, sc)
+	r.bookLocked(rt)
+	r.mu.Unlock()
+	d := r.commit(rt, sc)
+	require.Equal(t, "q", d.RequestID)
+	require.Equal(t, flashindex.Worker{ID: 1}, d.Worker)
+	require.True(t, d.boundHere)
+	require.Len(t, d.recorded, 10, "the prompt's 10 blocks were recorded on the worker")
+	info, ok := r.Sessions().Get("s")
+	require.True(t, ok)
+	require.Equal(t, 1, info.InFlight)
+	b, ok := r.Sessions().Affinity("s")
+	require.True(t, ok)
+	require.Equal(t, session.Hard, b.Mode)
+	require.Equal(t, 10, r.Index().FindMatches(rt.seq, nil)[0].Device)
+}
