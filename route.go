@@ -82,9 +82,10 @@ func (r *Router) TryRoute(req *Request) (*Decision, error) {
 }
 
 // routing is one request on its way through route's stages; each stage
-// fills the fields it owns.
+// fills the fields it owns. The Request travels beside it, not in it: a
+// pointer stored in the struct would make escape analysis move every
+// caller's Request to the heap.
 type routing struct {
-	req   *Request
 	start time.Time // the router's clock when the request arrived
 	t0    time.Time // wall clock, for the stage metrics
 	// identify
@@ -112,7 +113,6 @@ type routing struct {
 
 // scratch holds per-call buffers.
 type scratch struct {
-	rt      routing
 	seq     []uint64
 	matches []flashindex.Match
 	logits  []float64
@@ -134,21 +134,17 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // held for a blocked caller; the returned heldRequest signals its release.
 func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error) {
 	sc := scratchPool.Get().(*scratch)
-	defer func() {
-		sc.rt = routing{} // keep no request alive in the pool
-		scratchPool.Put(sc)
-	}()
-	rt := &sc.rt
-	*rt = routing{req: req, start: r.cfg.Now(), t0: time.Now()}
-	r.identify(rt)
-	if err := r.hashPrompt(rt, sc); err != nil {
+	defer scratchPool.Put(sc)
+	rt := &routing{start: r.cfg.Now(), t0: time.Now()}
+	r.identify(rt, req)
+	if err := r.hashPrompt(rt, req, sc); err != nil {
 		return nil, nil, err
 	}
-	r.matchPrompt(rt, sc)
+	r.matchPrompt(rt, req, sc)
 
 	t := time.Now()
 	r.mu.Lock()
-	h, err := r.decideLocked(rt, sc, hold)
+	h, err := r.decideLocked(rt, req, sc, hold)
 	rel := r.drainAdmissionLocked()
 	r.mu.Unlock()
 	rt.tSched = time.Since(t)
@@ -160,14 +156,14 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 		return nil, h, err
 	}
 	r.observeLoad(rt.pick.ws.key)
-	return r.commit(rt, sc), nil, nil
+	return r.commit(rt, req, sc), nil, nil
 }
 
 // identify is the first stage: which session and admission program the
 // request belongs to, and the worker the session is bound to, if any (the
 // session table learns of the request only once it is routed, in commit).
-func (r *Router) identify(rt *routing) {
-	ac := rt.req.Agent
+func (r *Router) identify(rt *routing, req *Request) {
+	ac := req.Agent
 	rt.program = programID(ac)
 	if ac.Valid() && r.cfg.Affinity != AffinityOff {
 		rt.binding, rt.bound = r.table.Affinity(ac.SessionID)
@@ -177,8 +173,7 @@ func (r *Router) identify(rt *routing) {
 // hashPrompt is the hash stage: the prompt's block sequence hashes (given,
 // or computed through the session's hash cache) and its length in tokens,
 // at least its full blocks.
-func (r *Router) hashPrompt(rt *routing, sc *scratch) error {
-	req := rt.req
+func (r *Router) hashPrompt(rt *routing, req *Request, sc *scratch) error {
 	rt.seq, rt.prompt = req.SequenceHashes, req.InputTokens
 	if rt.seq == nil {
 		h, err := r.hasher(req.LoRA)
@@ -199,43 +194,43 @@ func (r *Router) hashPrompt(rt *routing, sc *scratch) error {
 // matchPrompt is the match stage: each worker's cached prefix per tier
 // (KVAware only; the index has its own concurrency) and the shared pool's
 // pages of the prompt.
-func (r *Router) matchPrompt(rt *routing, sc *scratch) {
+func (r *Router) matchPrompt(rt *routing, req *Request, sc *scratch) {
 	t := time.Now()
 	sc.matches = sc.matches[:0]
 	if r.cfg.Policy == KVAware {
 		sc.matches = r.index.FindMatches(rt.seq, sc.matches)
 	}
 	rt.tMatch = time.Since(t)
-	rt.hits = r.sharedHits(rt.req.Tokens)
+	rt.hits = r.sharedHits(req.Tokens)
 }
 
 // decideLocked runs the stages under the router's lock: price the
 // candidates, admit the turn (or hold it), select a worker and book the
 // load. A held turn returns its heldRequest and ErrHeld.
-func (r *Router) decideLocked(rt *routing, sc *scratch, hold bool) (*heldRequest, error) {
+func (r *Router) decideLocked(rt *routing, req *Request, sc *scratch, hold bool) (*heldRequest, error) {
 	if r.closed {
 		return nil, ErrClosed
 	}
-	if rt.req.ID == "" {
+	if req.ID == "" {
 		r.nextID++
-		rt.req.ID = "r" + strconv.FormatUint(r.nextID, 10)
+		req.ID = "r" + strconv.FormatUint(r.nextID, 10)
 	}
-	if err := r.priceLocked(rt, sc); err != nil {
+	if err := r.priceLocked(rt, req, sc); err != nil {
 		return nil, err
 	}
-	if h, err := r.admitLocked(rt, sc, hold); err != nil {
+	if h, err := r.admitLocked(rt, req, sc, hold); err != nil {
 		return h, err
 	}
 	r.selectLocked(rt, sc)
-	r.bookLocked(rt)
+	r.bookLocked(rt, req)
 	return nil, nil
 }
 
 // priceLocked is the price stage: the candidates (the workers the
 // request's Override allows) with their matched prefix, shared-pool credit
 // and cost.
-func (r *Router) priceLocked(rt *routing, sc *scratch) error {
-	o := rt.req.Override
+func (r *Router) priceLocked(rt *routing, req *Request, sc *scratch) error {
+	o := req.Override
 	rt.cost = r.cfg.Cost
 	if o != nil && o.Cost != nil {
 		rt.cost = o.Cost.withDefaults()
@@ -285,12 +280,12 @@ func (o *Override) allows(w flashindex.Worker) bool {
 // order, so it lands where its prefix is; a turn that must wait is held
 // (ErrHeld); one that runs keeps only its admission worker as candidate.
 // Without admission it drops the candidates over the busy threshold.
-func (r *Router) admitLocked(rt *routing, sc *scratch, hold bool) (*heldRequest, error) {
+func (r *Router) admitLocked(rt *routing, req *Request, sc *scratch, hold bool) (*heldRequest, error) {
 	if r.adm == nil || rt.program == "" {
 		r.filterBusy(sc)
 		return nil, nil
 	}
-	id := rt.req.ID
+	id := req.ID
 	if h := r.held[id]; h != nil {
 		if !h.released {
 			return h, ErrHeld
@@ -307,7 +302,7 @@ func (r *Router) admitLocked(rt *routing, sc *scratch, hold bool) (*heldRequest,
 			return nil, err
 		}
 		if !a.Run {
-			return r.holdLocked(rt, hold)
+			return r.holdLocked(rt, req, hold)
 		}
 		rt.adm = a
 	}
@@ -328,14 +323,14 @@ func (r *Router) startTurnLocked(rt *routing, prefer []admission.WorkerID) (admi
 
 // holdLocked holds the request's turn, unless MaxHeld requests are held
 // already: then the turn is withdrawn and refused.
-func (r *Router) holdLocked(rt *routing, hold bool) (*heldRequest, error) {
+func (r *Router) holdLocked(rt *routing, req *Request, hold bool) (*heldRequest, error) {
 	if len(r.held) >= r.cfg.MaxHeld {
 		_ = r.adm.Cancel(rt.start, rt.program)
 		return nil, ErrTooManyHeld
 	}
 	h := &heldRequest{program: rt.program, since: rt.start, waiter: hold, ready: make(chan struct{})}
-	r.held[rt.req.ID] = h
-	r.heldByPg[rt.program] = append(r.heldByPg[rt.program], rt.req.ID)
+	r.held[req.ID] = h
+	r.heldByPg[rt.program] = append(r.heldByPg[rt.program], req.ID)
 	rt.heldNow = true
 	return h, ErrHeld
 }
@@ -391,15 +386,15 @@ func (r *Router) selectLocked(rt *routing, sc *scratch) {
 
 // bookLocked books the request's load on its worker: its uncached prompt
 // as prefill, prompt plus expected output as decode blocks.
-func (r *Router) bookLocked(rt *routing) {
+func (r *Router) bookLocked(rt *routing, req *Request) {
 	r.nextID++
 	rt.id = r.nextID
 	bs := r.cfg.BlockSize
 	uncached := max(0, rt.prompt-rt.pick.match.Device*bs)
-	blocks := (rt.prompt + rt.req.ExpectedOutputTokens + bs - 1) / bs
+	blocks := (rt.prompt + req.ExpectedOutputTokens + bs - 1) / bs
 	r.loads.start(rt.id, rt.pick.ws.key, uncached, blocks, rt.start)
-	if rt.req.Agent.Valid() {
-		delete(r.acting, rt.req.Agent.SessionID)
+	if req.Agent.Valid() {
+		delete(r.acting, req.Agent.SessionID)
 	}
 }
 
@@ -407,9 +402,9 @@ func (r *Router) bookLocked(rt *routing) {
 // the request (and binds the session to its worker), the approximate index
 // records the prompt on the worker, the lineage tree and hint policies see
 // the turn, and the Decision is made.
-func (r *Router) commit(rt *routing, sc *scratch) *Decision {
-	d := r.newDecision(rt, len(sc.cands))
-	d.boundHere = r.beginSession(rt)
+func (r *Router) commit(rt *routing, req *Request, sc *scratch) *Decision {
+	d := r.newDecision(rt, req, len(sc.cands))
+	d.boundHere = r.beginSession(rt, req)
 	if r.cfg.Approximate && len(rt.seq) > 0 {
 		r.index.Record(d.Worker, rt.seq, r.cfg.ApproxTTL)
 		if dev := rt.pick.match.Device; dev < len(rt.seq) {
@@ -420,10 +415,10 @@ func (r *Router) commit(rt *routing, sc *scratch) *Decision {
 	r.hintsOnRoute(d, rt.seq, sc.matches)
 	if r.cfg.Trace != nil {
 		var h *flashindex.Hasher
-		if rt.req.SequenceHashes == nil {
-			h, _ = r.hasher(rt.req.LoRA)
+		if req.SequenceHashes == nil {
+			h, _ = r.hasher(req.LoRA)
 		}
-		d.replayHashes = replayHashes(h, rt.seq, rt.req.Tokens)
+		d.replayHashes = replayHashes(h, rt.seq, req.Tokens)
 	}
 	if r.metrics != nil {
 		r.metrics.observeRoute(d, len(rt.seq), rt.tHash, rt.tMatch, rt.tSched, time.Since(rt.t0))
@@ -434,8 +429,8 @@ func (r *Router) commit(rt *routing, sc *scratch) *Decision {
 // beginSession records the request's start in the session table and, with
 // affinity on and the worker not chosen by the binding, binds the session
 // to its worker; it reports whether it bound.
-func (r *Router) beginSession(rt *routing) bool {
-	ac := rt.req.Agent
+func (r *Router) beginSession(rt *routing, req *Request) bool {
+	ac := req.Agent
 	if !ac.Valid() {
 		return false
 	}
@@ -454,10 +449,10 @@ func (r *Router) beginSession(rt *routing) bool {
 }
 
 // newDecision is the routed request's Decision.
-func (r *Router) newDecision(rt *routing, candidates int) *Decision {
+func (r *Router) newDecision(rt *routing, req *Request, candidates int) *Decision {
 	c, bs := rt.pick, r.cfg.BlockSize
 	return &Decision{
-		RequestID: rt.req.ID,
+		RequestID: req.ID,
 		Worker:    c.ws.key,
 		Cached: TierTokens{
 			Device: c.match.Device * bs,
@@ -474,7 +469,7 @@ func (r *Router) newDecision(rt *routing, candidates int) *Decision {
 		r:            r,
 		id:           rt.id,
 		program:      rt.program,
-		agent:        rt.req.Agent,
+		agent:        req.Agent,
 		prompt:       rt.prompt,
 	}
 }

@@ -14,10 +14,15 @@ import (
 // Tests of route's stages one at a time, in the order a request passes
 // them. Each builds a routing by hand, as route does.
 
-func newRouting(r *Router, req *Request) (*routing, *scratch) {
-	sc := new(scratch)
-	sc.rt = routing{req: req, start: r.cfg.Now(), t0: time.Now()}
-	return &sc.rt, sc
+func newRouting(r *Router) (*routing, *scratch) {
+	return &routing{start: r.cfg.Now(), t0: time.Now()}, new(scratch)
+}
+
+// identified runs the identify stage on req.
+func identified(r *Router, req *Request) *routing {
+	rt, _ := newRouting(r)
+	r.identify(rt, req)
+	return rt
 }
 
 func TestStageIdentify(t *testing.T) {
@@ -25,22 +30,19 @@ func TestStageIdentify(t *testing.T) {
 	_, err := r.Sessions().Begin(session.AgentContext{SessionID: "s"})
 	require.NoError(t, err)
 	require.NoError(t, r.Sessions().Bind("s", session.Worker{ID: 1}, session.Soft))
-	rt, _ := newRouting(r, &Request{Agent: session.AgentContext{SessionID: "s"}})
-	r.identify(rt)
+	rt := identified(r, &Request{Agent: session.AgentContext{SessionID: "s"}})
 	require.Equal(t, "s", rt.program, "a session is its own program")
 	require.True(t, rt.bound)
 	require.Equal(t, uint64(1), rt.binding.Worker.ID)
 
-	rt, _ = newRouting(r, &Request{Agent: session.AgentContext{SessionID: "s", ProgramID: "p"}})
-	r.identify(rt)
+	rt = identified(r, &Request{Agent: session.AgentContext{SessionID: "s", ProgramID: "p"}})
 	require.Equal(t, "p", rt.program, "ProgramID names the program")
 
 	off, _ := newTestRouter(t, Config{}, 1)
 	_, err = off.Sessions().Begin(session.AgentContext{SessionID: "s"})
 	require.NoError(t, err)
 	require.NoError(t, off.Sessions().Bind("s", session.Worker{ID: 1}, session.Soft))
-	rt, _ = newRouting(off, &Request{Agent: session.AgentContext{SessionID: "s"}})
-	off.identify(rt)
+	rt = identified(off, &Request{Agent: session.AgentContext{SessionID: "s"}})
 	require.False(t, rt.bound, "with affinity off bindings are not read")
 }
 
@@ -49,13 +51,13 @@ func TestStageHash(t *testing.T) {
 	h, _ := flashindex.NewHasher(testBS, "")
 	toks := tokens(42, 1) // 10 full blocks and a partial one
 	_, want := h.AppendHashes(nil, nil, toks, 0, false)
-	rt, sc := newRouting(r, &Request{Tokens: toks})
-	require.NoError(t, r.hashPrompt(rt, sc))
+	rt, sc := newRouting(r)
+	require.NoError(t, r.hashPrompt(rt, &Request{Tokens: toks}, sc))
 	require.Equal(t, want, rt.seq)
 	require.Equal(t, 42, rt.prompt)
 
-	rt, sc = newRouting(r, &Request{SequenceHashes: want, InputTokens: 7})
-	require.NoError(t, r.hashPrompt(rt, sc))
+	rt, sc = newRouting(r)
+	require.NoError(t, r.hashPrompt(rt, &Request{SequenceHashes: want, InputTokens: 7}, sc))
 	require.Equal(t, want, rt.seq, "given hashes are used as they are")
 	require.Equal(t, 40, rt.prompt, "the prompt covers at least its full blocks")
 }
@@ -65,9 +67,10 @@ func TestStageMatch(t *testing.T) {
 		r, _ := newTestRouter(t, Config{Policy: p}, 1, 2)
 		toks := tokens(64, 2)
 		store(t, r, 2, flashindex.Device, toks[:32], 1)
-		rt, sc := newRouting(r, &Request{Tokens: toks})
-		require.NoError(t, r.hashPrompt(rt, sc))
-		r.matchPrompt(rt, sc)
+		req := &Request{Tokens: toks}
+		rt, sc := newRouting(r)
+		require.NoError(t, r.hashPrompt(rt, req, sc))
+		r.matchPrompt(rt, req, sc)
 		if p == KVAware {
 			require.Equal(t, []flashindex.Match{{Worker: flashindex.Worker{ID: 2}, Device: 8, Resident: 8}}, sc.matches)
 		} else {
@@ -79,13 +82,13 @@ func TestStageMatch(t *testing.T) {
 // priced runs the stages up to price on a request.
 func priced(t *testing.T, r *Router, req *Request) (*routing, *scratch, error) {
 	t.Helper()
-	rt, sc := newRouting(r, req)
-	r.identify(rt)
-	require.NoError(t, r.hashPrompt(rt, sc))
-	r.matchPrompt(rt, sc)
+	rt, sc := newRouting(r)
+	r.identify(rt, req)
+	require.NoError(t, r.hashPrompt(rt, req, sc))
+	r.matchPrompt(rt, req, sc)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return rt, sc, r.priceLocked(rt, sc)
+	return rt, sc, r.priceLocked(rt, req, sc)
 }
 
 func TestStagePrice(t *testing.T) {
@@ -109,11 +112,12 @@ func TestStageAdmit(t *testing.T) {
 	require.NoError(t, r.AddWorker(worker(1, 1000)))
 	require.NoError(t, r.AddWorker(worker(2, 1000)))
 	admit := func(id, sid string) (*routing, *scratch, *heldRequest, error) {
-		rt, sc, err := priced(t, r, &Request{ID: id, Tokens: tokens(600, 4), Agent: session.AgentContext{SessionID: sid}})
+		req := &Request{ID: id, Tokens: tokens(600, 4), Agent: session.AgentContext{SessionID: sid}}
+		rt, sc, err := priced(t, r, req)
 		require.NoError(t, err)
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		h, err := r.admitLocked(rt, sc, false)
+		h, err := r.admitLocked(rt, req, sc, false)
 		return rt, sc, h, err
 	}
 	for _, sid := range []string{"a", "b"} { // one program per worker
@@ -140,11 +144,12 @@ func TestStageSelectAndBook(t *testing.T) {
 	require.NoError(t, r.Sessions().Bind("s", session.Worker{ID: 3}, session.Soft))
 	var got []uint64
 	for _, sid := range []string{"", "", "s", ""} {
-		rt, sc, err := priced(t, r, &Request{Tokens: tokens(40, 5), ExpectedOutputTokens: 8, Agent: session.AgentContext{SessionID: sid}})
+		req := &Request{Tokens: tokens(40, 5), ExpectedOutputTokens: 8, Agent: session.AgentContext{SessionID: sid}}
+		rt, sc, err := priced(t, r, req)
 		require.NoError(t, err)
 		r.mu.Lock()
 		r.selectLocked(rt, sc)
-		r.bookLocked(rt)
+		r.bookLocked(rt, req)
 		r.mu.Unlock()
 		require.Equal(t, sid == "s", rt.viaAffinity)
 		got = append(got, rt.pick.ws.key.ID)
@@ -157,13 +162,14 @@ func TestStageSelectAndBook(t *testing.T) {
 func TestStageCommit(t *testing.T) {
 	r, _ := newTestRouter(t, Config{Affinity: AffinityHard, Approximate: true}, 1)
 	ac := session.AgentContext{SessionID: "s"}
-	rt, sc, err := priced(t, r, &Request{ID: "q", Tokens: tokens(40, 6), Agent: ac})
+	req := &Request{ID: "q", Tokens: tokens(40, 6), Agent: ac}
+	rt, sc, err := priced(t, r, req)
 	require.NoError(t, err)
 	r.mu.Lock()
 	r.selectLocked(rt, sc)
-	r.bookLocked(rt)
+	r.bookLocked(rt, req)
 	r.mu.Unlock()
-	d := r.commit(rt, sc)
+	d := r.commit(rt, req, sc)
 	require.Equal(t, "q", d.RequestID)
 	require.Equal(t, flashindex.Worker{ID: 1}, d.Worker)
 	require.True(t, d.boundHere)
