@@ -297,7 +297,7 @@ func (r *Router) admitLocked(rt *routing, req *Request, sc *scratch, hold bool) 
 		if r.adm.Status(rt.program) == admission.StatusUnknown && r.cfg.Policy == KVAware {
 			prefer = r.preferenceLocked(sc.cands)
 		}
-		a, err := r.startTurnLocked(rt, prefer)
+		a, err := r.startTurnLocked(rt, req, prefer)
 		if err != nil {
 			return nil, err
 		}
@@ -313,8 +313,8 @@ func (r *Router) admitLocked(rt *routing, req *Request, sc *scratch, hold bool) 
 // startTurnLocked asks admission to start the request's turn. A
 // subagent's parent waits for it, so it does not queue at the door behind
 // new programs.
-func (r *Router) startTurnLocked(rt *routing, prefer []admission.WorkerID) (admission.Admission, error) {
-	ac := rt.req.Agent
+func (r *Router) startTurnLocked(rt *routing, req *Request, prefer []admission.WorkerID) (admission.Admission, error) {
+	ac := req.Agent
 	if ac.ParentSessionID != "" && ac.ProgramID == "" {
 		return r.adm.StartSubRequest(rt.start, rt.program, ac.ParentSessionID, int64(rt.prompt), prefer)
 	}
