@@ -171,3 +171,29 @@ func TestProgramRelease(t *testing.T) {
 	_, hdr, _ := f.last()
 	require.Equal(t, "smg-1", hdr.Get("X-Smg-Routing-Key"))
 }
+
+func TestChunkMatters(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{`{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}`, false},
+		{`{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason" : null}]}`, false},
+		{`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`, true},
+		{`{"choices":[{"index":0,"delta":{},"finish_reason": "length"}]}`, true},
+		{`{"choices":[{"index":0,"delta":{"content":"finish_reason"},"finish_reason":null}]}`, false},
+		{`{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}`, true},
+		{`{"choices":[],"usage":{"prompt_tokens":1}}`, true},
+		{`{"choices":[{"text":"x","finish_reason":"stop"}]}`, true},
+	} {
+		require.Equal(t, tc.want, chunkMatters([]byte(tc.in)), tc.in)
+		// The reference: a full decode.
+		var c chatChunk
+		require.NoError(t, json.Unmarshal([]byte(tc.in), &c))
+		var u Usage
+		fin := c.learn(&u)
+		if fin || u.HasUsage || len(u.ToolCalls) > 0 {
+			require.True(t, chunkMatters([]byte(tc.in)), "a chunk that teaches something is decoded: %s", tc.in)
+		}
+	}
+}

@@ -255,11 +255,15 @@ func (r *relay) passThrough(sn *sniffer) AttemptResult {
 }
 
 func (r *relay) translateStream(tr translator, ew *eventWriter) AttemptResult {
-	sn := newSniffer(Chat, true)
+	var u Usage
+	finished := false
 	var sse sseScanner
 	sse.on = func(_ string, data []byte) {
 		var ch chatChunk
 		if json.Unmarshal(data, &ch) == nil {
+			if ch.learn(&u) {
+				finished = true
+			}
 			tr.chunk(&ch)
 		}
 	}
@@ -275,14 +279,12 @@ func (r *relay) translateStream(tr translator, ew *eventWriter) AttemptResult {
 				tr.start()
 			}
 			r.progress()
-			sn.write(buf[:n])
 			sse.feed(buf[:n])
 		}
 		if rerr == io.EOF {
 			break
 		}
 		if rerr != nil {
-			u := sn.finish()
 			res := r.broke(http.StatusOK, u, rerr)
 			if res.Outcome == CutMidStream {
 				tr.end(u, false, "agentkv gateway: the worker's stream broke off: "+rerr.Error())
@@ -291,11 +293,10 @@ func (r *relay) translateStream(tr translator, ew *eventWriter) AttemptResult {
 		}
 	}
 	sse.flush()
-	u := sn.finish()
 	if !r.started {
 		return r.broke(0, u, errNoEnd)
 	}
-	if !sn.done {
+	if !finished {
 		tr.end(u, false, "agentkv gateway: the worker's stream ended before it finished")
 		return r.broke(http.StatusOK, u, errNoEnd)
 	}

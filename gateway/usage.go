@@ -230,6 +230,49 @@ func (s *sniffer) fromMessageUsage(u *anthUsageIn, start bool) {
 	}
 }
 
+// learn folds what a chat chunk says about usage into u: the usage
+// object, a finish reason (it returns true: the stream finished), the
+// names of new tool calls (only a call's first delta names it).
+func (c *chatChunk) learn(u *Usage) (finished bool) {
+	c.Usage.into(u)
+	for _, ch := range c.Choices {
+		if f := deref(ch.FinishReason); f != "" {
+			u.FinishReason, finished = f, true
+		}
+		for _, tc := range ch.Delta.ToolCalls {
+			if tc.Function.Name != "" {
+				u.ToolCalls = append(u.ToolCalls, tc.Function.Name)
+			}
+		}
+	}
+	return finished
+}
+
+// chunkMatters reports whether a chat chunk may carry usage, a finish
+// reason or a tool call, so that plain content deltas, most of a stream,
+// are not decoded: it looks for "usage", "tool_calls" or a finish_reason
+// whose value is not null (whitespace allowed around the colon).
+func chunkMatters(data []byte) bool {
+	if bytes.Contains(data, []byte(`"usage"`)) || bytes.Contains(data, []byte(`"tool_calls"`)) {
+		return true
+	}
+	key := []byte(`"finish_reason"`)
+	for rest := data; ; {
+		i := bytes.Index(rest, key)
+		if i < 0 {
+			return false
+		}
+		rest = bytes.TrimLeft(rest[i+len(key):], " \t\r\n")
+		if len(rest) == 0 || rest[0] != ':' {
+			continue
+		}
+		rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+		if !bytes.HasPrefix(rest, []byte("null")) {
+			return true
+		}
+	}
+}
+
 // chatFinish maps an Anthropic stop_reason to a chat finish reason.
 func chatFinish(stop string) string {
 	switch stop {
@@ -246,22 +289,20 @@ func chatFinish(stop string) string {
 func (s *sniffer) onEvent(event string, data []byte) {
 	switch s.api {
 	case Chat, Completions:
+		if !chunkMatters(data) {
+			return // a plain content delta: nothing to learn
+		}
 		var c chatChunk
 		if json.Unmarshal(data, &c) != nil {
 			return
 		}
-		c.Usage.into(&s.u)
-		for _, ch := range c.Choices {
-			if f := deref(ch.FinishReason); f != "" {
-				s.u.FinishReason, s.done = f, true
-			}
-			for _, tc := range ch.Delta.ToolCalls {
-				if tc.Function.Name != "" { // only a call's first delta names it
-					s.u.ToolCalls = append(s.u.ToolCalls, tc.Function.Name)
-				}
-			}
+		if c.learn(&s.u) {
+			s.done = true
 		}
 	case Responses:
+		if event != "" && event != "response.completed" && event != "response.incomplete" && event != "response.failed" {
+			return
+		}
 		var ev struct {
 			Type     string          `json:"type"`
 			Response *nativeResponse `json:"response"`
@@ -278,6 +319,11 @@ func (s *sniffer) onEvent(event string, data []byte) {
 			s.done = false
 		}
 	case Messages:
+		switch event {
+		case "", "message_start", "content_block_start", "message_delta", "message_stop":
+		default:
+			return // deltas, pings: nothing to learn
+		}
 		var ev struct {
 			Type    string         `json:"type"`
 			Message *nativeMessage `json:"message"`
