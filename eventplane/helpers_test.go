@@ -174,3 +174,12 @@ func (g *eventGen) event() flashindex.Event {
 	}
 	return ev
 }
+
+// requireSameIndex compares two indexes by their canonical snapshots,
+// reporting their stats (not megabytes of bytes) when they differ.
+func requireSameIndex(t testing.TB, want, got *flashindex.Index, msg string) {
+	t.Helper()
+	if !bytes.Equal(snapshotOf(t, want), snapshotOf(t, got)) {
+		t.Fatalf("%s: indexes differ\nwant %+v\ngot  %+v", msg, want.Stats(), got.Stats())
+	}
+}

@@ -111,6 +111,9 @@ type Replica struct {
 	st       ReplicaStats
 	consErr  error
 	restart  chan struct{}
+	// streamCreated is when the stream we consume was created; another
+	// time means it was recreated under us.
+	streamCreated time.Time
 
 	lastMsg atomic.Int64 // unix nanos of the last consumer activity
 
@@ -257,6 +260,7 @@ func (rp *Replica) consume(ctx context.Context) {
 		rp.st.Restarts++
 		rp.mu.Unlock()
 		tick := time.NewTicker(250 * time.Millisecond)
+		ticks := 0
 	watch:
 		for {
 			select {
@@ -270,6 +274,9 @@ func (rp *Replica) consume(ctx context.Context) {
 				break watch
 			case <-tick.C:
 				rp.checkGap(ctx)
+				if ticks++; ticks%8 == 0 && rp.p.Connected() && rp.checkConsumer(ctx) {
+					break watch
+				}
 			}
 		}
 		tick.Stop()
@@ -286,6 +293,17 @@ func (rp *Replica) startConsumer(ctx context.Context, first bool) (jetstream.Con
 	st, err := rp.p.js.Stream(c, rp.p.names.stream)
 	if err != nil {
 		return nil, err
+	}
+	info := st.CachedInfo()
+	rp.mu.Lock()
+	known := rp.streamCreated
+	rp.streamCreated = info.Created
+	rp.mu.Unlock()
+	if !known.IsZero() && !known.Equal(info.Created) || info.State.LastSeq < rp.Applied() {
+		// The stream was recreated: the server lost its store (memory
+		// storage, a wiped volume). Nothing we hold can be matched to it
+		// any more; all it holds is new.
+		rp.reset(max(info.State.FirstSeq, 1) - 1)
 	}
 	rp.mu.Lock()
 	start := rp.applied + 1
@@ -474,6 +492,30 @@ func (rp *Replica) checkGap(ctx context.Context) {
 	rp.signalRestart()
 }
 
+// checkConsumer reports whether the consumer must be recreated: the
+// stream was recreated below the applied sequence (the server lost its
+// store), or the durable consumer is gone (a server restart without its
+// state), which a running Consume may not notice.
+func (rp *Replica) checkConsumer(ctx context.Context) bool {
+	c, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := rp.p.js.Stream(c, rp.p.names.stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	rp.mu.Lock()
+	known := rp.streamCreated
+	rp.mu.Unlock()
+	if info := st.CachedInfo(); !info.Created.Equal(known) || info.State.LastSeq < rp.Applied() {
+		return true
+	}
+	_, err = st.Consumer(c, rp.consumerName())
+	return errors.Is(err, jetstream.ErrConsumerNotFound)
+}
+
 // truncated handles events lost to retention: applied+1 .. first-1 are
 // gone. Every worker's index entries are dropped (under-report rather than
 // keep stale blocks); later events rebuild them.
@@ -488,6 +530,21 @@ func (rp *Replica) truncated(applied, first uint64) {
 	rp.mu.Lock()
 	rp.applied = first - 1
 	rp.st.Applied = rp.applied
+	rp.st.Truncated++
+	rp.mu.Unlock()
+}
+
+// reset drops the whole index and continues after sequence last of a
+// stream that was recreated.
+func (rp *Replica) reset(last uint64) {
+	rp.log.Warn("eventplane: the stream was recreated; clearing the index", "applied", rp.Applied(), "from", last+1)
+	ix := rp.r.Index()
+	for _, w := range ix.Workers() {
+		ix.RemoveWorker(w)
+	}
+	rp.mu.Lock()
+	rp.applied = last
+	rp.st.Applied = last
 	rp.st.Truncated++
 	rp.mu.Unlock()
 }

@@ -64,9 +64,8 @@ func TestTwoReplicasConverge(t *testing.T) {
 	p := a.p
 	waitSynced(t, p, a, b)
 
-	sa, sb := snapshotOf(t, a.r.Index()), snapshotOf(t, b.r.Index())
-	require.Equal(t, sa, sb, "replicas diverged")
-	require.Equal(t, snapshotOf(t, ref), sa, "replica differs from the in-process index")
+	requireSameIndex(t, a.r.Index(), b.r.Index(), "replicas diverged")
+	requireSameIndex(t, ref, a.r.Index(), "replica differs from the in-process index")
 	for _, rp := range []*Replica{a, b} {
 		st := rp.Stats()
 		require.Equal(t, uint64(n), st.Events+st.Rejected, "every event applied once: %+v", st)
@@ -111,7 +110,7 @@ func TestRestartFromSnapshotEqualsNeverStopped(t *testing.T) {
 	reborn := startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "victim", Router: newRouter(t, snap.Data, workers...),
 		StartSeq: snap.Seq + 1, NoSharedLoad: true})
 	waitSynced(t, steady.p, steady, reborn)
-	require.Equal(t, snapshotOf(t, steady.r.Index()), snapshotOf(t, reborn.r.Index()))
+	requireSameIndex(t, steady.r.Index(), reborn.r.Index(), "restarted vs never stopped")
 	// It replayed only what followed the snapshot.
 	require.Less(t, reborn.Stats().Events+reborn.Stats().Rejected, uint64(20_001))
 }
@@ -145,7 +144,7 @@ func TestNATSRestartMidStream(t *testing.T) {
 		flush(t, pb)
 	}
 	waitSynced(t, a.p, a)
-	require.Equal(t, snapshotOf(t, ref), snapshotOf(t, a.r.Index()))
+	requireSameIndex(t, ref, a.r.Index(), "replica vs reference")
 	st := a.Stats()
 	require.Equal(t, uint64(30_000), st.Events+st.Rejected, "no event lost, none applied twice: %+v", st)
 	require.NoError(t, a.Ready())
@@ -199,4 +198,38 @@ func TestSharedPoolEventsReachEveryReplica(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	}
+}
+
+// A server that loses its store (memory storage here) comes back with an
+// empty stream: the replica clears its index, the relay starts its
+// numbering over, and the replica holds exactly what follows.
+func TestServerLosesItsStore(t *testing.T) {
+	ns := startNATS(t)
+	cfg := testConfig()
+	cfg.Memory = true
+	p := connect(t, ns, cfg)
+	pubs := publishers(t, p, 1, 2)
+	rp := startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "a", Router: newRouter(t, nil, 1, 2), NoSharedLoad: true})
+	g := newEventGen(12, 1, 2)
+	feed(t, g, pubs, nil, 2000, nil)
+	flush(t, pubs[1], pubs[2])
+	waitSynced(t, p, rp)
+	require.Positive(t, rp.r.Index().Stats().Blocks)
+
+	ns.stop()
+	ns.start()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, p.ensureLoop(ctx))
+	g.resident = map[uint64][]uint64{} // the relays' engines restarted too
+	ref := refIndex(t)
+	feed(t, g, pubs, ref, 2000, map[flashindex.Worker]uint64{})
+	flush(t, pubs[1], pubs[2])
+	deadline := time.Now().Add(20 * time.Second)
+	for rp.Stats().Truncated == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitSynced(t, p, rp)
+	requireSameIndex(t, ref, rp.r.Index(), "replica vs reference")
+	require.Positive(t, rp.Stats().Truncated)
 }
