@@ -35,6 +35,9 @@ const (
 	// HeaderCachedTokens is how many prompt tokens the router expected the
 	// worker to hold (all tiers).
 	HeaderCachedTokens = "X-Agentkv-Cached-Tokens"
+	// HeaderWaited is how long admission control held the request before
+	// it was routed, in milliseconds ("0" when it was not held).
+	HeaderWaited = "X-Agentkv-Waited-Ms"
 	// HeaderDPRank is vLLM's (and SGLang's) header pinning a request to a
 	// data-parallel rank; the gateway sets it for workers with DPRanks > 1.
 	HeaderDPRank = "X-Data-Parallel-Rank"

@@ -1,19 +1,21 @@
 // Command rollout is an RL rollout driver: N concurrent agent programs,
-// each a chain of model turns separated by tool calls, driven through an
-// agentkv.Router with program-aware admission control. Admission keeps the
+// each a chain of model turns separated by tool calls, driven over HTTP
+// through an agentkv gateway (a Router with program-aware admission
+// control), as slime-, SkyRL- or VERL-style rollout workers would point at
+// it unchanged. Admission keeps the
 // programs placed on a worker within its KV cache, so their prefixes stay
 // resident across tool gaps instead of evicting each other; programs that
-// do not fit wait in Router.Route until the control loop (Router.Tick on a
-// ticker) resumes them.
+// do not fit wait inside the gateway until the control loop resumes them.
 //
 //	go run ./examples/rollout                        # in-process fake engines
 //	go run ./examples/rollout --admission=false      # compare: everyone at once
 //	go run ./examples/rollout --worker http://127.0.0.1:8001 --worker http://127.0.0.1:8002 --model MODEL
 //
-// Each turn sends the program's whole context as token ids to
-// /v1/completions with return_token_ids (vLLM ≥ 0.10.2), the way RL
-// frameworks keep tokens exact, and appends the generated ids and a
-// synthetic tool result for the next turn.
+// Each turn sends the program's whole context as token ids to the
+// gateway's /v1/completions with return_token_ids (vLLM ≥ 0.10.2), the way
+// RL frameworks keep tokens exact, and ThunderAgent's program_id; it
+// appends the generated ids and a synthetic tool result for the next turn.
+// The program ends with POST /programs/release.
 package main
 
 import (
@@ -33,10 +35,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/admission"
-	"github.com/agentkv/agentkv/engine/vllm"
-	"github.com/agentkv/agentkv/session"
+	"github.com/agentkv/agentkv/gateway"
 )
 
 // config describes a rollout.
@@ -73,47 +73,43 @@ func (c config) programTokens() int {
 	return c.System + c.Task + c.Turns*c.Output + (c.Turns-1)*c.Tool
 }
 
-// rollout runs cfg's programs against the vLLM servers at urls.
+// rollout runs cfg's programs through an agentkv gateway (package
+// gateway's Stack, served on a loopback port) in front of the vLLM-compatible
+// servers at urls: the programs speak HTTP to the gateway only, as a
+// rollout framework's workers would.
 func rollout(ctx context.Context, cfg config, urls []string) (summary, error) {
-	var ws []*vllm.Worker
-	for i, u := range urls {
-		w, err := vllm.NewWorker(ctx, vllm.WorkerConfig{ID: uint64(i), URL: u})
-		if err != nil {
-			return summary{}, err
-		}
-		ws = append(ws, w)
-	}
-	if len(ws) == 0 {
+	if len(urls) == 0 {
 		return summary{}, errors.New("rollout: no workers")
 	}
-	rc := agentkv.Config{BlockSize: ws[0].BlockSize(), Approximate: true, TickInterval: cfg.Tick}
-	if cfg.Admission {
-		rc.Admission = &admission.Config{Interval: cfg.Tick}
+	var specs []gateway.WorkerSpec
+	for _, u := range urls {
+		specs = append(specs, gateway.WorkerSpec{URL: u})
 	}
-	r, err := agentkv.New(rc)
+	st, err := gateway.NewStack(ctx, gateway.StackConfig{Workers: specs, Admission: cfg.Admission, Tick: cfg.Tick,
+		Affinity: gateway.DefaultAffinity(specs), Refresh: -1})
 	if err != nil {
 		return summary{}, err
 	}
-	defer r.Close()
-	for _, w := range ws {
-		info := agentkv.WorkerInfo{ID: w.ID(), BlockSize: w.BlockSize(), KVCapacityTokens: w.KVCapacityTokens()}
+	defer st.Close()
+	for i := range st.Workers() {
+		info := st.WorkerInfo(i)
 		// A program larger than a worker's resume ceiling would wait for
 		// the 30-minute forced resume: refuse the configuration instead.
 		if cfg.Admission && cfg.programTokens()+admission.DefaultBuffer > int(0.85*float64(info.KVCapacityTokens)) {
 			return summary{}, fmt.Errorf("rollout: a program reaches %d tokens, more than worker %d's KV cache (%d tokens) admits",
 				cfg.programTokens(), info.ID, info.KVCapacityTokens)
 		}
-		if err := r.AddWorker(agentkv.WorkerFunc(func() agentkv.WorkerInfo { return info })); err != nil {
-			return summary{}, err
-		}
 	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return summary{}, err
+	}
+	srv := &http.Server{Handler: st.Handler("")}
+	go srv.Serve(ln)
+	defer srv.Close()
 
-	// The control loop: admission pauses and resumes programs on each tick.
-	tickCtx, stopTicks := context.WithCancel(ctx)
-	defer stopTicks()
-	go func() { _ = r.Run(tickCtx) }()
-
-	d := &driver{cfg: cfg, r: r, ws: ws, hc: &http.Client{}}
+	hc := gateway.NewHTTPClient()
+	d := &driver{cfg: cfg, base: "http://" + ln.Addr().String(), hc: hc}
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, cfg.Programs)
@@ -126,22 +122,25 @@ func rollout(ctx context.Context, cfg config, urls []string) (summary, error) {
 	}
 	wg.Wait()
 	d.sum.Wall = time.Since(start)
-	d.sum.Admission = r.AdmissionStats()
+	d.sum.Admission = st.Router().AdmissionStats()
 	return d.sum, errors.Join(errs...)
 }
 
 type driver struct {
-	cfg config
-	r   *agentkv.Router
-	ws  []*vllm.Worker
-	hc  *http.Client
+	cfg  config
+	base string // the gateway's URL
+	hc   *http.Client
 
 	mu  sync.Mutex // guards sum
 	sum summary
 }
 
-// program runs one agent program: turns with tool gaps, ending its session
-// with the last turn (Final), which frees its place for waiting programs.
+// program runs one agent program: turns with tool gaps, each a
+// /v1/completions request to the gateway with the program's whole context
+// as token ids and ThunderAgent's program_id in the body; admission holds a
+// request inside the gateway while the program is paused or queued. After
+// the last turn the program is released (ThunderAgent's
+// POST /programs/release), which frees its place for waiting programs.
 func (d *driver) program(ctx context.Context, p int) error {
 	rng := rand.New(rand.NewPCG(d.cfg.Seed, uint64(p)))
 	id := "program-" + strconv.Itoa(p)
@@ -151,18 +150,11 @@ func (d *driver) program(ctx context.Context, p int) error {
 	}
 	tokens = appendRandom(tokens, rng, d.cfg.Task)
 	for turn := range d.cfg.Turns {
-		ac := session.AgentContext{SessionID: id, ProgramID: id, Final: turn == d.cfg.Turns-1}
-		dec, err := d.r.Route(ctx, &agentkv.Request{Tokens: tokens, Agent: ac, ExpectedOutputTokens: d.cfg.Output})
-		if err != nil { // blocks while admission holds the program
+		out, u, waited, err := d.complete(ctx, id, tokens)
+		if err != nil {
 			return fmt.Errorf("%s turn %d: %w", id, turn, err)
 		}
-		out, u, err := d.complete(ctx, d.ws[dec.Worker.ID], tokens)
-		dec.Done(agentkv.Usage{PromptTokens: u.Usage.PromptTokens, CompletionTokens: u.Usage.CompletionTokens,
-			CachedTokens: u.Usage.Details.CachedTokens, FinishReason: u.finish(), Failed: err != nil})
-		if err != nil {
-			return fmt.Errorf("%s turn %d on worker %d: %w", id, turn, dec.Worker.ID, err)
-		}
-		d.record(dec.Waited, u)
+		d.record(waited, u)
 		tokens = append(tokens, out...)
 		if turn == d.cfg.Turns-1 {
 			break
@@ -172,7 +164,7 @@ func (d *driver) program(ctx context.Context, p int) error {
 		}
 		tokens = appendRandom(tokens, rng, d.cfg.Tool) // the tool's result
 	}
-	return nil
+	return d.release(ctx, id)
 }
 
 func (d *driver) record(waited time.Duration, u completion) {
@@ -203,38 +195,53 @@ type completion struct {
 	} `json:"usage"`
 }
 
-func (c completion) finish() string {
-	if len(c.Choices) == 0 {
-		return ""
-	}
-	return c.Choices[0].FinishReason
-}
-
-func (d *driver) complete(ctx context.Context, w *vllm.Worker, prompt []uint32) ([]uint32, completion, error) {
+// complete sends one turn; waited is how long admission held it
+// (the gateway's X-Agentkv-Waited-Ms).
+func (d *driver) complete(ctx context.Context, program string, prompt []uint32) ([]uint32, completion, time.Duration, error) {
 	var c completion
 	body, _ := json.Marshal(map[string]any{"model": d.cfg.Model, "prompt": prompt, "max_tokens": d.cfg.Output,
-		"ignore_eos": true, "return_token_ids": true})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.Client().URL(vllm.CompletionPath), bytes.NewReader(body))
+		"ignore_eos": true, "return_token_ids": true, "program_id": program})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.base+gateway.CompletionsPath, bytes.NewReader(body))
 	if err != nil {
-		return nil, c, err
+		return nil, c, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := d.hc.Do(req)
 	if err != nil {
-		return nil, c, err
+		return nil, c, 0, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, c, err
+		return nil, c, 0, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, c, fmt.Errorf("engine returned %d: %.200s", resp.StatusCode, b)
+		return nil, c, 0, fmt.Errorf("gateway returned %d: %.200s", resp.StatusCode, b)
 	}
 	if err := json.Unmarshal(b, &c); err != nil || len(c.Choices) == 0 {
-		return nil, c, fmt.Errorf("unreadable completion: %.200s", b)
+		return nil, c, 0, fmt.Errorf("unreadable completion: %.200s", b)
 	}
-	return c.Choices[0].TokenIDs, c, nil
+	ms, _ := strconv.ParseFloat(resp.Header.Get(gateway.HeaderWaited), 64)
+	return c.Choices[0].TokenIDs, c, time.Duration(ms * float64(time.Millisecond)), nil
+}
+
+// release ends the program (ThunderAgent's end-of-program call).
+func (d *driver) release(ctx context.Context, program string) error {
+	body, _ := json.Marshal(map[string]string{"program_id": program})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.base+gateway.ReleasePath, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := d.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: release returned %d", program, resp.StatusCode)
+	}
+	return nil
 }
 
 func appendRandom(dst []uint32, rng *rand.Rand, n int) []uint32 {
@@ -295,7 +302,7 @@ func main() {
 	cfg := config{Model: "fake"}
 	var urls urlList
 	flag.Var(&urls, "worker", "vLLM base URL (repeatable; default: in-process fake engines)")
-	flag.IntVar(&cfg.Programs, "programs", 48, "concurrent agent programs")
+	flag.IntVar(&cfg.Programs, "programs", 256, "concurrent agent programs")
 	flag.IntVar(&cfg.Turns, "turns", 6, "model turns per program")
 	flag.IntVar(&cfg.System, "system", 1024, "shared system prompt tokens")
 	flag.IntVar(&cfg.Task, "task", 1024, "per-program task prompt tokens")
