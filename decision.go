@@ -151,7 +151,7 @@ func (r *Router) undoRoute(d *Decision) {
 		r.index.Unrecord(d.Worker, d.recorded)
 	}
 	if d.boundHere {
-		if b, ok := r.table.Affinity(d.agent.SessionID); ok && b.Worker.ID == d.Worker.ID && b.Worker.DPRank == d.Worker.DPRank {
+		if b, ok := r.table.Affinity(d.agent.SessionID); ok && indexWorker(b.Worker) == d.Worker {
 			r.table.Unbind(d.agent.SessionID)
 		}
 	}

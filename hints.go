@@ -35,7 +35,7 @@ func (r *Router) evaluateHints(in *kvhint.Input) int {
 	out := r.batcher.Batch(nil, hints)
 	sent := 0
 	for i := range out {
-		key := flashindex.Worker{ID: out[i].Worker.ID, DPRank: out[i].Worker.DPRank}
+		key := indexWorkerOfHint(out[i].Worker)
 		r.mu.Lock()
 		var sink kvhint.Sink
 		if idx, ok := r.byKey[key]; ok {
@@ -65,7 +65,7 @@ func (r *Router) hintsOnRoute(d *Decision, seq []uint64, matches []flashindex.Ma
 	if len(r.cfg.Hints) == 0 || !d.agent.Valid() {
 		return
 	}
-	in := kvhint.Input{Event: kvhint.EventAdmit, Worker: kvhint.WorkerID{ID: d.Worker.ID, DPRank: d.Worker.DPRank}, Prefix: seq}
+	in := kvhint.Input{Event: kvhint.EventAdmit, Worker: hintWorker(d.Worker), Prefix: seq}
 	if d.Waited > 0 {
 		in.Event = kvhint.EventResume
 	}
@@ -96,7 +96,7 @@ func (r *Router) hintsOnTick(now time.Time) {
 		if !ok {
 			continue
 		}
-		in := kvhint.Input{Event: kvhint.EventTick, Worker: kvhint.WorkerID{ID: it.a.worker.ID, DPRank: it.a.worker.DPRank}}
+		in := kvhint.Input{Event: kvhint.EventTick, Worker: hintWorker(it.a.worker)}
 		in.Session, in.Prefix = r.sessionView(it.id, info.Parent, it.a.worker)
 		in.Session.Phase = kvhint.PhaseActing
 		in.Session.Acting = now.Sub(it.a.since)
@@ -114,7 +114,7 @@ func (r *Router) hintsOnFinish(id, parent string) {
 	r.mu.Lock()
 	a := r.acting[id]
 	r.mu.Unlock()
-	in := kvhint.Input{Event: kvhint.EventFinish, Worker: kvhint.WorkerID{ID: a.worker.ID, DPRank: a.worker.DPRank}}
+	in := kvhint.Input{Event: kvhint.EventFinish, Worker: hintWorker(a.worker)}
 	in.Session, in.Prefix = r.sessionView(id, parent, a.worker)
 	in.Session.Finished = true
 	in.Cached = r.residencies(nil, r.index.FindMatches(in.Prefix, nil))
@@ -130,7 +130,7 @@ func (r *Router) residencies(dst []kvhint.Residency, matches []flashindex.Match)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, m := range matches {
-		res := kvhint.Residency{Worker: kvhint.WorkerID{ID: m.Worker.ID, DPRank: m.Worker.DPRank},
+		res := kvhint.Residency{Worker: hintWorker(m.Worker),
 			Device: m.Device, Host: m.Host, Disk: m.Disk}
 		if i, ok := r.byKey[m.Worker]; ok {
 			res.Endpoint = r.workers[i].info.Endpoint

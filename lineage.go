@@ -23,7 +23,7 @@ func (r *Router) updateLineage(ac session.AgentContext, seq []uint64) {
 // SharedRefs are filled per radix segment when hints need them.
 // It also returns the session's whole chain (Shared then Unique, one slice).
 func (r *Router) sessionView(id, parent string, w flashindex.Worker) (kvhint.Session, []uint64) {
-	s := kvhint.Session{ID: id, Parent: parent, Worker: kvhint.WorkerID{ID: w.ID, DPRank: w.DPRank}}
+	s := kvhint.Session{ID: id, Parent: parent, Worker: hintWorker(w)}
 	chain, err := r.tree.Lineage(id, nil)
 	if err != nil || len(chain) == 0 {
 		return s, nil

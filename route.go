@@ -359,7 +359,7 @@ func (r *Router) keepAdmissionWorkerLocked(rt *routing, sc *scratch) error {
 func (r *Router) selectLocked(rt *routing, sc *scratch) {
 	pick := -1
 	if rt.bound && !rt.admitted {
-		bw := flashindex.Worker{ID: rt.binding.Worker.ID, DPRank: rt.binding.Worker.DPRank}
+		bw := indexWorker(rt.binding.Worker)
 		for i := range sc.cands {
 			if sc.cands[i].ws.key == bw {
 				pick, rt.viaAffinity = i, true
@@ -440,12 +440,7 @@ func (r *Router) beginSession(rt *routing, req *Request) bool {
 	if r.cfg.Affinity == AffinityOff || rt.viaAffinity {
 		return false
 	}
-	mode := session.Soft
-	if r.cfg.Affinity == AffinityHard {
-		mode = session.Hard
-	}
-	w := rt.pick.ws.key
-	return r.table.Bind(ac.SessionID, session.Worker{ID: w.ID, DPRank: w.DPRank}, mode) == nil
+	return r.table.Bind(ac.SessionID, sessionWorker(rt.pick.ws.key), sessionMode(r.cfg.Affinity)) == nil
 }
 
 // newDecision is the routed request's Decision.

@@ -16,17 +16,17 @@ import (
 	"github.com/agentkv/agentkv/trace"
 )
 
-// hintWorker is a worker that records the hint envelopes it receives.
-type hintWorker struct {
+// hintingWorker is a worker that records the hint envelopes it receives.
+type hintingWorker struct {
 	id  uint64
 	mu  sync.Mutex
 	got []kvhint.Envelope
 }
 
-func (h *hintWorker) Info() WorkerInfo {
+func (h *hintingWorker) Info() WorkerInfo {
 	return WorkerInfo{ID: h.id, BlockSize: testBS, KVCapacityTokens: 1 << 20}
 }
-func (h *hintWorker) HintSink() kvhint.Sink {
+func (h *hintingWorker) HintSink() kvhint.Sink {
 	return kvhint.SinkFunc(func(_ context.Context, env *kvhint.Envelope) error {
 		h.mu.Lock()
 		h.got = append(h.got, *env)
@@ -34,7 +34,7 @@ func (h *hintWorker) HintSink() kvhint.Sink {
 		return nil
 	})
 }
-func (h *hintWorker) take() []kvhint.Action {
+func (h *hintingWorker) take() []kvhint.Action {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []kvhint.Action
@@ -92,7 +92,7 @@ func TestHintPolicies(t *testing.T) {
 	clk := newFakeClock()
 	r, err := New(Config{BlockSize: testBS, Now: clk.Now, Hints: []kvhint.Policy{tail, rel}})
 	require.NoError(t, err)
-	w := &hintWorker{id: 1}
+	w := &hintingWorker{id: 1}
 	require.NoError(t, r.AddWorker(w))
 
 	ac := session.AgentContext{SessionID: "s"}
@@ -228,7 +228,7 @@ func TestPrefixPinSeesSharedRefs(t *testing.T) {
 	clk := newFakeClock()
 	r, err := New(Config{BlockSize: testBS, Now: clk.Now, Hints: []kvhint.Policy{pin}})
 	require.NoError(t, err)
-	w := &hintWorker{id: 1}
+	w := &hintingWorker{id: 1}
 	require.NoError(t, r.AddWorker(w))
 	sys := tokens(32, 1) // 8 shared blocks
 	var pinned []kvhint.Action
