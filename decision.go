@@ -120,6 +120,11 @@ func (r *Router) done(d *Decision, u Usage) {
 	var rel []release
 	if r.adm != nil && d.program != "" {
 		_ = r.adm.EndRequest(now, d.program, int64(prompt), int64(u.CompletionTokens))
+		// Weight = unique tail + the prefix shared with other sessions,
+		// which the worker's cache holds once (the lineage tree knows it).
+		if sp, err := r.tree.Split(d.agent.SessionID); err == nil && d.agent.Valid() {
+			_ = r.adm.SetShared(d.program, int64(sp.Shared*r.cfg.BlockSize))
+		}
 		if d.agent.Final {
 			_ = r.adm.EndSession(now, d.program)
 		}

@@ -43,12 +43,20 @@ type worker struct {
 	id        WorkerID
 	cap       int64
 	progs     []*program // Active programs placed here; program.slot indexes it
-	reasoning int64      // Σ tokens of Reasoning programs
-	acting    int64      // Σ tokens of Acting programs (unweighted)
-	marked    int64      // Σ tokens of marked programs (all Reasoning)
+	reasoning int64      // Σ unique tails (tokens − shared) of Reasoning programs
+	acting    int64      // Σ unique tails of Acting programs (unweighted)
+	marked    int64      // Σ unique tails of marked programs (all Reasoning)
+	// The shared prefixes of its programs, counted once: the worker's
+	// cache holds one copy. sharedN counts programs by shared length;
+	// sharedMax is the largest with a count.
+	sharedN   map[int64]int
+	sharedMax int64
 	nAct      int
 	demoted   bool
 	demUntil  time.Time
+	// reserved is the tick in which a held turn past MaxWait waits for
+	// room here (markFor): resume places nothing else on it in that tick.
+	reserved uint64
 }
 
 type program struct {
@@ -59,10 +67,12 @@ type program struct {
 	home      *worker // where it last ran (nil: never placed, or removed)
 	placed    bool    // was ever placed (false: a queued new program)
 	tokens    int64
+	shared    int64 // leading tokens shared with other programs (SetShared), ≤ tokens when counted
 	steps     int
 	inflight  int // turns started and not ended: running + held
 	held      int // turns held while Paused
 	marked    bool
+	swapMark  bool // marked to make room for a swap: the pause target does not unmark it
 	boost     bool // next released or started turn gets ResumeBoost
 	resumedAt uint64
 
@@ -188,7 +198,71 @@ func (c *Controller) workerIndex(w *worker) int {
 }
 
 func (c *Controller) used(w *worker) float64 {
-	return float64(w.reasoning) + c.cfg.ActingWeight*float64(w.acting)
+	return float64(w.reasoning) + c.cfg.ActingWeight*float64(w.acting) + float64(w.sharedMax)
+}
+
+// tail is the program's unique tail: its tokens less the prefix it shares
+// with other programs, which its worker counts once (sharedMax).
+func tail(p *program) int64 {
+	return p.tokens - min(p.shared, p.tokens)
+}
+
+// need is the room p takes on w: its tail, the buffer, and the part of its
+// shared prefix longer than what w's programs already share.
+func (c *Controller) need(p *program, w *worker) int64 {
+	return tail(p) + c.cfg.Buffer + max(0, min(p.shared, p.tokens)-w.sharedMax)
+}
+
+// SetShared records that the leading shared tokens of program id's context
+// are shared with other programs (a system prompt and tools; the router's
+// session-prefix index knows it). A worker counts a program's unique tail,
+// tokens − shared, and the longest shared prefix among its programs once,
+// since its cache holds one copy. The value stays until the next call; 0
+// (the default) counts the whole context.
+func (c *Controller) SetShared(id string, shared int64) error {
+	if shared < 0 || shared > MaxTokens {
+		return ErrBadTokens
+	}
+	p, ok := c.progs[id]
+	if !ok {
+		return ErrUnknownProgram
+	}
+	w := p.w
+	if w != nil {
+		c.detach(p)
+	}
+	p.shared = shared
+	if w != nil {
+		c.attach(p, w)
+	}
+	return nil
+}
+
+func (w *worker) addShared(n int64) {
+	if n <= 0 {
+		return
+	}
+	if w.sharedN == nil {
+		w.sharedN = map[int64]int{}
+	}
+	w.sharedN[n]++
+	w.sharedMax = max(w.sharedMax, n)
+}
+
+func (w *worker) dropShared(n int64) {
+	if n <= 0 {
+		return
+	}
+	if w.sharedN[n]--; w.sharedN[n] > 0 {
+		return
+	}
+	delete(w.sharedN, n)
+	if n == w.sharedMax {
+		w.sharedMax = 0
+		for k := range w.sharedN {
+			w.sharedMax = max(w.sharedMax, k)
+		}
+	}
 }
 
 func (c *Controller) util(w *worker) float64 {
@@ -197,9 +271,9 @@ func (c *Controller) util(w *worker) float64 {
 
 func (c *Controller) weight(p *program) float64 {
 	if p.phase == Acting {
-		return c.cfg.ActingWeight * float64(p.tokens)
+		return c.cfg.ActingWeight * float64(tail(p))
 	}
-	return float64(p.tokens)
+	return float64(tail(p))
 }
 
 // ---------------------------------------------------------------- programs
@@ -497,7 +571,7 @@ func (c *Controller) EndRequest(now time.Time, id string, promptTokens, completi
 			p.phase = Acting
 			p.actingSince = now
 			if p.marked {
-				p.marked = false
+				p.marked, p.swapMark = false, false
 				p.life = Active // pause expects an attached program
 				c.attach(p, w)
 				c.pause(now, p, ReasonToolBoundary)
@@ -686,7 +760,7 @@ func (c *Controller) resumeUsed(now time.Time, w *worker) float64 {
 	if c.cfg.DecayHalfLife <= 0 || w.nAct == 0 {
 		return c.used(w)
 	}
-	u := float64(w.reasoning)
+	u := float64(w.reasoning) + float64(w.sharedMax)
 	hl := c.cfg.DecayHalfLife.Seconds()
 	for _, p := range w.progs {
 		if p.phase != Acting {
@@ -696,7 +770,7 @@ func (c *Controller) resumeUsed(now time.Time, w *worker) float64 {
 		if t < 0 {
 			t = 0
 		}
-		u += c.cfg.ActingWeight * float64(p.tokens) * math.Exp2(-t/hl)
+		u += c.cfg.ActingWeight * float64(tail(p)) * math.Exp2(-t/hl)
 	}
 	return u
 }
@@ -749,7 +823,7 @@ func (c *Controller) resume(now time.Time, r *TickResult) {
 	}
 	bins, binW := c.sBins[:0], c.sBinW[:0]
 	for _, w := range c.workers {
-		if c.util(w) > c.ceiling {
+		if c.util(w) > c.ceiling || w.reserved == c.tickNo && c.cfg.MaxWait > 0 {
 			continue
 		}
 		// Reasoning weight is a lower bound on the (decayed) load: skip the
@@ -778,7 +852,10 @@ func (c *Controller) resume(now time.Time, r *TickResult) {
 	}
 	items := c.sItems[:0]
 	for _, p := range cand {
-		items = append(items, Item{Size: p.tokens + c.cfg.Buffer})
+		// The tail: its shared prefix is most likely on every worker
+		// already (the system prompt); home and swap placements, which
+		// know the worker, count what the worker lacks of it.
+		items = append(items, Item{Size: tail(p) + c.cfg.Buffer})
 	}
 	dst := c.sDst[:0]
 	for range items {
@@ -840,8 +917,8 @@ func (c *Controller) resumeHome(now time.Time, cand []*program, bins []Bin, binW
 		placed := false
 		if p.home != nil && (p.held > 0 || !p.placed) {
 			for j, w := range binW {
-				if w == p.home && p.tokens+c.cfg.Buffer <= bins[j].Free {
-					bins[j].Free -= p.tokens + c.cfg.Buffer
+				if need := c.need(p, w); w == p.home && need <= bins[j].Free {
+					bins[j].Free -= need
 					c.resumeOn(now, p, w, ReasonHome, r)
 					placed = true
 					break
@@ -878,10 +955,10 @@ func (c *Controller) swapIn(now time.Time, r *TickResult) {
 	})
 	due = slices.Clone(due) // pause below reuses the scratch slices
 	for _, p := range due {
-		need := float64(p.tokens + c.cfg.Buffer)
 		var best *worker
 		bestCost := math.Inf(1)
 		for _, w := range c.workers {
+			need := float64(c.need(p, w))
 			room := c.ceiling*float64(w.cap) - c.used(w)
 			short := need - room
 			if short > float64(w.acting)*c.cfg.ActingWeight {
@@ -896,9 +973,10 @@ func (c *Controller) swapIn(now time.Time, r *TickResult) {
 			}
 		}
 		if best == nil {
-			c.markFor(now, p, need, r)
+			c.markFor(now, p, r)
 			continue
 		}
+		need := float64(c.need(p, best))
 		room := c.ceiling*float64(best.cap) - c.used(best)
 		if room < need {
 			cand := make([]*program, 0, best.nAct)
@@ -932,19 +1010,29 @@ func (c *Controller) swapIn(now time.Time, r *TickResult) {
 	c.sProgs = c.sProgs[:0]
 }
 
-// markFor marks Reasoning programs on p's home worker (or the least used
-// one) until the marked weight covers what p lacks there under the resume
-// ceiling: they pause at their next tool boundary, and p resumes then.
-func (c *Controller) markFor(now time.Time, p *program, need float64, r *TickResult) {
+// markFor marks Reasoning programs so that p fits once they pause at
+// their tool boundaries: on p's home worker if p can fit there at all,
+// else on the worker with the most weight to reclaim; enough of them
+// (smallest first) that, with its Acting programs paused then, p fits under
+// the resume ceiling. A program too large for every worker is left to the
+// empty-worker placement of resume.
+func (c *Controller) markFor(now time.Time, p *program, r *TickResult) {
+	fits := func(w *worker) bool { return float64(p.tokens+c.cfg.Buffer) <= c.ceiling*float64(w.cap) }
+	reclaim := func(w *worker) float64 { return c.cfg.ActingWeight*float64(w.acting) + float64(w.reasoning-w.marked) }
 	w := p.home
-	if w == nil {
+	if w == nil || !fits(w) {
+		w = nil
 		for _, x := range c.workers {
-			if w == nil || c.util(x) < c.util(w) {
+			if fits(x) && (w == nil || reclaim(x) > reclaim(w)) {
 				w = x
 			}
 		}
 	}
-	short := need - (c.ceiling*float64(w.cap) - c.used(w)) - float64(w.marked)
+	if w == nil {
+		return
+	}
+	w.reserved = c.tickNo
+	short := float64(c.need(p, w)) - (c.ceiling*float64(w.cap) - c.used(w)) - c.cfg.ActingWeight*float64(w.acting) - float64(w.marked)
 	if short <= 0 {
 		return
 	}
@@ -961,6 +1049,7 @@ func (c *Controller) markFor(now time.Time, p *program, need float64, r *TickRes
 		}
 		short -= c.weight(q)
 		c.setMarked(q, true)
+		q.swapMark = true
 		c.stats.Marked++
 		r.Marked++
 		c.emit(Decision{At: now, Kind: KindMark, Reason: ReasonSwap, Program: q.id, Worker: w.id, HasWorker: true,
@@ -1069,7 +1158,7 @@ func smallerFirst(a, b *program) int {
 func (c *Controller) unmarkAll(now time.Time, w *worker, r *TickResult) {
 	cand := c.sProgs[:0]
 	for _, p := range w.progs {
-		if p.marked {
+		if p.marked && !p.swapMark {
 			cand = append(cand, p)
 		}
 	}
@@ -1153,15 +1242,17 @@ func (c *Controller) attach(p *program, w *worker) {
 	p.w = w
 	p.slot = len(w.progs)
 	w.progs = append(w.progs, p)
+	t := tail(p)
 	if p.phase == Acting {
-		w.acting += p.tokens
+		w.acting += t
 		w.nAct++
 	} else {
-		w.reasoning += p.tokens
+		w.reasoning += t
 	}
 	if p.marked {
-		w.marked += p.tokens
+		w.marked += t
 	}
+	w.addShared(min(p.shared, p.tokens))
 }
 
 // detach removes p from its worker's sums and list (p.w becomes nil).
@@ -1170,15 +1261,17 @@ func (c *Controller) detach(p *program) {
 	if w == nil {
 		return
 	}
+	t := tail(p)
 	if p.phase == Acting {
-		w.acting -= p.tokens
+		w.acting -= t
 		w.nAct--
 	} else {
-		w.reasoning -= p.tokens
+		w.reasoning -= t
 	}
 	if p.marked {
-		w.marked -= p.tokens
+		w.marked -= t
 	}
+	w.dropShared(min(p.shared, p.tokens))
 	last := len(w.progs) - 1
 	w.progs[p.slot] = w.progs[last]
 	w.progs[p.slot].slot = p.slot
@@ -1189,6 +1282,9 @@ func (c *Controller) detach(p *program) {
 }
 
 func (c *Controller) setMarked(p *program, m bool) {
+	if !m {
+		p.swapMark = false
+	}
 	if p.marked == m {
 		return
 	}

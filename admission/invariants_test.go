@@ -8,6 +8,7 @@ func checkInvariants(c *Controller) error {
 	type sums struct {
 		reasoning, acting, marked int64
 		n, nAct                   int
+		sharedMax                 int64
 	}
 	ref := map[WorkerID]*sums{}
 	for _, w := range c.workers {
@@ -47,17 +48,21 @@ func checkInvariants(c *Controller) error {
 				return fmt.Errorf("program %s: bad slot", id)
 			}
 			s.n++
+			// Unique tail per program, the shared prefix once per worker.
+			shared := min(p.shared, p.tokens)
+			t := p.tokens - shared
+			s.sharedMax = max(s.sharedMax, shared)
 			if p.phase == Acting {
-				s.acting += p.tokens
+				s.acting += t
 				s.nAct++
 			} else {
-				s.reasoning += p.tokens
+				s.reasoning += t
 			}
 			if p.marked {
 				if p.phase != Reasoning {
 					return fmt.Errorf("program %s: marked while %v", id, p.phase)
 				}
-				s.marked += p.tokens
+				s.marked += t
 			}
 			if p.pslot != -1 {
 				return fmt.Errorf("program %s: active but in paused list", id)
@@ -94,9 +99,9 @@ func checkInvariants(c *Controller) error {
 	}
 	for _, w := range c.workers {
 		s := ref[w.id]
-		if s.reasoning != w.reasoning || s.acting != w.acting || s.marked != w.marked || s.n != len(w.progs) || s.nAct != w.nAct {
+		if s.reasoning != w.reasoning || s.acting != w.acting || s.marked != w.marked || s.n != len(w.progs) || s.nAct != w.nAct || s.sharedMax != w.sharedMax {
 			return fmt.Errorf("worker %v: sums %+v, recomputed %+v", w.id,
-				sums{w.reasoning, w.acting, w.marked, len(w.progs), w.nAct}, *s)
+				sums{w.reasoning, w.acting, w.marked, len(w.progs), w.nAct, w.sharedMax}, *s)
 		}
 	}
 	for i := 1; i < len(c.workers); i++ {

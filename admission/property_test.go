@@ -65,21 +65,23 @@ type simResult struct {
 }
 
 type sim struct {
-	t       testing.TB
-	rng     *rand.Rand
-	ctl     *Controller
-	now     time.Duration
-	q       simQueue
-	seq     int
-	log     []string
-	dec     []Decision
-	progs   map[string]*simProg
-	nextW   WorkerID
-	res     simResult
-	churn   bool
-	failed  bool
-	seed    uint64
-	ticking bool
+	t           testing.TB
+	rng         *rand.Rand
+	ctl         *Controller
+	now         time.Duration
+	q           simQueue
+	seq         int
+	log         []string
+	dec         []Decision
+	progs       map[string]*simProg
+	nextW       WorkerID
+	res         simResult
+	churn       bool
+	shared      int64 // when positive, SetShared(min(shared, prompt)) after every turn
+	lastSwapped uint64
+	failed      bool
+	seed        uint64
+	ticking     bool
 }
 
 func (s *sim) push(at time.Duration, kind int, p *simProg, gen int) {
@@ -127,9 +129,20 @@ func (s *sim) handleDecisions() {
 			if d.Reason == ReasonForced {
 				s.res.forced++
 			}
+			if d.Reason == ReasonSwap {
+				// A swap makes room; it never overcommits the worker.
+				if ceil := s.ctl.Config().ResumeCeiling(); d.Util > ceil+1e-9 {
+					s.fail("%s swapped in on w=%v at U=%.4f over the resume ceiling %.2f", d.Program, d.Worker, d.Util, ceil)
+				}
+			}
 			if d.Released {
 				cfg := s.ctl.Config()
-				if d.Waited > cfg.ForcedResume+cfg.Interval {
+				if cfg.MaxWait > 0 && d.Reason == ReasonForced && float64(d.Tokens+cfg.Buffer) <= s.ctl.ceiling*float64(s.ctl.maxCap()) {
+					// Only a program too large for every worker's room
+					// may reach the safety net (2 × ForcedResume).
+					s.fail("%s forced with MaxWait set (waited %v)", d.Program, d.Waited)
+				}
+				if cfg.MaxWait == 0 && d.Waited > cfg.ForcedResume+cfg.Interval {
 					s.fail("%s waited %v > forced-resume cap %v + interval", d.Program, d.Waited, cfg.ForcedResume)
 				}
 				s.res.releases++
@@ -201,6 +214,14 @@ func (s *sim) run(maxTime time.Duration) {
 				s.fail("end %s: %v", p.id, err)
 			}
 			s.check("end")
+			if s.shared > 0 {
+				n := min(s.shared, tr.prompt)
+				s.op(fmt.Sprintf("share s=%s tokens=%d", p.id, n))
+				if err := s.ctl.SetShared(p.id, n); err != nil {
+					s.fail("share %s: %v", p.id, err)
+				}
+				s.check("share")
+			}
 			p.running = false
 			s.handleDecisions()
 			finished := p.next == p.abandon
@@ -232,11 +253,27 @@ func (s *sim) run(maxTime time.Duration) {
 			if marks > s.res.maxMarksPerTick {
 				s.res.maxMarksPerTick = marks
 			}
+			swapped := s.ctl.Stats().Swapped
 			s.handleDecisions()
+			swappedNow := s.ctl.Stats().Swapped > s.lastSwapped
+			s.lastSwapped = swapped
 			// No held turn may have waited the cap after a tick.
 			cfg := s.ctl.Config()
 			if len(s.ctl.workers) > 0 {
 				for _, p := range s.ctl.paused {
+					if cfg.MaxWait > 0 {
+						// A held turn of a placed program past MaxWait is
+						// swapped in, or waits for marked programs to make
+						// room at their tool boundaries (programs resumed in
+						// a tick are not marked in it: two ticks of grace),
+						// or behind an older one that was swapped in this
+						// tick; a new program waits at the door.
+						tooBig := float64(p.tokens+cfg.Buffer) > s.ctl.ceiling*float64(s.ctl.maxCap())
+						if p.held > 0 && p.placed && !tooBig && epoch.Add(s.now).Sub(p.waitSince) >= cfg.MaxWait+2*cfg.Interval && !s.marksPending() && !swappedNow {
+							s.fail("%s (tail %d, shared %d) held since %v, past MaxWait, and no marked program will make room; workers %+v", p.id, tail(p), p.shared, p.waitSince.Sub(epoch), s.ctl.Workers(nil))
+						}
+						continue
+					}
 					if p.held > 0 && epoch.Add(s.now).Sub(p.waitSince) >= cfg.ForcedResume {
 						s.fail("%s held since %v, past the cap", p.id, p.waitSince.Sub(epoch))
 					}
@@ -376,7 +413,18 @@ func TestPropertyRandomWorkloads(t *testing.T) {
 				if seed%7 == 0 {
 					cfg.ForcedResume = 2 * time.Minute
 				}
+				shared := int64(0)
+				if seed%3 == 0 && seed%7 != 0 {
+					// The improved admission (with the default 30-minute
+					// ForcedResume, whose double is its safety net): aging and swap-in, home
+					// placement, shared prefixes counted once.
+					cfg.MaxWait = time.Duration(1+seed%4) * time.Minute
+					cfg.HomeFirst = true
+					cfg.ActingWeight = 0.5
+					shared = int64(500 + 100*(seed%10))
+				}
 				s := newSim(t, seed, cfg, churn)
+				s.shared = shared
 				s.run(72 * time.Hour)
 				if t.Failed() {
 					t.Fatalf("policy %s churn=%v seed %d failed", pol.name, churn, seed)
@@ -449,4 +497,14 @@ func TestMarkingCountsFutureFrees(t *testing.T) {
 			}
 		})
 	}
+}
+
+// marksPending reports whether some worker has programs marked to pause.
+func (s *sim) marksPending() bool {
+	for _, w := range s.ctl.workers {
+		if w.marked > 0 {
+			return true
+		}
+	}
+	return false
 }

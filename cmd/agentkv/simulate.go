@@ -67,6 +67,7 @@ type simulateFlags struct {
 	plotOut      string
 	parallel     int
 	slo          time.Duration
+	priority     bool
 }
 
 func runSimulate(env *cmdEnv, args []string) error {
@@ -85,6 +86,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 	fs.StringVar(&f.policies, "policies", "kv,kv+cap,kv+admission", "policies to compare, a comma list of: "+policyNames())
 	fs.StringVar(&f.levels, "concurrency", "32,64,128,256,512", "concurrent agent programs, a comma list (0 = no bound)")
 	fs.DurationVar(&f.slo, "slo", 10*time.Second, "TTFT objective of goodput")
+	fs.BoolVar(&f.priority, "priority", false, "run the engines with vLLM's priority scheduling; requests carry admission's priorities (resume boost, soft demote)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic workload and the router's tie-breaking")
 	fs.StringVar(&f.jsonOut, "json", filepath.Join("out", "simulate.json"), "write results as JSON here (empty: don't)")
 	fs.StringVar(&f.plotOut, "plot", filepath.Join("out", "simulate.svg"), "write the plot here: SVG, or PNG for a .png name (empty: don't)")
@@ -183,7 +185,8 @@ func runSimulate(env *cmdEnv, args []string) error {
 		}
 	}
 	base := simrun.Options{
-		Cluster: simrun.Cluster{Workers: f.workers, BlockSize: f.blockSize, DeviceBlocks: f.deviceBlocks, HostBlocks: f.hostBlocks},
+		Cluster: simrun.Cluster{Workers: f.workers, BlockSize: f.blockSize, DeviceBlocks: f.deviceBlocks, HostBlocks: f.hostBlocks,
+			Priority: f.priority},
 		Seed:    f.seed,
 		TTFTSLO: f.slo,
 	}

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/agentkv/agentkv/flashindex"
@@ -39,6 +40,14 @@ type Config struct {
 	// Hints bounds how the engine honours KV hints (see HintConfig and
 	// the package manual); the zero value means the defaults.
 	Hints HintConfig
+	// Priority schedules by Request.Priority as vLLM's
+	// --scheduling-policy priority does (V1 scheduler): the waiting queue
+	// is ordered by (priority, arrival), lower values first, preempted
+	// requests rejoin it in that order, and when a running request cannot
+	// get a block the victim is the running request with the largest
+	// (priority, arrival) among those not yet scheduled in the step
+	// (itself included), not the newest. False is vLLM's default FCFS.
+	Priority bool
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -90,6 +99,9 @@ type Request struct {
 	// the turn within its session.
 	Session, Root, Parent string
 	Turn                  int
+	// Priority is the request's vLLM priority (lower runs first), used
+	// when Config.Priority is set; the router sets it before dispatch.
+	Priority int
 	// Arrival is when the request became ready (before any hold).
 	Arrival time.Duration
 	// InputTokens and OutputTokens are the prompt and completion lengths;
@@ -336,6 +348,11 @@ func (e *Engine) Add(r *Request) error {
 		return fmt.Errorf("%w: request %d needs %d blocks, the pool has %d", ErrTooLarge, r.ID, need, e.cfg.DeviceBlocks)
 	}
 	r.st = &seqState{seqLen: r.InputTokens, target: target}
+	if e.cfg.Priority {
+		e.enqueue(r)
+		e.stats.Added++
+		return nil
+	}
 	e.waiting = append(e.waiting, r)
 	e.stats.Added++
 	return nil
@@ -373,8 +390,12 @@ func (e *Engine) Step(now time.Duration) (StepResult, error) {
 				e.breakPins()
 				continue
 			}
-			victim := e.running[len(e.running)-1]
-			e.running = e.running[:len(e.running)-1]
+			vi := len(e.running) - 1
+			if e.cfg.Priority {
+				vi = e.priorityVictim(i)
+			}
+			victim := e.running[vi]
+			e.running = slices.Delete(e.running, vi, vi+1)
 			e.preempt(victim)
 			res.Preempted++
 			if victim == r {
@@ -383,7 +404,11 @@ func (e *Engine) Step(now time.Duration) (StepResult, error) {
 			}
 		}
 		if !ok {
-			break
+			if e.cfg.Priority {
+				i-- // r left the running list: its successor is at i now
+				continue
+			}
+			break // FCFS: r was the newest; nothing after it runs
 		}
 		e.schedule(r, n, &work)
 		budget -= n
@@ -680,6 +705,10 @@ func (e *Engine) preempt(r *Request) {
 	st.registered = 0
 	r.Preemptions++
 	e.stats.Preemptions++
+	if e.cfg.Priority {
+		e.enqueue(r)
+		return
+	}
 	if e.whead > 0 {
 		e.whead--
 		e.waiting[e.whead] = r
@@ -937,4 +966,35 @@ func (e *Engine) inserted(hash uint64) {
 	if e.memo.r != nil && e.memo.hasMiss && e.memo.miss == hash {
 		e.forget()
 	}
+}
+
+// before reports whether a runs before b under priority scheduling:
+// (priority, arrival) ascending, request ID breaking ties.
+func before(a, b *Request) bool {
+	if a.Priority != b.Priority {
+		return a.Priority < b.Priority
+	}
+	if a.Arrival != b.Arrival {
+		return a.Arrival < b.Arrival
+	}
+	return a.ID < b.ID
+}
+
+// enqueue inserts r into the waiting queue in priority order.
+func (e *Engine) enqueue(r *Request) {
+	q := e.waiting[e.whead:]
+	k := sort.Search(len(q), func(i int) bool { return before(r, q[i]) })
+	e.waiting = slices.Insert(e.waiting, e.whead+k, r)
+}
+
+// priorityVictim returns the index, from from on, of the running request
+// that runs last under priority scheduling.
+func (e *Engine) priorityVictim(from int) int {
+	v := from
+	for j := from + 1; j < len(e.running); j++ {
+		if before(e.running[v], e.running[j]) {
+			v = j
+		}
+	}
+	return v
 }

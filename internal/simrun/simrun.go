@@ -18,6 +18,7 @@ package simrun
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"time"
@@ -41,6 +42,11 @@ type Cluster struct {
 	MaxBatch         int
 	MaxBatchedTokens int
 	Timing           sim.Timing
+	// Priority runs the engines with vLLM's priority scheduling
+	// (sim.Config.Priority); every request carries its admission priority
+	// (the resume boost, the soft-demote penalty) as a vLLM priority,
+	// −round(Decision.Admission.Priority): more urgent is lower.
+	Priority bool
 }
 
 // Policy is a named router configuration to compare.
@@ -241,7 +247,8 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 	for i := range engines {
 		key := flashindex.Worker{ID: uint64(i)}
 		e, err := sim.New(sim.Config{Worker: key, BlockSize: cl.BlockSize, DeviceBlocks: cl.DeviceBlocks,
-			HostBlocks: cl.HostBlocks, MaxBatch: cl.MaxBatch, MaxBatchedTokens: cl.MaxBatchedTokens, Timing: cl.Timing},
+			HostBlocks: cl.HostBlocks, MaxBatch: cl.MaxBatch, MaxBatchedTokens: cl.MaxBatchedTokens, Timing: cl.Timing,
+			Priority: cl.Priority},
 			sim.EventSinkFunc(r.ApplyEvent))
 		if err != nil {
 			return nil, err
@@ -341,6 +348,7 @@ func (g *glue) Route(now time.Duration, req *sim.Request) (sim.Decision, error) 
 		return sim.Decision{}, err
 	}
 	g.decisions[req.ID] = d
+	req.Priority = -int(math.Round(d.Admission.Priority))
 	return sim.Decision{Worker: int(d.Worker.ID)}, nil
 }
 
