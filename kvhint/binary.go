@@ -113,11 +113,14 @@ func DecodeBinary(b []byte, e *Envelope) error {
 	}
 	out := Envelope{ProtocolVersion: r.str(), MessageID: r.str(), SessionID: r.str()}
 	na := r.arrayLen()
+	if r.err == nil && na > MaxWireActions {
+		r.fail(strconv.Itoa(na) + " actions, more than MaxWireActions (" + strconv.Itoa(MaxWireActions) + ")")
+	}
 	if r.err != nil {
 		return r.err
 	}
 	if na > 0 {
-		out.Actions = make([]Action, 0, na)
+		out.Actions = make([]Action, 0, min(na, DefaultMaxActions))
 	}
 	for i := 0; i < na; i++ {
 		start := r.off

@@ -5,6 +5,13 @@ import (
 	"time"
 )
 
+// MaxWireActions bounds the actions of one envelope and the results of one
+// reply that the decoders accept, whatever Bounds say: a longer array is a
+// *DecodeError before anything is allocated for it. It keeps an untrusted
+// message from costing more than a fixed multiple of its size (see
+// TestDecodersAllocationBounded) and is 64 times DefaultMaxActions.
+const MaxWireActions = 1 << 12
+
 // MaxWireTTL is the longest TTL either encoding carries (10 days). JSON
 // writes TTLs as float seconds ("ttl_seconds", as Dynamo and vLLM do); below
 // this limit nanoseconds survive the float round trip exactly. Decoders treat
@@ -21,7 +28,7 @@ type Bounds struct {
 	MaxBlocks   int           // block hashes in one target; default 8192
 	MaxLimit    uint32        // largest Limit; default 1<<20
 	MaxSources  int           // Sources of one Share action; default 8
-	MaxActions  int           // actions in one envelope; default 64 (SGLang's cap)
+	MaxActions  int           // actions in one envelope; default 64 (SGLang's cap), at most MaxWireActions
 	MaxIDLen    int           // bytes in ids, session ids and endpoints; default 512 (SGLang's cap)
 }
 
@@ -76,6 +83,8 @@ func (b Bounds) Check() error {
 		return configErr("bounds: MinTTL %v above MaxTTL %v", d.MinTTL, d.MaxTTL)
 	case d.MaxTTL > MaxWireTTL:
 		return configErr("bounds: MaxTTL %v above MaxWireTTL %v", d.MaxTTL, MaxWireTTL)
+	case d.MaxActions > MaxWireActions:
+		return configErr("bounds: MaxActions %d above MaxWireActions %d", d.MaxActions, MaxWireActions)
 	}
 	return nil
 }

@@ -218,10 +218,10 @@ func secondsToDuration(s float64) (time.Duration, bool) {
 // Wire shapes for decoding. Pointers distinguish absent from zero where the
 // schema requires a field.
 type jsonEnvelope struct {
-	ProtocolVersion *string      `json:"protocol_version"`
-	MessageID       *string      `json:"message_id"`
-	SessionID       string       `json:"session_id"`
-	Actions         []jsonAction `json:"actions"`
+	ProtocolVersion *string           `json:"protocol_version"`
+	MessageID       *string           `json:"message_id"`
+	SessionID       string            `json:"session_id"`
+	Actions         []json.RawMessage `json:"actions"`
 }
 
 type jsonAction struct {
@@ -353,12 +353,20 @@ func DecodeJSON(b []byte, e *Envelope) error {
 	if w.MessageID == nil {
 		return jsonErr("missing message_id")
 	}
+	if len(w.Actions) > MaxWireActions {
+		return jsonErr(strconv.Itoa(len(w.Actions)) + " actions, more than MaxWireActions (" + strconv.Itoa(MaxWireActions) + ")")
+	}
 	out := Envelope{ProtocolVersion: *w.ProtocolVersion, MessageID: *w.MessageID, SessionID: w.SessionID}
 	if len(w.Actions) > 0 {
 		out.Actions = make([]Action, 0, len(w.Actions))
 	}
-	for i := range w.Actions {
-		wa := &w.Actions[i]
+	for i, raw := range w.Actions {
+		// Decoded one at a time, once their number is known to be sane.
+		var action jsonAction
+		if err := json.Unmarshal(raw, &action); err != nil {
+			return jsonErr("action " + strconv.Itoa(i) + ": " + err.Error())
+		}
+		wa := &action
 		if wa.ActionID == nil || wa.ActionType == nil || wa.ActionVersion == nil {
 			return jsonErr("action " + strconv.Itoa(i) + ": missing action_id, action_type or action_version")
 		}

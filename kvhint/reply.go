@@ -178,9 +178,9 @@ func (r Reply) MarshalJSON() ([]byte, error) { return r.AppendJSON(nil) }
 func (r *Reply) UnmarshalJSON(b []byte) error { return DecodeReplyJSON(b, r) }
 
 type jsonReply struct {
-	ProtocolVersion *string          `json:"protocol_version"`
-	MessageID       *string          `json:"message_id"`
-	Results         []jsonReplyEntry `json:"results"`
+	ProtocolVersion *string           `json:"protocol_version"`
+	MessageID       *string           `json:"message_id"`
+	Results         []json.RawMessage `json:"results"`
 }
 
 type jsonReplyEntry struct {
@@ -206,11 +206,18 @@ func DecodeReplyJSON(b []byte, r *Reply) error {
 	if w.ProtocolVersion == nil || w.MessageID == nil {
 		return jsonErr("reply: missing protocol_version or message_id")
 	}
+	if len(w.Results) > MaxWireActions {
+		return jsonErr(strconv.Itoa(len(w.Results)) + " results, more than MaxWireActions (" + strconv.Itoa(MaxWireActions) + ")")
+	}
 	out := Reply{ProtocolVersion: *w.ProtocolVersion, MessageID: *w.MessageID}
 	if len(w.Results) > 0 {
 		out.Results = make([]Result, 0, len(w.Results))
 	}
-	for i, e := range w.Results {
+	for i, raw := range w.Results {
+		var e jsonReplyEntry
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return jsonErr("result " + strconv.Itoa(i) + ": " + err.Error())
+		}
 		if e.ActionID == nil || e.Outcome == nil {
 			return jsonErr("result " + strconv.Itoa(i) + ": missing action_id or outcome")
 		}
@@ -277,8 +284,11 @@ func DecodeBinaryReply(b []byte, r *Reply) error {
 	}
 	out := Reply{ProtocolVersion: rd.str(), MessageID: rd.str()}
 	nr := rd.arrayLen()
-	if nr > 0 {
-		out.Results = make([]Result, 0, nr)
+	if rd.err == nil && nr > MaxWireActions {
+		rd.fail(strconv.Itoa(nr) + " results, more than MaxWireActions (" + strconv.Itoa(MaxWireActions) + ")")
+	}
+	if nr > 0 && rd.err == nil {
+		out.Results = make([]Result, 0, min(nr, DefaultMaxActions))
 	}
 	for i := 0; i < nr && rd.err == nil; i++ {
 		m := rd.arrayLen()

@@ -17,6 +17,13 @@ import (
 // payload cannot exhaust the stack.
 const maxDepth = 32
 
+// MaxBatchEvents bounds the events of one payload: a longer events array
+// is an ErrMalformedFrame before anything is allocated for it. Mooncake's
+// publisher batches far fewer; the bound keeps an untrusted payload from
+// costing more than a fixed multiple of its size (every event, even a
+// one-byte rejected one, costs a record).
+const MaxBatchEvents = 1 << 16
+
 // DecodeFrames decodes one ZMQ multipart message of the Mooncake master's KV
 // event publisher: [topic, seq (8 bytes, big-endian), msgpack payload].
 //
@@ -359,23 +366,47 @@ func (p *parser) events(b *Batch) error {
 	if err != nil {
 		return err
 	}
-	b.Events = make([]Event, 0, n)
+	if n > MaxBatchEvents {
+		return fmt.Errorf("%d events, more than MaxBatchEvents (%d)", n, MaxBatchEvents)
+	}
+	// Grow as events decode: n is only a claim.
+	b.Events = make([]Event, 0, min(n, 1024))
 	for i := range n {
 		ev, reason, key, err := p.event()
 		if err != nil {
 			return fmt.Errorf("event %d: %w", i, err)
 		}
 		if reason != "" {
-			b.Rejected = append(b.Rejected, Rejection{
-				Index: i, Key: key,
-				Err: fmt.Errorf("%w: event %d: %s", ErrMalformedEvent, i, reason),
-			})
+			if len(b.Rejected) == cap(b.Rejected) { // double: one record per (possibly one-byte) event
+				b.Rejected = append(make([]Rejection, 0, max(2*cap(b.Rejected), 8)), b.Rejected...)
+			}
+			b.Rejected = append(b.Rejected, Rejection{Index: i, Key: key, Err: &eventError{index: i, reason: reason}})
 			continue
 		}
 		b.Events = append(b.Events, ev)
 	}
 	return nil
 }
+
+// notAMap are the rejection reasons of events that are not maps, made once.
+var notAMap = func() (r [tExt + 1]string) {
+	for t := range r {
+		r[t] = fmt.Sprintf("event is a %s, want a map", mtype(t))
+	}
+	return r
+}()
+
+// eventError is a Rejection's error, formatted only when asked for.
+type eventError struct {
+	index  int
+	reason string
+}
+
+func (e *eventError) Error() string {
+	return fmt.Sprintf("%v: event %d: %s", ErrMalformedEvent, e.index, e.reason)
+}
+
+func (e *eventError) Unwrap() error { return ErrMalformedEvent }
 
 // Field bits, to reject duplicates.
 const (
@@ -420,7 +451,7 @@ func (p *parser) event() (ev Event, reason, key string, err error) {
 		if err := p.skip(0); err != nil {
 			return ev, "", "", err
 		}
-		return ev, fmt.Sprintf("event is a %s, want a map", t), "", nil
+		return ev, notAMap[t], "", nil
 	}
 	n, err := p.length(t, 2)
 	if err != nil {
@@ -629,7 +660,7 @@ func (p *parser) hashes() (hs []uint64, bad string, err error) {
 	if err != nil {
 		return nil, "", err
 	}
-	hs = make([]uint64, 0, n)
+	hs = make([]uint64, 0, min(n, 1024))
 	for i := range n {
 		et, err := p.peek()
 		if err != nil {

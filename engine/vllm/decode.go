@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/agentkv/agentkv/flashindex"
@@ -568,6 +569,9 @@ func (d *Decoder) field(f Field) error {
 		if !ok {
 			return fieldErr("block_hashes", ErrBadField)
 		}
+		// The document is validated, so n elements are really there: size
+		// the buffer once (append's 1.25 growth would allocate 5x).
+		e.hashes = slices.Grow(e.hashes, n)
 		for i := 0; i < n; i++ {
 			h, ok, err := d.hash()
 			if err != nil {
@@ -598,6 +602,7 @@ func (d *Decoder) field(f Field) error {
 		if !ok {
 			return fieldErr("token_ids", ErrBadField)
 		}
+		e.tokens = slices.Grow(e.tokens, n)
 		for i := 0; i < n; i++ {
 			v, neg, ok, err := r.intValue()
 			if err != nil {
@@ -824,7 +829,7 @@ func (d *Decoder) normalise() (*flashindex.Event, bool, error) {
 	if d.opts.ExtraKeys && e.salt != nil {
 		salt = xxh3.Hash(e.salt)
 	}
-	blocks := d.blocks[:0]
+	blocks := slices.Grow(d.blocks[:0], len(e.hashes))
 	for i, h := range e.hashes {
 		sb := flashindex.StoredBlock{EngineHash: h, Tokens: e.tokens[i*bs : (i+1)*bs : (i+1)*bs]}
 		if d.opts.ExtraKeys {
