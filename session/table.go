@@ -11,6 +11,19 @@ const (
 	DefaultMaxSessions = 65536
 	DefaultIdleTimeout = 30 * time.Minute
 	DefaultAffinityTTL = 10 * time.Minute
+
+	// MaxLineageDepth bounds the live parent links above any session: a
+	// session is not linked under a parent whose chain of live ancestors
+	// would make it deeper (it keeps its Parent id, and is a root for
+	// Children and Root). Agents nest a few levels; the bound keeps a
+	// flood of ids that each name the previous one as parent from making
+	// every Begin walk the whole table (65,536 sessions deep).
+	MaxLineageDepth = 64
+
+	// maxAdoptNodes bounds the subtree a session may bring when it is
+	// linked after its own children (lazy adoption): a larger one is not
+	// linked, so linking costs at most this plus MaxLineageDepth steps.
+	maxAdoptNodes = 1024
 )
 
 var (
@@ -141,6 +154,11 @@ type TableConfig struct {
 	// MaxSessions bounds the live sessions (default 65,536); beyond it the
 	// least recently used session is evicted.
 	MaxSessions int
+	// MaxIDLen is the longest session or parent id Begin accepts, in bytes
+	// (default DefaultMaxIDLen, the Extractor's default; set both alike).
+	// Ids are untrusted: a longer one is refused with a *RefusedError, so
+	// the table's memory is bounded by MaxSessions × MaxIDLen.
+	MaxIDLen int
 	// IdleTimeout removes a session with no Begin or End for this long
 	// (default 30 min). In-flight requests do not hold a session: a lost
 	// End must not pin it forever.
@@ -159,6 +177,9 @@ func (c *TableConfig) fill() error {
 	if c.MaxSessions == 0 {
 		c.MaxSessions = DefaultMaxSessions
 	}
+	if c.MaxIDLen == 0 {
+		c.MaxIDLen = DefaultMaxIDLen
+	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
@@ -171,6 +192,8 @@ func (c *TableConfig) fill() error {
 	switch {
 	case c.MaxSessions < 0:
 		return fmt.Errorf("%w: MaxSessions %d < 0", ErrConfig, c.MaxSessions)
+	case c.MaxIDLen < 0:
+		return fmt.Errorf("%w: MaxIDLen %d < 0", ErrConfig, c.MaxIDLen)
 	case c.IdleTimeout < 0:
 		return fmt.Errorf("%w: IdleTimeout %v < 0", ErrConfig, c.IdleTimeout)
 	case c.AffinityTTL < 0:
@@ -272,20 +295,47 @@ func (t *RawTable) live(id string, now time.Time) *entry {
 	return e
 }
 
-// createsCycle reports whether making parent the parent of id would close a
-// loop in the parent links.
-func (t *RawTable) createsCycle(id string, parent *entry) bool {
-	for p, n := parent, 0; p != nil && n <= len(t.m); p, n = p.parent, n+1 {
-		if p.info.ID == id {
-			return true
+// canLink reports whether e (a root of its own subtree) may be linked
+// under parent: no loop (parent is not in e's subtree) and no chain deeper
+// than MaxLineageDepth. Every live chain is at most MaxLineageDepth deep
+// (removals only shorten chains), so the walk up is bounded, and e's
+// subtree is measured only up to maxAdoptNodes.
+func (t *RawTable) canLink(e, parent *entry) bool {
+	depth := 1 // of e under parent
+	for p := parent; p != nil; p = p.parent {
+		if p == e {
+			return false
 		}
+		depth++
 	}
-	return false
+	if len(e.children) == 0 {
+		return depth <= MaxLineageDepth
+	}
+	budget := maxAdoptNodes
+	h := subtreeHeight(e, &budget)
+	return h >= 0 && depth+h <= MaxLineageDepth
+}
+
+// subtreeHeight returns the height of e's subtree (0 for a leaf), or -1 once
+// more than budget nodes have been visited.
+func subtreeHeight(e *entry, budget *int) int {
+	if *budget--; *budget < 0 {
+		return -1
+	}
+	h := 0
+	for c := range e.children {
+		ch := subtreeHeight(c, budget)
+		if ch < 0 {
+			return -1
+		}
+		h = max(h, ch+1)
+	}
+	return h
 }
 
 func (t *RawTable) link(e *entry) {
 	p := t.m[e.info.Parent]
-	if p == nil || e.parent != nil || t.createsCycle(e.info.ID, p) {
+	if p == nil || e.parent != nil || !t.canLink(e, p) {
 		return
 	}
 	e.parent = p
@@ -299,11 +349,18 @@ func (t *RawTable) link(e *entry) {
 // session if needed (linking it under its live parent), moves it to
 // REASONING, and counts the request. A Final context marks the session to
 // end when its in-flight requests end. The parent of a session is fixed by
-// its first request that names one; parent links that would form a cycle
-// are ignored.
+// its first request that names one; parent links that would form a cycle,
+// or a chain deeper than MaxLineageDepth, are ignored. An id longer than
+// MaxIDLen is refused with a *RefusedError (ErrRefused).
 func (t *RawTable) Begin(ac AgentContext) (Info, error) {
 	if ac.SessionID == "" {
 		return Info{}, ErrNoSession
+	}
+	if len(ac.SessionID) > t.cfg.MaxIDLen {
+		return Info{}, &RefusedError{Field: "session", Reason: TooLong, Len: len(ac.SessionID)}
+	}
+	if len(ac.ParentSessionID) > t.cfg.MaxIDLen {
+		return Info{}, &RefusedError{Field: "parent", Reason: TooLong, Len: len(ac.ParentSessionID)}
 	}
 	now := t.cfg.Now()
 	t.expire(now)
