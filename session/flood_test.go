@@ -143,9 +143,9 @@ func TestTableLineageDepthBounded(t *testing.T) {
 		}
 		tb2.Begin(ac)
 	}
-	tb2.Begin(AgentContext{SessionID: "b1", ParentSessionID: "b0"}) // b0 unseen yet
+	tb2.Begin(AgentContext{SessionID: "b1", ParentSessionID: "b0"})                                  // b0 unseen yet
 	tb2.Begin(AgentContext{SessionID: "b0", ParentSessionID: "a" + strconv.Itoa(MaxLineageDepth-3)}) // depth 64
-	tb2.Begin(AgentContext{SessionID: "b1"}) // b1 links under b0 now: b0 is at depth 64, b1 would be 65
+	tb2.Begin(AgentContext{SessionID: "b1"})                                                         // b1 links under b0 now: b0 is at depth 64, b1 would be 65
 	if r, _ := tb2.Root("b0"); r != "top" {
 		t.Fatalf("Root(b0) = %q, want top", r)
 	}
