@@ -15,6 +15,21 @@ import (
 // next attempt.
 func Loop(ctx context.Context, min, max time.Duration, session func(context.Context) (gotData bool, err error),
 	onRetry func(err error, wait time.Duration)) {
+	loop(ctx, min, max, session, onRetry, realTimer)
+}
+
+// timer starts a wait of d: it returns a channel that fires when the wait
+// is over and a function that abandons it.
+type timer func(d time.Duration) (<-chan time.Time, func())
+
+func realTimer(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
+}
+
+// loop is Loop with the waits made by wait (tests inject a fake clock).
+func loop(ctx context.Context, min, max time.Duration, session func(context.Context) (gotData bool, err error),
+	onRetry func(err error, wait time.Duration), wait timer) {
 	backoff := min
 	for ctx.Err() == nil {
 		got, err := session(ctx)
@@ -27,12 +42,12 @@ func Loop(ctx context.Context, min, max time.Duration, session func(context.Cont
 		if onRetry != nil {
 			onRetry(err, backoff)
 		}
-		t := time.NewTimer(backoff)
+		fired, stop := wait(backoff)
 		select {
 		case <-ctx.Done():
-			t.Stop()
+			stop()
 			return
-		case <-t.C:
+		case <-fired:
 		}
 		backoff = nextBackoff(backoff, max)
 	}
