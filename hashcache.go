@@ -121,7 +121,7 @@ func (c *hashCache) fingerprint(tokens []uint32) uint64 {
 func (c *hashCache) hash(h *flashindex.Hasher, session, lora string, tokens []uint32, dst []uint64) []uint64 {
 	dst = dst[:0]
 	if c == nil || session == "" || len(tokens) > c.max {
-		_, dst = h.AppendHashes(nil, dst, tokens, 0, false)
+		dst = h.SequenceHashes(dst, tokens)
 		if c != nil {
 			c.hashed.Add(uint64(len(dst)))
 		}

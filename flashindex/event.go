@@ -85,6 +85,16 @@ func (k EventKind) String() string {
 // computes the local hash) or LocalHash (when the engine already publishes
 // Dynamo-compatible local hashes, HasLocalHash set) identifies the content.
 // ExtraKeys are mixed into the local hash as Hasher.LocalHashExtra does.
+//
+// What Apply rejects at runtime, so an adapter must guarantee it:
+//   - EngineHash must be unique per (worker, tier) for as long as the
+//     block is stored: an engine hash that already maps to another block
+//     is a *HashConflictError (an adapter that shortens wider hashes must
+//     keep them collision-free, or key them by content);
+//   - Tokens must hold exactly Config.BlockSize ids (*BlockSizeError), and
+//     a block needs Tokens or HasLocalHash (ErrNoContent);
+//   - a Stored event's parent engine hash must be one the worker holds
+//     (*UnknownParentError).
 type StoredBlock struct {
 	EngineHash   uint64
 	Tokens       []uint32

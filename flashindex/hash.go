@@ -119,6 +119,22 @@ func (h *Hasher) AppendLocalHashes(dst []uint64, tokens []uint32) []uint64 {
 	return dst
 }
 
+// SequenceHashes appends the sequence hashes of tokens' full blocks to dst,
+// a chain from the first block: what a router needs of a prompt. It is
+// AppendHashes without the local hashes or a parent.
+func (h *Hasher) SequenceHashes(dst []uint64, tokens []uint32) []uint64 {
+	_, dst = h.AppendHashes(nil, dst, tokens, 0, false)
+	return dst
+}
+
+// ExtendHashes appends to dst the sequence hashes of tokens' full blocks
+// chained onto parent, the sequence hash of the block before them: a
+// prompt that extends a known prefix hashes only what it appended.
+func (h *Hasher) ExtendHashes(dst []uint64, parent uint64, tokens []uint32) []uint64 {
+	_, dst = h.AppendHashes(nil, dst, tokens, parent, true)
+	return dst
+}
+
 // AppendHashes appends the local and sequence hashes of every full block of
 // tokens to local and seq, continuing the chain from parent when hasParent
 // is set. It returns the extended slices and allocates only when they lack

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -232,5 +233,27 @@ func BenchmarkChainExtend(b *testing.B) {
 	for b.Loop() {
 		c.Extend(toks[:130000]) // truncate back (cheap: keeps full blocks)
 		c.Extend(toks)
+	}
+}
+
+// TestSequenceAndExtendHashes: the short forms agree with AppendHashes,
+// and extending a prefix's last hash continues the same chain.
+func TestSequenceAndExtendHashes(t *testing.T) {
+	h, err := NewHasher(4, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := make([]uint32, 30)
+	for i := range toks {
+		toks[i] = uint32(i * 31)
+	}
+	_, want := h.AppendHashes(nil, nil, toks, 0, false)
+	got := h.SequenceHashes(nil, toks)
+	if !slices.Equal(got, want) {
+		t.Fatalf("SequenceHashes %x, want %x", got, want)
+	}
+	ext := h.ExtendHashes(slices.Clone(want[:3]), want[2], toks[12:])
+	if !slices.Equal(ext, want) {
+		t.Fatalf("ExtendHashes %x, want %x", ext, want)
 	}
 }
