@@ -15,6 +15,7 @@
 //	             replicas ◄─► core NATS <prefix>.load.<model>.<replica>: own active load
 //	             replicas ◄─► KV bucket sessions: session → worker rank (compare-and-set, TTL)
 //	             relays   ──► KV bucket workers: presence heartbeats (TTL); gone → removed
+//	             replicas ──► KV bucket replicas: presence (TTL); program owners in sessions
 //
 // # One relay beside each worker
 //
@@ -60,7 +61,10 @@
 // sequence is held until the missing ones are redelivered (a consumer
 // recreated at applied+1 if they are not); events the stream no longer
 // holds (retention) clear the index, which then rebuilds from later
-// events. The index itself drops a repeated event id per worker, so a
+// events; a stream recreated under the replica (a server that lost its
+// store: the stream's creation time changed) clears the index too, and the
+// new stream is applied from its start. Relays notice the same through
+// the expected subject sequence and number their events afresh. The index itself drops a repeated event id per worker, so a
 // relay's retry is idempotent too. A replica that falls behind catches up
 // from the stream at its full apply rate (see BENCHMARKS.md).
 //
@@ -88,13 +92,19 @@
 //	worker membership            KV bucket (relay presence) gone → removed on every replica
 //	session table, lineage,      local                      rebuilt from the turns a replica sees
 //	hash cache, hints, traces
-//	admission (paused programs)  local                      see below
+//	admission (paused programs)  one owner per program      owner in the sessions bucket (CAS);
+//	                                                        turns forwarded to it (see below)
 //
-// Admission is local to each replica: a replica's controller counts the
-// programs whose turns it routed. It is consistent when each program's
-// turns reach one replica (a load balancer hashing the session header);
-// behind a round-robin balancer each replica sees part of every program.
-// Sharing the controller's state is not built yet.
+// Admission state is consistent by one owner per program: the first
+// replica to see a program claims it in the sessions bucket
+// ("p.<program>", compare-and-set, the bucket's TTL), and Replica.Owner
+// tells every other replica who that is; agentkv proxy --admission --nats
+// forwards a turn of a program another live replica owns to it, so one
+// admission controller decides which of its programs run and which pause.
+// A program whose owner's presence record (replicas bucket, renewed every
+// third of Config.WorkerTTL) is gone is taken over by compare-and-set;
+// an owner that cannot be reached has the turn admitted locally. With
+// NATS down every replica owns what it sees (degraded, as above).
 //
 // Load reports carry absolute values with a sequence number, published at
 // every change (coalesced) and every ReplicaConfig.LoadEvery; a replica

@@ -130,6 +130,7 @@ type names struct {
 	snapshots    string // object store
 	sessions     string // KV bucket
 	workers      string // KV bucket
+	replicas     string // KV bucket
 }
 
 func newNames(c Config) names {
@@ -147,6 +148,7 @@ func newNames(c Config) names {
 		snapshots:    token(p) + "_snapshots_" + m,
 		sessions:     token(p) + "_sessions_" + m,
 		workers:      token(p) + "_workers_" + m,
+		replicas:     token(p) + "_replicas_" + m,
 	}
 }
 
@@ -287,6 +289,16 @@ func (p *Plane) Ensure(ctx context.Context) error {
 		LimitMarkerTTL: time.Second,
 	}); err != nil {
 		return fmt.Errorf("eventplane: bucket %s: %w", p.names.workers, err)
+	}
+	if _, err := p.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      p.names.replicas,
+		Description: "agentkv replica presence of model " + p.cfg.Model,
+		TTL:         p.cfg.WorkerTTL,
+		History:     1,
+		Storage:     kvStorage,
+		Replicas:    p.cfg.Replicas,
+	}); err != nil {
+		return fmt.Errorf("eventplane: bucket %s: %w", p.names.replicas, err)
 	}
 	return nil
 }

@@ -52,6 +52,11 @@ type ReplicaConfig struct {
 	// BindTimeout bounds one binding lookup or write (default 250 ms);
 	// past it the request routes on the local table.
 	BindTimeout time.Duration
+	// URL is where this replica serves (http://host:port), published in
+	// its presence record so that other replicas can forward a program's
+	// turns to its owner (Owner). Empty: the replica owns programs but
+	// cannot be forwarded to.
+	URL string
 	// Metrics, if set, receives the replica's metrics.
 	Metrics *Metrics
 }
@@ -115,7 +120,8 @@ type Replica struct {
 	// time means it was recreated under us.
 	streamCreated time.Time
 
-	lastMsg atomic.Int64 // unix nanos of the last consumer activity
+	lastMsg   atomic.Int64 // unix nanos of the last consumer activity
+	announced atomic.Bool  // the presence record was written once
 
 	testApplied chan uint64 // tests and benchmarks: each applied sequence (non-blocking send)
 
@@ -164,9 +170,10 @@ func NewReplica(p *Plane, cfg ReplicaConfig) (*Replica, error) {
 func (rp *Replica) Start(ctx context.Context) {
 	ctx, rp.cancel = context.WithCancel(ctx)
 	rp.lastMsg.Store(time.Now().UnixNano())
-	rp.wg.Add(2)
+	rp.wg.Add(3)
 	go rp.consume(ctx)
 	go rp.watchWorkers(ctx)
+	go rp.announceReplica(ctx)
 	if !rp.cfg.NoSnapshots && rp.p.cfg.SnapshotEvery > 0 {
 		rp.wg.Add(1)
 		go rp.snapshotLoop(ctx)

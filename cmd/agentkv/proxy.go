@@ -245,16 +245,17 @@ func runProxy(env *cmdEnv, args []string) error {
 		return err
 	}
 	handler := s.Handler(*metrics)
-	if nr != nil {
-		if handler, err = nr.start(s, handler); err != nil {
-			_ = s.Close()
-			return err
-		}
-	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		_ = s.Close()
 		return err
+	}
+	if nr != nil {
+		if handler, err = nr.start(s, handler, "http://"+ln.Addr().String(), *adm, *maxBody); err != nil {
+			_ = s.Close()
+			_ = ln.Close()
+			return err
+		}
 	}
 	info := s.WorkerInfo(0)
 	mode := "KV events"

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"slices"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/agentkv/agentkv/eventplane/embedded"
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/gateway"
+	"github.com/agentkv/agentkv/session"
 )
 
 // natsFlags are the proxy's event-plane flags (--nats and friends).
@@ -107,15 +110,24 @@ func (f *natsFlags) prepare(ctx context.Context, cfg *gateway.StackConfig, liste
 	return nr, nil
 }
 
+// headerReplica names the replica that served a request; headerForwarded
+// marks a request one replica forwarded to its program's owner.
+const (
+	headerReplica   = "X-Agentkv-Replica"
+	headerForwarded = "X-Agentkv-Forwarded-By"
+)
+
 // start runs the replica on the stack's router and adds /readyz to h.
-func (nr *natsReplica) start(s *gateway.Stack, h http.Handler) (http.Handler, error) {
+// With admission, each program's turns are admitted by one owner replica:
+// a turn of a program another live replica owns is forwarded there.
+func (nr *natsReplica) start(s *gateway.Stack, h http.Handler, self string, admission bool, maxBody int64) (http.Handler, error) {
 	m, err := eventplane.NewMetrics(s.Registry())
 	if err != nil {
 		return nil, err
 	}
 	r := s.Router()
 	rp, err := eventplane.NewReplica(nr.plane, eventplane.ReplicaConfig{Name: nr.name, Router: r,
-		StartSeq: nr.seq + 1, Metrics: m,
+		StartSeq: nr.seq + 1, Metrics: m, URL: self,
 		// A worker whose relay went is removed; when its relay comes back
 		// the worker (one of --worker, by ID) is routed to again.
 		OnWorker: func(w eventplane.WorkerInfo, up bool) {
@@ -147,8 +159,65 @@ func (nr *natsReplica) start(s *gateway.Stack, h http.Handler) (http.Handler, er
 		}
 		fmt.Fprintf(w, "ok: replica %s applied %d\n", nr.name, rp.Applied())
 	})
-	mux.Handle("/", h)
+	local := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(headerReplica, nr.name)
+		h.ServeHTTP(w, r)
+	})
+	if admission {
+		mux.Handle("/", nr.forwardOwned(local, maxBody))
+	} else {
+		mux.Handle("/", local)
+	}
 	return mux, nil
+}
+
+// forwardOwned sends a request of a program owned by another live
+// replica to that replica, so one admission controller decides each
+// program; everything else, and a request the owner cannot take, is served
+// here.
+func (nr *natsReplica) forwardOwned(local http.Handler, maxBody int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Header.Get(headerForwarded) != "" {
+			local.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+		_ = r.Body.Close()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if err != nil || int64(len(body)) > maxBody {
+			local.ServeHTTP(w, r) // the gateway answers the oversized or broken body
+			return
+		}
+		ac, _ := session.Default.FromRequest(r, body)
+		program := ac.ProgramID
+		if program == "" {
+			program = ac.SessionID
+		}
+		if program == "" {
+			local.ServeHTTP(w, r)
+			return
+		}
+		o, err := nr.rp.Owner(r.Context(), program)
+		target, perr := url.Parse(o.URL)
+		if err != nil || o.Self || o.URL == "" || perr != nil {
+			local.ServeHTTP(w, r)
+			return
+		}
+		fwd := &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.SetURL(target)
+				pr.Out.Host = pr.In.Host
+				pr.Out.Header.Set(headerForwarded, nr.name)
+			},
+			FlushInterval: -1,
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+				nr.log.Warn("proxy: program owner unreachable; admitting here", "owner", o.Name, "err", err)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				local.ServeHTTP(w, r)
+			},
+		}
+		fwd.ServeHTTP(w, r)
+	})
 }
 
 func (nr *natsReplica) stop() {

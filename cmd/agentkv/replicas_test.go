@@ -132,3 +132,48 @@ func TestProxyReplicasOnNATS(t *testing.T) {
 	require.Equal(t, 0, <-doneB, errB.String())
 	require.Equal(t, 0, <-doneA, errA.String())
 }
+
+// TestProxyReplicasOwnPrograms: with --admission, each program's turns
+// are admitted by one replica (its owner, the first to see it), whichever
+// replica the balancer sent them to.
+func TestProxyReplicasOwnPrograms(t *testing.T) {
+	a, b := newFakeVLLM(t, 16, 1000), newFakeVLLM(t, 16, 1000)
+	outA, doneA, errA := startCmd(t, "proxy", "--listen", "127.0.0.1:0", "--worker", a.URL(), "--worker", b.URL(), "--admission",
+		"--nats", "embedded", "--nats-port", "0", "--nats-dir", t.TempDir(), "--replica", "a", "--affinity", "hard")
+	require.True(t, outA.Scan(), "no NATS line; stderr: %s", errA.String())
+	natsURL, _, _ := strings.Cut(strings.TrimPrefix(outA.Text(), "agentkv proxy: embedded NATS JetStream at "), " ")
+	require.True(t, outA.Scan(), "no listening line; stderr: %s", errA.String())
+	baseA, _, _ := strings.Cut(strings.TrimPrefix(outA.Text(), "agentkv proxy listening on "), ": ")
+	drain(outA)
+	outB, doneB, errB := startCmd(t, "proxy", "--listen", "127.0.0.1:0", "--worker", a.URL(), "--worker", b.URL(), "--admission",
+		"--nats", natsURL, "--replica", "b", "--affinity", "hard")
+	require.True(t, outB.Scan(), "no listening line; stderr: %s", errB.String())
+	baseB, _, _ := strings.Cut(strings.TrimPrefix(outB.Text(), "agentkv proxy listening on "), ": ")
+	drain(outB)
+
+	owners := map[string]int{}
+	for i := 0; i < 12; i++ {
+		hdr := map[string]string{"X-Claude-Code-Session-Id": "prog-" + strconv.Itoa(i)}
+		owner, worker := "", ""
+		for turn := 0; turn < 4; turn++ {
+			base := []string{baseA, baseB}[(i+turn)%2]
+			resp, body := post(t, base+vllm.ChatPath, hdr, chatBody(t, false, chatMsg{"user", "turn " + strconv.Itoa(turn)}))
+			require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+			got := resp.Header.Get(headerReplica)
+			require.NotEmpty(t, got)
+			if turn == 0 {
+				owner, worker = got, resp.Header.Get(headerWorker)
+			}
+			require.Equal(t, owner, got, "program %d turn %d admitted by another replica", i, turn)
+			require.Equal(t, worker, resp.Header.Get(headerWorker))
+		}
+		owners[owner]++
+	}
+	require.Len(t, owners, 2, "both replicas own programs: %v", owners)
+
+	self, err := os.FindProcess(os.Getpid())
+	require.NoError(t, err)
+	require.NoError(t, self.Signal(os.Interrupt))
+	require.Equal(t, 0, <-doneB, errB.String())
+	require.Equal(t, 0, <-doneA, errA.String())
+}
