@@ -272,8 +272,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, a API) ([]byt
 func (g *Gateway) parse(a API, body []byte) (*call, error) {
 	c := &call{api: a, body: body}
 	var head struct {
-		Model  string `json:"model"`
-		Stream bool   `json:"stream"`
+		Model         string          `json:"model"`
+		Stream        bool            `json:"stream"`
+		StreamOptions json.RawMessage `json:"stream_options"`
 	}
 	if err := json.Unmarshal(body, &head); err != nil {
 		return nil, badRequest("%v", err)
@@ -281,14 +282,19 @@ func (g *Gateway) parse(a API, body []byte) (*call, error) {
 	c.model, c.stream = head.Model, head.Stream
 	var err error
 	switch a {
-	case Chat:
-		if c.body, err = vllm.EnsureStreamUsage(body); err != nil {
-			return nil, badRequest("%v", err)
-		}
-		c.chatB = c.body
-	case Completions:
-		if c.body, err = vllm.EnsureStreamUsage(body); err != nil {
-			return nil, badRequest("%v", err)
+	case Chat, Completions:
+		switch {
+		case !head.Stream:
+		case len(head.StreamOptions) == 0:
+			// The common case: splice the option in rather than decode
+			// and re-encode the whole body.
+			i := bytes.IndexByte(body, '{')
+			c.body = append(append(append(make([]byte, 0, len(body)+40), body[:i+1]...),
+				`"stream_options":{"include_usage":true},`...), body[i+1:]...)
+		default:
+			if c.body, err = vllm.EnsureStreamUsage(body); err != nil {
+				return nil, badRequest("%v", err)
+			}
 		}
 		c.chatB = c.body
 	case Responses:
