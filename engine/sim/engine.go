@@ -109,8 +109,11 @@ type Request struct {
 	InputTokens, OutputTokens int
 	// LocalHashes and SeqHashes are the local and sequence hashes of the
 	// prompt's full engine blocks (AppendBlockHashes), equal in length and
-	// at most InputTokens/BlockSize long. Read-only for everyone; the
-	// replay drops them when the request has finished.
+	// at most InputTokens/BlockSize long — or, for a caller that knows the
+	// tokens it will generate (the mock worker), of every full block of
+	// the sequence, at most (InputTokens+OutputTokens−1)/BlockSize long;
+	// blocks beyond them are private to the request. Read-only for
+	// everyone; the replay drops them when the request has finished.
 	LocalHashes, SeqHashes []uint64
 
 	// Worker is the index of the engine the request was dispatched to, -1
@@ -335,8 +338,8 @@ func (e *Engine) Add(r *Request) error {
 	if r.InputTokens < 1 || r.OutputTokens < 0 {
 		return fmt.Errorf("%w: request %d has %d input and %d output tokens", ErrRequest, r.ID, r.InputTokens, r.OutputTokens)
 	}
-	if len(r.LocalHashes) != len(r.SeqHashes) || len(r.SeqHashes) > r.InputTokens/e.bs {
-		return fmt.Errorf("%w: request %d has %d local and %d sequence hashes for %d full blocks", ErrRequest, r.ID, len(r.LocalHashes), len(r.SeqHashes), r.InputTokens/e.bs)
+	if full := (r.InputTokens + max(1, r.OutputTokens) - 1) / e.bs; len(r.LocalHashes) != len(r.SeqHashes) || len(r.SeqHashes) > full {
+		return fmt.Errorf("%w: request %d has %d local and %d sequence hashes for %d full blocks", ErrRequest, r.ID, len(r.LocalHashes), len(r.SeqHashes), full)
 	}
 	if r.st != nil {
 		return fmt.Errorf("%w: request %d was already added", ErrRequest, r.ID)
