@@ -1,0 +1,144 @@
+package mock
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/agentkv/agentkv/internal/apiwire"
+	"github.com/agentkv/agentkv/internal/wordtok"
+)
+
+func (s *Server) anthropicPrompt(w http.ResponseWriter, r *http.Request, req *apiwire.MessagesRequest) ([]wordtok.Message, []wordtok.Tool, []uint32, bool) {
+	if !s.decode(w, r, true, req) {
+		return nil, nil, nil, false
+	}
+	if !s.checkModel(req.Model) {
+		s.unknownModel(w, true, req.Model)
+		return nil, nil, nil, false
+	}
+	if len(req.Messages) == 0 {
+		s.fail(w, true, http.StatusBadRequest, "messages: at least one message is required")
+		return nil, nil, nil, false
+	}
+	msgs, tools := wordtok.FromMessages(req)
+	// A final assistant message is prefilled: the reply continues it.
+	cont := req.Messages[len(req.Messages)-1].Role == "assistant"
+	prompt := s.tok.ApplyChat(nil, msgs, tools, wordtok.ChatOptions{AddGenerationPrompt: !cont, ContinueFinalMessage: cont})
+	return msgs, tools, prompt, true
+}
+
+func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
+	var req apiwire.MessagesRequest
+	_, _, prompt, ok := s.anthropicPrompt(w, r, &req)
+	if !ok {
+		return
+	}
+	apiwire.WriteJSON(w, http.StatusOK, apiwire.CountTokensResponse{InputTokens: len(prompt)})
+}
+
+func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
+	var req apiwire.MessagesRequest
+	msgs, tools, prompt, ok := s.anthropicPrompt(w, r, &req)
+	if !ok {
+		return
+	}
+	if req.MaxTokens < 1 {
+		s.fail(w, true, http.StatusBadRequest, "max_tokens: Field required (a positive integer)")
+		return
+	}
+	cont := req.Messages[len(req.Messages)-1].Role == "assistant"
+	var tool *wordtok.Tool
+	if !cont {
+		mode, named := apiwire.ToolChoice(req.ToolChoice)
+		if t, ok := pickTool(msgs, tools, mode, named); ok {
+			tool = &t
+		}
+	}
+	rf, ok := s.begin(w, r, true)
+	if !ok {
+		return
+	}
+	g, err := s.generate(prompt, req.MaxTokens, tool, cont)
+	if err != nil {
+		s.replyError(w, r, true, err)
+		return
+	}
+	stop := apiwire.StopEndTurn
+	switch {
+	case g.tool != nil:
+		stop = apiwire.StopToolUse
+	case g.limited:
+		stop = apiwire.StopMaxTokens
+	}
+	usage := func(cached, out int) apiwire.AnthropicUsage {
+		return apiwire.AnthropicUsage{InputTokens: len(prompt) - cached, CacheReadInputTokens: cached, OutputTokens: out}
+	}
+	msg := apiwire.MessagesResponse{ID: s.nextID("msg_"), Type: "message", Role: "assistant", Model: s.replyModel(req.Model),
+		Content: []apiwire.ContentBlock{}}
+	toolBlock := func(input json.RawMessage) apiwire.ContentBlock {
+		return apiwire.ContentBlock{Type: apiwire.BlockToolUse, ID: "toolu_" + g.toolID[len("call_"):], Name: g.tool.Name, Input: input}
+	}
+	if !req.Stream {
+		cached, err := g.wait(r.Context(), nil, func(int, int) error { return nil })
+		if err != nil {
+			s.replyError(w, r, true, err)
+			return
+		}
+		if rf.cutAfter > 0 {
+			panic(http.ErrAbortHandler)
+		}
+		if g.tool != nil {
+			msg.Content = append(msg.Content, toolBlock(json.RawMessage(g.toolArgs)))
+		} else {
+			msg.Content = append(msg.Content, apiwire.ContentBlock{Type: apiwire.BlockText, Text: g.text(g.n)})
+		}
+		msg.StopReason, msg.Usage = &stop, usage(cached, g.n)
+		apiwire.WriteJSON(w, http.StatusOK, msg)
+		return
+	}
+	sw := apiwire.NewSSEWriter(w)
+	ev := func(e apiwire.MessagesStreamEvent) error { return sw.Event(e.Type, e) }
+	started := false
+	cached, err := g.wait(r.Context(), &rf, func(from, to int) error {
+		if !started {
+			// message_start goes out with the first token, when the
+			// cached prompt tokens are known.
+			started = true
+			_, _, c, _ := s.drv.progress(g.job)
+			start := msg
+			start.Usage = usage(c, 1)
+			if err := ev(apiwire.MessagesStreamEvent{Type: apiwire.EventMessageStart, Message: &start}); err != nil {
+				return err
+			}
+			block := apiwire.ContentBlock{Type: apiwire.BlockText}
+			if g.tool != nil {
+				block = toolBlock(nil)
+			}
+			if err := ev(apiwire.MessagesStreamEvent{Type: apiwire.EventContentBlockStart, ContentBlock: &block}); err != nil {
+				return err
+			}
+			if err := ev(apiwire.MessagesStreamEvent{Type: apiwire.EventPing}); err != nil {
+				return err
+			}
+		}
+		if g.tool != nil {
+			return ev(apiwire.MessagesStreamEvent{Type: apiwire.EventContentBlockDelta, Delta: &apiwire.StreamDelta{Type: apiwire.DeltaInputJSON, PartialJSON: g.toolArgs}})
+		}
+		for i := from; i < to; i++ {
+			if err := ev(apiwire.MessagesStreamEvent{Type: apiwire.EventContentBlockDelta, Delta: &apiwire.StreamDelta{Type: apiwire.DeltaText, Text: g.piece(i)}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if sw.Err() == nil && r.Context().Err() == nil {
+			ev(apiwire.MessagesStreamEvent{Type: apiwire.EventError, Error: &apiwire.AnthropicErrorDetail{Type: "api_error", Message: err.Error()}})
+		}
+		return
+	}
+	u := usage(cached, g.n)
+	ev(apiwire.MessagesStreamEvent{Type: apiwire.EventContentBlockStop})
+	ev(apiwire.MessagesStreamEvent{Type: apiwire.EventMessageDelta, Delta: &apiwire.StreamDelta{StopReason: &stop}, Usage: &u})
+	ev(apiwire.MessagesStreamEvent{Type: apiwire.EventMessageStop})
+}

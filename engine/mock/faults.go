@@ -1,0 +1,279 @@
+package mock
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/agentkv/agentkv/internal/apiwire"
+)
+
+// Faults are the mock's fault switches, for testing a gateway's failure
+// handling against a real process. The zero value injects nothing. Each
+// switch applies to the generation endpoints (chat, completions,
+// responses, messages), never to /health, /metrics, /tokenize or the
+// admin endpoint.
+//
+// A count of 0 means "until cleared"; a positive count arms the switch for
+// that many requests, after which it clears itself.
+type Faults struct {
+	// FailStatus > 0 answers requests with this HTTP status, in the API's
+	// error shape, before any byte of a reply (FailCount requests).
+	FailStatus int `json:"fail_status,omitempty"`
+	FailCount  int `json:"fail_count,omitempty"`
+	// CutAfter > 0 cuts streams after that many generated tokens: the
+	// connection is closed abruptly, with no terminator (CutCount
+	// requests). A non-streamed request is cut before its body.
+	CutAfter int `json:"cut_after,omitempty"`
+	CutCount int `json:"cut_count,omitempty"`
+	// StallFirst delays a request's first byte; StallMid pauses a stream
+	// after StallAfter tokens (StallCount requests for both).
+	StallFirst time.Duration `json:"-"`
+	StallMid   time.Duration `json:"-"`
+	StallAfter int           `json:"stall_after,omitempty"`
+	StallCount int           `json:"stall_count,omitempty"`
+	// Refuse closes the HTTP listener: connections are refused until the
+	// switch is cleared (SetFaults without it, ClearFaults) or, with
+	// RefuseFor > 0, for that long.
+	Refuse    bool          `json:"refuse,omitempty"`
+	RefuseFor time.Duration `json:"-"`
+	// DropEvents > 0 sends the next DropEvents KV event batches to no
+	// subscriber (they stay in the replay buffer), so subscribers see a
+	// sequence gap.
+	DropEvents int `json:"drop_events,omitempty"`
+}
+
+// faultsJSON is the admin endpoint's body: Faults with durations in
+// milliseconds, plus the one-shot actions.
+type faultsJSON struct {
+	Faults
+	StallFirstMS int64 `json:"stall_first_ms,omitempty"`
+	StallMidMS   int64 `json:"stall_mid_ms,omitempty"`
+	RefuseForMS  int64 `json:"refuse_for_ms,omitempty"`
+	// Restart empties the worker (Server.Restart); Clear clears every
+	// switch first.
+	Restart bool `json:"restart,omitempty"`
+	Clear   bool `json:"clear,omitempty"`
+}
+
+func (f Faults) validate() error {
+	switch {
+	case f.FailStatus != 0 && (f.FailStatus < 400 || f.FailStatus > 599):
+		return fmt.Errorf("%w: fail status %d (want 400-599)", ErrConfig, f.FailStatus)
+	case f.FailCount < 0 || f.CutAfter < 0 || f.CutCount < 0 || f.StallAfter < 0 || f.StallCount < 0 || f.DropEvents < 0:
+		return fmt.Errorf("%w: negative fault count", ErrConfig)
+	case f.StallFirst < 0 || f.StallMid < 0 || f.RefuseFor < 0:
+		return fmt.Errorf("%w: negative fault duration", ErrConfig)
+	}
+	return nil
+}
+
+// faultState holds the armed switches.
+type faultState struct {
+	mu     sync.Mutex // guards f, timer
+	f      Faults
+	timer  *time.Timer // reopens the listener after RefuseFor
+	closed bool
+}
+
+func (fs *faultState) stopTimers() {
+	fs.mu.Lock()
+	fs.closed = true
+	if fs.timer != nil {
+		fs.timer.Stop()
+	}
+	fs.mu.Unlock()
+}
+
+// Faults returns the switches in force.
+func (s *Server) Faults() Faults {
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	return s.faults.f
+}
+
+// ClearFaults clears every switch (and reopens a refusing listener).
+func (s *Server) ClearFaults() error { return s.SetFaults(Faults{}) }
+
+// SetFaults replaces the switches. It returns an error wrapping ErrConfig
+// for invalid switches, or the listen error when a refusing listener
+// cannot be reopened on its address.
+func (s *Server) SetFaults(f Faults) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	s.faults.mu.Lock()
+	s.faults.f = f
+	if s.faults.timer != nil {
+		s.faults.timer.Stop()
+		s.faults.timer = nil
+	}
+	if f.Refuse && f.RefuseFor > 0 && !s.faults.closed {
+		s.faults.timer = time.AfterFunc(f.RefuseFor, func() {
+			s.faults.mu.Lock()
+			s.faults.f.Refuse, s.faults.f.RefuseFor = false, 0
+			s.faults.mu.Unlock()
+			s.setRefusing(false)
+		})
+	}
+	s.faults.mu.Unlock()
+	if s.pub != nil {
+		s.pub.dropNext(f.DropEvents)
+	}
+	return s.setRefusing(f.Refuse)
+}
+
+// setRefusing closes or reopens the HTTP listener.
+func (s *Server) setRefusing(on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || on == s.refusing {
+		return nil
+	}
+	if on {
+		s.refusing = true
+		return s.ln.Close()
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("mock: reopen %s: %w", s.addr, err)
+	}
+	s.ln, s.refusing = ln, false
+	s.serve(ln)
+	return nil
+}
+
+// requestFaults is what the switches hold for one request, taken when it
+// starts (counted switches are consumed then).
+type requestFaults struct {
+	failStatus int
+	cutAfter   int
+	stallFirst time.Duration
+	stallMid   time.Duration
+	stallAfter int
+}
+
+func (s *Server) takeFaults() requestFaults {
+	fs := &s.faults
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f := &fs.f
+	var rf requestFaults
+	if f.FailStatus > 0 {
+		rf.failStatus = f.FailStatus
+		if f.FailCount > 0 {
+			if f.FailCount--; f.FailCount == 0 {
+				f.FailStatus = 0
+			}
+		}
+		return rf // a failed request is not also cut or stalled
+	}
+	if f.CutAfter > 0 {
+		rf.cutAfter = f.CutAfter
+		if f.CutCount > 0 {
+			if f.CutCount--; f.CutCount == 0 {
+				f.CutAfter = 0
+			}
+		}
+	}
+	if f.StallFirst > 0 || f.StallMid > 0 {
+		rf.stallFirst, rf.stallMid, rf.stallAfter = f.StallFirst, f.StallMid, f.StallAfter
+		if f.StallCount > 0 {
+			if f.StallCount--; f.StallCount == 0 {
+				f.StallFirst, f.StallMid, f.StallAfter = 0, 0, 0
+			}
+		}
+	}
+	return rf
+}
+
+// begin applies the before-the-first-byte switches: false when it has
+// answered (failed) or the client went away during a stall.
+func (s *Server) begin(w http.ResponseWriter, r *http.Request, anthropic bool) (requestFaults, bool) {
+	rf := s.takeFaults()
+	if rf.failStatus > 0 {
+		s.fail(w, anthropic, rf.failStatus, fmt.Sprintf("injected fault: status %d", rf.failStatus))
+		return rf, false
+	}
+	if rf.stallFirst > 0 && !pause(r.Context(), rf.stallFirst) {
+		return rf, false
+	}
+	return rf, true
+}
+
+// during applies the mid-stream switches after sent tokens: it stalls, or
+// cuts the connection (it does not return then). False when the client
+// went away.
+func (rf *requestFaults) during(ctx context.Context, sent int) bool {
+	if rf.cutAfter > 0 && sent >= rf.cutAfter {
+		panic(http.ErrAbortHandler) // net/http closes the connection, no terminator
+	}
+	if rf.stallMid > 0 && sent >= rf.stallAfter {
+		d := rf.stallMid
+		rf.stallMid = 0
+		return pause(ctx, d)
+	}
+	return true
+}
+
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (s *Server) adminGet(w http.ResponseWriter, r *http.Request) { s.adminWrite(w, s.Faults()) }
+
+// adminPost sets the switches from a JSON body (see faultsJSON); "clear"
+// clears them first, "restart" restarts the worker. Fields absent from the
+// body are cleared: the body is the new state.
+func (s *Server) adminPost(w http.ResponseWriter, r *http.Request) {
+	b, ok := s.readBody(w, r, false)
+	if !ok {
+		return
+	}
+	var in faultsJSON
+	if err := json.Unmarshal(b, &in); err != nil {
+		apiwire.WriteOpenAIError(w, http.StatusBadRequest, "admin/fault: "+err.Error())
+		return
+	}
+	f := in.Faults
+	f.StallFirst = time.Duration(in.StallFirstMS) * time.Millisecond
+	f.StallMid = time.Duration(in.StallMidMS) * time.Millisecond
+	f.RefuseFor = time.Duration(in.RefuseForMS) * time.Millisecond
+	if in.Clear {
+		if err := s.ClearFaults(); err != nil {
+			apiwire.WriteOpenAIError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+	}
+	if in.Restart {
+		if err := s.Restart(); err != nil {
+			apiwire.WriteOpenAIError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+	}
+	// Answer before a refusing listener closes (this connection stays).
+	if err := f.validate(); err != nil {
+		apiwire.WriteOpenAIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	s.adminWrite(w, f)
+	if err := s.SetFaults(f); err != nil {
+		s.cfg.Logger.Warn("mock: admin/fault", "err", err)
+	}
+}
+
+func (s *Server) adminWrite(w http.ResponseWriter, f Faults) {
+	apiwire.WriteJSON(w, http.StatusOK, faultsJSON{Faults: f, StallFirstMS: f.StallFirst.Milliseconds(),
+		StallMidMS: f.StallMid.Milliseconds(), RefuseForMS: f.RefuseFor.Milliseconds()})
+}

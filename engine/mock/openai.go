@@ -1,0 +1,258 @@
+package mock
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/agentkv/agentkv/internal/apiwire"
+	"github.com/agentkv/agentkv/internal/wordtok"
+)
+
+// replyError answers err in the API's error shape: a request error with
+// its status, anything else (the worker restarted) 500; nothing once the
+// client has gone.
+func (s *Server) replyError(w http.ResponseWriter, r *http.Request, anthropic bool, err error) {
+	if r.Context().Err() != nil {
+		return
+	}
+	var es *errStatus
+	if errors.As(err, &es) {
+		s.fail(w, anthropic, es.status, es.msg)
+		return
+	}
+	s.fail(w, anthropic, http.StatusInternalServerError, err.Error())
+}
+
+// decode decodes a request body into v; false when it answered the error.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, anthropic bool, v any) bool {
+	b, ok := s.readBody(w, r, anthropic)
+	if !ok {
+		return false
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		s.fail(w, anthropic, http.StatusBadRequest, "malformed JSON body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func (s *Server) unknownModel(w http.ResponseWriter, anthropic bool, model string) {
+	s.fail(w, anthropic, http.StatusNotFound, "The model `"+model+"` does not exist.")
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	var req apiwire.ChatRequest
+	if !s.decode(w, r, false, &req) {
+		return
+	}
+	if !s.checkModel(req.Model) {
+		s.unknownModel(w, false, req.Model)
+		return
+	}
+	if len(req.Messages) == 0 {
+		s.fail(w, false, http.StatusBadRequest, "messages must not be empty")
+		return
+	}
+	if req.ContinueFinalMessage && req.GenerationPrompt() {
+		s.fail(w, false, http.StatusBadRequest, "continue_final_message and add_generation_prompt cannot both be true")
+		return
+	}
+	msgs, tools := wordtok.FromChat(&req)
+	prompt := s.tok.ApplyChat(nil, msgs, tools, wordtok.ChatOptionsOf(&req))
+	var tool *wordtok.Tool
+	if !req.ContinueFinalMessage {
+		mode, named := apiwire.ToolChoice(req.ToolChoice)
+		if t, ok := pickTool(msgs, tools, mode, named); ok {
+			tool = &t
+		}
+	}
+	rf, ok := s.begin(w, r, false)
+	if !ok {
+		return
+	}
+	g, err := s.generate(prompt, req.MaxOutputTokens(), tool, req.ContinueFinalMessage)
+	if err != nil {
+		s.replyError(w, r, false, err)
+		return
+	}
+	id, created, model := s.nextID("chatcmpl-"), time.Now().Unix(), s.replyModel(req.Model)
+	finish := apiwire.FinishStop
+	if g.tool != nil {
+		finish = apiwire.FinishToolCalls
+	} else if g.limited {
+		finish = apiwire.FinishLength
+	}
+	usage := func(cached int) *apiwire.Usage {
+		return &apiwire.Usage{PromptTokens: len(prompt), CompletionTokens: g.n, TotalTokens: len(prompt) + g.n,
+			PromptTokensDetails: &apiwire.PromptTokensDetails{CachedTokens: cached}}
+	}
+	if !req.Stream {
+		cached, err := g.wait(r.Context(), nil, func(int, int) error { return nil })
+		if err != nil {
+			s.replyError(w, r, false, err)
+			return
+		}
+		if rf.cutAfter > 0 {
+			panic(http.ErrAbortHandler)
+		}
+		msg := apiwire.ChatResponseMessage{Role: "assistant"}
+		if g.tool != nil {
+			msg.ToolCalls = []apiwire.ToolCall{{ID: g.toolID, Type: "function", Function: apiwire.FunctionCall{Name: g.tool.Name, Arguments: g.toolArgs}}}
+		} else {
+			msg.Content = apiwire.Ptr(g.text(g.n))
+		}
+		apiwire.WriteJSON(w, http.StatusOK, apiwire.ChatResponse{ID: id, Object: apiwire.ObjectChatCompletion, Created: created, Model: model,
+			Choices: []apiwire.ChatChoice{{Message: msg, FinishReason: finish, Logprobs: jsonNull}}, Usage: usage(cached)})
+		return
+	}
+	sw := apiwire.NewSSEWriter(w)
+	chunk := func(d apiwire.ChatDelta, fin *string) apiwire.ChatChunk {
+		return apiwire.ChatChunk{ID: id, Object: apiwire.ObjectChatCompletionChunk, Created: created, Model: model,
+			Choices: []apiwire.ChatChunkChoice{{Delta: d, FinishReason: fin, Logprobs: jsonNull}}}
+	}
+	if err := sw.Data(chunk(apiwire.ChatDelta{Role: "assistant", Content: apiwire.Ptr("")}, nil)); err != nil {
+		return
+	}
+	cached, err := g.wait(r.Context(), &rf, func(from, to int) error {
+		if g.tool != nil {
+			if err := sw.Data(chunk(apiwire.ChatDelta{ToolCalls: []apiwire.ToolCallDelta{{ID: g.toolID, Type: "function",
+				Function: apiwire.FunctionCallDelta{Name: g.tool.Name}}}}, nil)); err != nil {
+				return err
+			}
+			return sw.Data(chunk(apiwire.ChatDelta{ToolCalls: []apiwire.ToolCallDelta{{Function: apiwire.FunctionCallDelta{Arguments: g.toolArgs}}}}, nil))
+		}
+		for i := from; i < to; i++ {
+			if err := sw.Data(chunk(apiwire.ChatDelta{Content: apiwire.Ptr(g.piece(i))}, nil)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.streamError(sw, err)
+		return
+	}
+	sw.Data(chunk(apiwire.ChatDelta{}, &finish))
+	if req.IncludeUsage() {
+		sw.Data(apiwire.ChatChunk{ID: id, Object: apiwire.ObjectChatCompletionChunk, Created: created, Model: model,
+			Choices: []apiwire.ChatChunkChoice{}, Usage: usage(cached)})
+	}
+	sw.Done()
+}
+
+var jsonNull = json.RawMessage("null")
+
+// streamError ends an OpenAI stream that failed after it started: an
+// error event, as vLLM sends, and no [DONE].
+func (s *Server) streamError(sw *apiwire.SSEWriter, err error) {
+	if sw.Err() != nil || errors.Is(err, errClientGone) {
+		return
+	}
+	sw.Data(apiwire.NewOpenAIError(http.StatusInternalServerError, err.Error()))
+}
+
+var errClientGone = errors.New("mock: client went away")
+
+func (s *Server) replyModel(asked string) string {
+	if asked == "" {
+		return s.cfg.Model
+	}
+	return asked
+}
+
+// promptTokens tokenizes a completions prompt: one text or one token list.
+func (s *Server) promptTokens(p apiwire.Prompt) ([]uint32, error) {
+	switch {
+	case len(p.Texts) == 1 && p.Tokens == nil:
+		return s.tok.Encode(nil, p.Texts[0]), nil
+	case len(p.Tokens) == 1:
+		out := make([]uint32, len(p.Tokens[0]))
+		for i, t := range p.Tokens[0] {
+			if t < 0 || t > 1<<31 {
+				return nil, badRequest("token id %d out of range", t)
+			}
+			out[i] = uint32(t)
+		}
+		return out, nil
+	}
+	return nil, badRequest("the mock serves one prompt per request (got %d)", max(len(p.Texts), len(p.Tokens)))
+}
+
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	var req apiwire.CompletionRequest
+	if !s.decode(w, r, false, &req) {
+		return
+	}
+	if !s.checkModel(req.Model) {
+		s.unknownModel(w, false, req.Model)
+		return
+	}
+	prompt, err := s.promptTokens(req.Prompt)
+	if err != nil {
+		s.replyError(w, r, false, err)
+		return
+	}
+	rf, ok := s.begin(w, r, false)
+	if !ok {
+		return
+	}
+	maxTokens := 16 // the completions API's default
+	if req.MaxTokens != nil {
+		maxTokens = *req.MaxTokens
+	}
+	g, err := s.generate(prompt, maxTokens, nil, true) // the text continues the prompt
+	if err != nil {
+		s.replyError(w, r, false, err)
+		return
+	}
+	id, created, model := s.nextID("cmpl-"), time.Now().Unix(), s.replyModel(req.Model)
+	finish := apiwire.FinishStop
+	if g.limited {
+		finish = apiwire.FinishLength
+	}
+	usage := func(cached int) *apiwire.Usage {
+		return &apiwire.Usage{PromptTokens: len(prompt), CompletionTokens: g.n, TotalTokens: len(prompt) + g.n,
+			PromptTokensDetails: &apiwire.PromptTokensDetails{CachedTokens: cached}}
+	}
+	resp := apiwire.CompletionResponse{ID: id, Object: apiwire.ObjectTextCompletion, Created: created, Model: model}
+	if !req.Stream {
+		cached, err := g.wait(r.Context(), nil, func(int, int) error { return nil })
+		if err != nil {
+			s.replyError(w, r, false, err)
+			return
+		}
+		if rf.cutAfter > 0 {
+			panic(http.ErrAbortHandler)
+		}
+		resp.Choices = []apiwire.CompletionChoice{{Text: g.text(g.n), FinishReason: &finish, Logprobs: jsonNull}}
+		resp.Usage = usage(cached)
+		apiwire.WriteJSON(w, http.StatusOK, resp)
+		return
+	}
+	sw := apiwire.NewSSEWriter(w)
+	choice := []apiwire.CompletionChoice{{Logprobs: jsonNull}}
+	resp.Choices = choice
+	cached, err := g.wait(r.Context(), &rf, func(from, to int) error {
+		for i := from; i < to; i++ {
+			choice[0].Text = g.piece(i)
+			if i == g.n-1 {
+				choice[0].FinishReason = &finish
+			}
+			if err := sw.Data(resp); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.streamError(sw, err)
+		return
+	}
+	if req.IncludeUsage() {
+		resp.Choices, resp.Usage = []apiwire.CompletionChoice{}, usage(cached)
+		sw.Data(resp)
+	}
+	sw.Done()
+}
