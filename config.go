@@ -70,6 +70,24 @@ const (
 	AffinityHard
 )
 
+// IndexMode says how the router learns what workers cache (Config.Index).
+type IndexMode uint8
+
+const (
+	// IndexAuto is exact for a worker once one of its KV events reached
+	// the router, and until then approximate: each decision routed to it
+	// is recorded in the index (Config.ApproxTTL), and with Affinity off a
+	// session routed to it is bound to it softly (Config.AffinityTTL). The
+	// default.
+	IndexAuto IndexMode = iota
+	// IndexExact trusts KV events only: nothing is recorded, and affinity
+	// is Config.Affinity alone.
+	IndexExact
+	// IndexApproximate records every decision, whatever events arrive
+	// (events still confirm or remove the entries).
+	IndexApproximate
+)
+
 // Defaults of the router's lifecycle settings (see Config).
 const (
 	// DefaultTickInterval is Config.TickInterval's default without
@@ -95,8 +113,9 @@ type Config struct {
 	Policy Policy
 	// Cost weights the KV-aware cost function.
 	Cost CostConfig
-	// Affinity binds sessions to workers (default off) for AffinityTTL
-	// (default 10 minutes).
+	// Affinity binds sessions to workers (default off, but see Index: the
+	// default IndexAuto binds softly on workers without KV events) for
+	// AffinityTTL (default 10 minutes).
 	Affinity    AffinityMode
 	AffinityTTL time.Duration
 	// BusyThreshold, when positive, skips workers whose tracked decode
@@ -111,8 +130,14 @@ type Config struct {
 	Sessions session.TableConfig
 	// MaxBlocksPerWorker bounds the index per worker (see flashindex).
 	MaxBlocksPerWorker int
-	// Approximate records each routing decision in the index with
-	// ApproxTTL (default 120 s), for engines that publish no KV events.
+	// Index says how the router learns what each worker caches. The zero
+	// value, IndexAuto, is exact for workers whose KV events reach the
+	// router (ApplyEvent) and, for the others, approximate with soft
+	// session affinity: without it a session's turns would scatter over
+	// workers whose caches the router cannot see.
+	Index IndexMode
+	// Approximate forces IndexApproximate (kept for existing callers).
+	// Approximate entries expire after ApproxTTL (default 120 s).
 	Approximate bool
 	ApproxTTL   time.Duration
 	// RequestTTL is how long a routed request may go without a sign of
@@ -189,11 +214,16 @@ func (c *Config) fill() error {
 		return fmt.Errorf("agentkv: unknown Config.Policy %d", c.Policy)
 	case c.BusyThreshold < 0:
 		return fmt.Errorf("agentkv: Config.BusyThreshold must be ≥ 0, got %v", c.BusyThreshold)
+	case c.Index > IndexApproximate:
+		return fmt.Errorf("agentkv: unknown Config.Index %d", c.Index)
 	case c.Admission != nil && c.Admission.OnDecision != nil:
 		return errors.New("agentkv: Config.Admission.OnDecision must be nil; the router consumes decisions")
 	}
 	if err := c.Cost.validate(); err != nil {
 		return err
+	}
+	if c.Approximate {
+		c.Index = IndexApproximate
 	}
 	c.Cost = c.Cost.withDefaults()
 	if c.AffinityTTL == 0 {

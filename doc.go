@@ -57,6 +57,13 @@
 // allowed workers) and a busy filter adjust the candidates. RoundRobin and
 // Random ignore the cache and exist for comparison.
 //
+// What the index knows comes from KV events (ApplyEvent). A worker whose
+// engine publishes none is invisible to it, so by default (Config.Index's
+// zero value, IndexAuto) the router records each decision routed to such a
+// worker as approximate index entries and binds the session to it softly,
+// until the worker's first event arrives; from then on routing to it is
+// exact. IndexExact and IndexApproximate fix either behaviour.
+//
 // An agent turn resends its context plus an append. The router keeps each
 // session's last block hashes and a keyed XXH3 fingerprint of every
 // 1,024-token chunk of its last prompt (bounded by Config.HashCacheTokens),

@@ -282,3 +282,37 @@ func TestCancelOneHeldKeepsSiblings(t *testing.T) {
 	defer r.mu.Unlock()
 	require.Equal(t, []string{"b2"}, r.heldByPg["b"])
 }
+
+// TestZeroConfigIsAutoIndex: with the zero Config, a worker that sends no
+// KV events gets approximate records and keeps a session's turns (soft
+// affinity); once a worker's events reach the router, routing to it is
+// exact: nothing recorded, no binding, the cache decides.
+func TestZeroConfigIsAutoIndex(t *testing.T) {
+	r, _ := newTestRouter(t, Config{}, 1, 2)
+	h, _ := flashindex.NewHasher(testBS, "")
+	ac := session.AgentContext{SessionID: "s"}
+	prompt := tokens(32, 9)
+	d, err := r.TryRoute(&Request{Tokens: prompt, Agent: ac})
+	require.NoError(t, err)
+	d.Done(Usage{})
+	first := d.Worker
+	_, seq := h.AppendHashes(nil, nil, prompt, 0, false)
+	require.Len(t, d.recorded, len(seq), "no events from the worker: the decision is recorded")
+	require.True(t, d.boundHere, "and the session bound softly")
+	for range 3 {
+		d, err = r.TryRoute(&Request{Tokens: append(prompt, tokens(8, 10)...), Agent: ac})
+		require.NoError(t, err)
+		d.Done(Usage{})
+		require.Equal(t, first, d.Worker, "the session stays")
+	}
+
+	other := 3 - first.ID
+	store(t, r, other, flashindex.Device, tokens(64, 11), 1) // the other worker has an event source
+	d, err = r.TryRoute(&Request{Tokens: tokens(64, 11), Agent: session.AgentContext{SessionID: "t"}})
+	require.NoError(t, err)
+	require.Equal(t, other, d.Worker.ID, "the cache decides")
+	require.Nil(t, d.recorded, "an evented worker's decisions are not recorded")
+	require.False(t, d.boundHere)
+	_, bound := r.Sessions().Affinity("t")
+	require.False(t, bound)
+}

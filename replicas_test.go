@@ -12,7 +12,7 @@ import (
 )
 
 func TestRemoteLoadSteersRouting(t *testing.T) {
-	r, _ := newTestRouter(t, Config{}, 1, 2)
+	r, _ := newTestRouter(t, Config{Index: IndexExact}, 1, 2)
 	w1 := flashindex.Worker{ID: 1}
 	w2 := flashindex.Worker{ID: 2}
 	// Another replica has four requests on worker 1: this one must pick 2.
@@ -40,7 +40,7 @@ func TestRemoteLoadSteersRouting(t *testing.T) {
 }
 
 func TestLoadObserverSeesEveryChange(t *testing.T) {
-	r, clk := newTestRouter(t, Config{RequestTTL: time.Minute}, 1)
+	r, clk := newTestRouter(t, Config{RequestTTL: time.Minute, Index: IndexExact}, 1)
 	w1 := flashindex.Worker{ID: 1}
 	var got []Load
 	r.SetLoadObserver(func(w flashindex.Worker) {

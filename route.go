@@ -165,7 +165,7 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 func (r *Router) identify(rt *routing, req *Request) {
 	ac := req.Agent
 	rt.program = programID(ac)
-	if ac.Valid() && r.cfg.Affinity != AffinityOff {
+	if ac.Valid() && r.affinityMayApply() {
 		rt.binding, rt.bound = r.table.Affinity(ac.SessionID)
 	}
 }
@@ -358,8 +358,7 @@ func (r *Router) keepAdmissionWorkerLocked(rt *routing, sc *scratch) error {
 // a candidate (and admission did not choose), else the policy's pick.
 func (r *Router) selectLocked(rt *routing, sc *scratch) {
 	pick := -1
-	if rt.bound && !rt.admitted {
-		bw := indexWorker(rt.binding.Worker)
+	if bw := indexWorker(rt.binding.Worker); rt.bound && !rt.admitted && r.affinityFor(bw) != AffinityOff {
 		for i := range sc.cands {
 			if sc.cands[i].ws.key == bw {
 				pick, rt.viaAffinity = i, true
@@ -405,7 +404,7 @@ func (r *Router) bookLocked(rt *routing, req *Request) {
 func (r *Router) commit(rt *routing, req *Request, sc *scratch) *Decision {
 	d := r.newDecision(rt, req, len(sc.cands))
 	d.boundHere = r.beginSession(rt, req)
-	if r.cfg.Approximate && len(rt.seq) > 0 {
+	if len(rt.seq) > 0 && r.approximateFor(d.Worker) {
 		r.index.Record(d.Worker, rt.seq, r.cfg.ApproxTTL)
 		if dev := rt.pick.match.Device; dev < len(rt.seq) {
 			d.recorded = slices.Clone(rt.seq[dev:])
@@ -437,10 +436,12 @@ func (r *Router) beginSession(rt *routing, req *Request) bool {
 	if _, err := r.table.Begin(ac); err != nil {
 		r.log.Debug("agentkv: session not tracked", "session", ac.SessionID, "err", err)
 	}
-	if r.cfg.Affinity == AffinityOff || rt.viaAffinity {
+	w := rt.pick.ws.key
+	aff := r.affinityFor(w)
+	if aff == AffinityOff || rt.viaAffinity {
 		return false
 	}
-	return r.table.Bind(ac.SessionID, sessionWorker(rt.pick.ws.key), sessionMode(r.cfg.Affinity)) == nil
+	return r.table.Bind(ac.SessionID, sessionWorker(w), sessionMode(aff)) == nil
 }
 
 // newDecision is the routed request's Decision.

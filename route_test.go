@@ -38,7 +38,7 @@ func TestStageIdentify(t *testing.T) {
 	rt = identified(r, &Request{Agent: session.AgentContext{SessionID: "s", ProgramID: "p"}})
 	require.Equal(t, "p", rt.program, "ProgramID names the program")
 
-	off, _ := newTestRouter(t, Config{}, 1)
+	off, _ := newTestRouter(t, Config{Index: IndexExact}, 1)
 	_, err = off.Sessions().Begin(session.AgentContext{SessionID: "s"})
 	require.NoError(t, err)
 	require.NoError(t, off.Sessions().Bind("s", session.Worker{ID: 1}, session.Soft))

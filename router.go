@@ -44,6 +44,7 @@ type Router struct {
 	metrics *Metrics
 
 	hashers sync.Map // LoRA name → *flashindex.Hasher
+	evented sync.Map // flashindex.Worker → struct{}: ranks whose KV events were applied
 	hashes  *hashCache
 	loadObs atomic.Pointer[func(flashindex.Worker)] // SetLoadObserver
 
@@ -241,8 +242,38 @@ func (r *Router) ApplyEvent(ev *flashindex.Event) error {
 	}
 	if err != nil {
 		r.log.Warn("agentkv: KV event rejected", "worker", ev.Worker.String(), "kind", ev.Kind.String(), "err", err)
+	} else if _, ok := r.evented.Load(ev.Worker); !ok {
+		r.evented.Store(ev.Worker, struct{}{})
 	}
 	return err
+}
+
+// approximateFor reports whether decisions routed to w are recorded in the
+// index (Config.Index).
+func (r *Router) approximateFor(w flashindex.Worker) bool {
+	switch r.cfg.Index {
+	case IndexApproximate:
+		return true
+	case IndexExact:
+		return false
+	}
+	_, evented := r.evented.Load(w)
+	return !evented
+}
+
+// affinityFor is the affinity that applies to sessions on w: Config.Affinity,
+// or under IndexAuto with affinity off, soft while w has sent no KV event.
+func (r *Router) affinityFor(w flashindex.Worker) AffinityMode {
+	if r.cfg.Affinity != AffinityOff || r.cfg.Index != IndexAuto || !r.approximateFor(w) {
+		return r.cfg.Affinity
+	}
+	return AffinitySoft
+}
+
+// affinityMayApply reports whether any session may be bound: identify
+// reads bindings only then.
+func (r *Router) affinityMayApply() bool {
+	return r.cfg.Affinity != AffinityOff || r.cfg.Index == IndexAuto
 }
 
 func (r *Router) onGap(g flashindex.Gap) {

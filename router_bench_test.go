@@ -37,10 +37,10 @@ import (
 // reads them cold from a pool of 4,096 prompts (530 MB) instead.
 func BenchmarkRoute(b *testing.B) {
 	for _, tc := range []struct {
-		mode    string
-		bs      int
-		tokens  int
-		workers int
+		mode     string
+		bs       int
+		tokens   int
+		workers  int
 		sessions int
 	}{
 		{"turn", 16, 32768, 16, 64},

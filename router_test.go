@@ -248,7 +248,7 @@ func TestDPRanksAreSeparateCandidates(t *testing.T) {
 func TestAffinity(t *testing.T) {
 	for _, mode := range []AffinityMode{AffinitySoft, AffinityHard} {
 		t.Run(fmt.Sprint(mode), func(t *testing.T) {
-			r, clk := newTestRouter(t, Config{Affinity: mode, AffinityTTL: time.Minute}, 1, 2)
+			r, clk := newTestRouter(t, Config{Affinity: mode, AffinityTTL: time.Minute, Index: IndexExact}, 1, 2)
 			ac := session.AgentContext{SessionID: "s1"}
 			d, err := r.TryRoute(&Request{Tokens: tokens(8, 1), Agent: ac})
 			require.NoError(t, err)

@@ -69,7 +69,7 @@ func connect(t testing.TB, ns *natsServer, cfg Config) *Plane {
 
 func newRouter(t testing.TB, snapshot []byte, workers ...uint64) *agentkv.Router {
 	t.Helper()
-	cfg := agentkv.Config{BlockSize: testBS, Affinity: agentkv.AffinityHard}
+	cfg := agentkv.Config{BlockSize: testBS, Affinity: agentkv.AffinityHard, Index: agentkv.IndexExact} // workers here may send no events
 	if snapshot != nil {
 		cfg.IndexSnapshot = bytes.NewReader(snapshot)
 	}
