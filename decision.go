@@ -122,8 +122,15 @@ func (r *Router) done(d *Decision, u Usage) {
 		_ = r.adm.EndRequest(now, d.program, int64(prompt), int64(u.CompletionTokens))
 		// Weight = unique tail + the prefix shared with other sessions,
 		// which the worker's cache holds once (the lineage tree knows it).
+		// The prefix is named by the hash of its last block.
 		if sp, err := r.tree.Split(d.agent.SessionID); err == nil && d.agent.Valid() {
-			_ = r.adm.SetShared(d.program, int64(sp.Shared*r.cfg.BlockSize))
+			var key uint64
+			if sp.Shared > 0 {
+				if chain, err := r.tree.Lineage(d.agent.SessionID, nil); err == nil && len(chain) >= sp.Shared {
+					key = chain[sp.Shared-1]
+				}
+			}
+			_ = r.adm.SetShared(d.program, int64(sp.Shared*r.cfg.BlockSize), key)
 		}
 		if d.agent.Final {
 			_ = r.adm.EndSession(now, d.program)

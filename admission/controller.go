@@ -47,10 +47,10 @@ type worker struct {
 	acting    int64      // Σ unique tails of Acting programs (unweighted)
 	marked    int64      // Σ unique tails of marked programs (all Reasoning)
 	// The shared prefixes of its programs, counted once: the worker's
-	// cache holds one copy. sharedN counts programs by shared length;
-	// sharedMax is the largest with a count.
-	sharedN   map[int64]int
-	sharedMax int64
+	// cache holds one copy of each. sharedN counts its programs by shared
+	// prefix; sharedSum sums the lengths of the prefixes it holds.
+	sharedN   map[sharedKey]int
+	sharedSum int64
 	nAct      int
 	demoted   bool
 	demUntil  time.Time
@@ -67,7 +67,8 @@ type program struct {
 	home      *worker // where it last ran (nil: never placed, or removed)
 	placed    bool    // was ever placed (false: a queued new program)
 	tokens    int64
-	shared    int64 // leading tokens shared with other programs (SetShared), ≤ tokens when counted
+	shared    int64  // leading tokens shared with other programs (SetShared), ≤ tokens when counted
+	sharedID  uint64 // which prefix (SetShared's key)
 	steps     int
 	inflight  int // turns started and not ended: running + held
 	held      int // turns held while Paused
@@ -198,11 +199,11 @@ func (c *Controller) workerIndex(w *worker) int {
 }
 
 func (c *Controller) used(w *worker) float64 {
-	return float64(w.reasoning) + c.cfg.ActingWeight*float64(w.acting) + float64(w.sharedMax)
+	return float64(w.reasoning) + c.cfg.ActingWeight*float64(w.acting) + float64(w.sharedSum)
 }
 
 // tail is the program's unique tail: its tokens less the prefix it shares
-// with other programs, which its worker counts once (sharedMax).
+// with other programs, which its worker counts once (sharedSum).
 func tail(p *program) int64 {
 	return p.tokens - min(p.shared, p.tokens)
 }
@@ -210,16 +211,32 @@ func tail(p *program) int64 {
 // need is the room p takes on w: its tail, the buffer, and the part of its
 // shared prefix longer than what w's programs already share.
 func (c *Controller) need(p *program, w *worker) int64 {
-	return tail(p) + c.cfg.Buffer + max(0, min(p.shared, p.tokens)-w.sharedMax)
+	n := tail(p) + c.cfg.Buffer
+	if k := sharedOf(p); k.n > 0 && w.sharedN[k] == 0 {
+		n += k.n
+	}
+	return n
+}
+
+// sharedKey identifies a shared prefix: its key and its counted length.
+type sharedKey struct {
+	key uint64
+	n   int64
+}
+
+func sharedOf(p *program) sharedKey {
+	return sharedKey{p.sharedID, min(p.shared, p.tokens)}
 }
 
 // SetShared records that the leading shared tokens of program id's context
-// are shared with other programs (a system prompt and tools; the router's
-// session-prefix index knows it). A worker counts a program's unique tail,
-// tokens − shared, and the longest shared prefix among its programs once,
-// since its cache holds one copy. The value stays until the next call; 0
-// (the default) counts the whole context.
-func (c *Controller) SetShared(id string, shared int64) error {
+// are a prefix other programs share too (a system prompt and tools, a
+// parent's context; the router's session-prefix index knows it), named by
+// key (any value equal for every program sharing that prefix, such as the
+// sequence hash of its last block). A worker counts each program's unique
+// tail, tokens − shared, plus each distinct shared prefix of its programs
+// once, since its cache holds one copy. The value stays until the next
+// call; shared 0 (the default) counts the whole context.
+func (c *Controller) SetShared(id string, shared int64, key uint64) error {
 	if shared < 0 || shared > MaxTokens {
 		return ErrBadTokens
 	}
@@ -231,38 +248,34 @@ func (c *Controller) SetShared(id string, shared int64) error {
 	if w != nil {
 		c.detach(p)
 	}
-	p.shared = shared
+	p.shared, p.sharedID = shared, key
 	if w != nil {
 		c.attach(p, w)
 	}
 	return nil
 }
 
-func (w *worker) addShared(n int64) {
-	if n <= 0 {
+func (w *worker) addShared(k sharedKey) {
+	if k.n <= 0 {
 		return
 	}
 	if w.sharedN == nil {
-		w.sharedN = map[int64]int{}
+		w.sharedN = map[sharedKey]int{}
 	}
-	w.sharedN[n]++
-	w.sharedMax = max(w.sharedMax, n)
+	if w.sharedN[k]++; w.sharedN[k] == 1 {
+		w.sharedSum += k.n
+	}
 }
 
-func (w *worker) dropShared(n int64) {
-	if n <= 0 {
+func (w *worker) dropShared(k sharedKey) {
+	if k.n <= 0 {
 		return
 	}
-	if w.sharedN[n]--; w.sharedN[n] > 0 {
+	if w.sharedN[k]--; w.sharedN[k] > 0 {
 		return
 	}
-	delete(w.sharedN, n)
-	if n == w.sharedMax {
-		w.sharedMax = 0
-		for k := range w.sharedN {
-			w.sharedMax = max(w.sharedMax, k)
-		}
-	}
+	delete(w.sharedN, k)
+	w.sharedSum -= k.n
 }
 
 func (c *Controller) util(w *worker) float64 {
@@ -760,7 +773,7 @@ func (c *Controller) resumeUsed(now time.Time, w *worker) float64 {
 	if c.cfg.DecayHalfLife <= 0 || w.nAct == 0 {
 		return c.used(w)
 	}
-	u := float64(w.reasoning) + float64(w.sharedMax)
+	u := float64(w.reasoning) + float64(w.sharedSum)
 	hl := c.cfg.DecayHalfLife.Seconds()
 	for _, p := range w.progs {
 		if p.phase != Acting {
@@ -961,7 +974,11 @@ func (c *Controller) swapIn(now time.Time, r *TickResult) {
 			need := float64(c.need(p, w))
 			room := c.ceiling*float64(w.cap) - c.used(w)
 			short := need - room
-			if short > float64(w.acting)*c.cfg.ActingWeight {
+			freed := float64(w.acting) * c.cfg.ActingWeight
+			if w.nAct == len(w.progs) {
+				freed = c.used(w) // their shared prefixes go too
+			}
+			if short > freed+1e-9 {
 				continue // pausing every Acting program would not do
 			}
 			cost := max(short, 0)
@@ -995,13 +1012,18 @@ func (c *Controller) swapIn(now time.Time, r *TickResult) {
 				if room >= need {
 					break
 				}
-				room += c.weight(q)
 				if q.marked {
 					c.setMarked(q, false)
 				}
 				c.pause(now, q, ReasonSwap)
 				c.stats.SwapPaused++
 				r.Paused++
+				need = float64(c.need(p, best))
+				room = c.ceiling*float64(best.cap) - c.used(best)
+			}
+			if room < need {
+				c.markFor(now, p, r) // shared prefixes stayed: room comes later
+				continue
 			}
 		}
 		c.resumeOn(now, p, best, ReasonSwap, r)
@@ -1252,7 +1274,7 @@ func (c *Controller) attach(p *program, w *worker) {
 	if p.marked {
 		w.marked += t
 	}
-	w.addShared(min(p.shared, p.tokens))
+	w.addShared(sharedOf(p))
 }
 
 // detach removes p from its worker's sums and list (p.w becomes nil).
@@ -1271,7 +1293,7 @@ func (c *Controller) detach(p *program) {
 	if p.marked {
 		w.marked -= t
 	}
-	w.dropShared(min(p.shared, p.tokens))
+	w.dropShared(sharedOf(p))
 	last := len(w.progs) - 1
 	w.progs[p.slot] = w.progs[last]
 	w.progs[p.slot].slot = p.slot

@@ -8,7 +8,8 @@ func checkInvariants(c *Controller) error {
 	type sums struct {
 		reasoning, acting, marked int64
 		n, nAct                   int
-		sharedMax                 int64
+		sharedSum                 int64
+		keys                      map[sharedKey]bool
 	}
 	ref := map[WorkerID]*sums{}
 	for _, w := range c.workers {
@@ -51,7 +52,13 @@ func checkInvariants(c *Controller) error {
 			// Unique tail per program, the shared prefix once per worker.
 			shared := min(p.shared, p.tokens)
 			t := p.tokens - shared
-			s.sharedMax = max(s.sharedMax, shared)
+			if k := (sharedKey{p.sharedID, shared}); shared > 0 && !s.keys[k] {
+				if s.keys == nil {
+					s.keys = map[sharedKey]bool{}
+				}
+				s.keys[k] = true
+				s.sharedSum += shared
+			}
 			if p.phase == Acting {
 				s.acting += t
 				s.nAct++
@@ -99,9 +106,9 @@ func checkInvariants(c *Controller) error {
 	}
 	for _, w := range c.workers {
 		s := ref[w.id]
-		if s.reasoning != w.reasoning || s.acting != w.acting || s.marked != w.marked || s.n != len(w.progs) || s.nAct != w.nAct || s.sharedMax != w.sharedMax {
+		if s.reasoning != w.reasoning || s.acting != w.acting || s.marked != w.marked || s.n != len(w.progs) || s.nAct != w.nAct || s.sharedSum != w.sharedSum {
 			return fmt.Errorf("worker %v: sums %+v, recomputed %+v", w.id,
-				sums{w.reasoning, w.acting, w.marked, len(w.progs), w.nAct, w.sharedMax}, *s)
+				sums{w.reasoning, w.acting, w.marked, len(w.progs), w.nAct, w.sharedSum, nil}, *s)
 		}
 	}
 	for i := 1; i < len(c.workers); i++ {

@@ -216,8 +216,9 @@ func (s *sim) run(maxTime time.Duration) {
 			s.check("end")
 			if s.shared > 0 {
 				n := min(s.shared, tr.prompt)
-				s.op(fmt.Sprintf("share s=%s tokens=%d", p.id, n))
-				if err := s.ctl.SetShared(p.id, n); err != nil {
+				s.op(fmt.Sprintf("share s=%s tokens=%d key=%d", p.id, n, len(p.id)%2))
+				// Two prefixes (two agent kinds), by program parity.
+				if err := s.ctl.SetShared(p.id, n, uint64(len(p.id)%2)); err != nil {
 					s.fail("share %s: %v", p.id, err)
 				}
 				s.check("share")

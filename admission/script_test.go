@@ -27,7 +27,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite expected output in testdata s
 //	                            subagent's first turn, StartSubRequest)
 //	end s=ID prompt=N completion=N
 //	close s=ID                  the session ends
-//	share s=ID tokens=N         its first N tokens are shared (SetShared)
+//	share s=ID tokens=N [key=K] its first N tokens are prefix K, shared (SetShared)
 //	cancel s=ID                 a held turn is withdrawn
 //	tick                        one control-loop round
 //	status s=ID | state | next  inspect (next: NextForcedResume)
@@ -188,7 +188,7 @@ func (s *script) run(line string) (string, error) {
 	case "close":
 		opErr = s.ctl.EndSession(s.now, args["s"])
 	case "share":
-		opErr = s.ctl.SetShared(args["s"], opt("tokens"))
+		opErr = s.ctl.SetShared(args["s"], opt("tokens"), uint64(opt("key")))
 	case "cancel":
 		opErr = s.ctl.Cancel(s.now, args["s"])
 	case "tick":
