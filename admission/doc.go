@@ -27,7 +27,8 @@
 // with a capacity in tokens. Workers may be added, removed and resized at
 // any time. Its utilisation is U = Σ weights of its Active programs /
 // capacity, a program's weight being its token total (times ActingWeight
-// while Acting).
+// while Acting), or with SetShared its unique tail plus each distinct
+// shared prefix once per worker.
 //
 // # Control loop
 //
@@ -90,6 +91,40 @@
 // program takes a worker with no programs at all, at admission or at a
 // tick (ReasonEmptyWorker), and a worker's only program is never paused or
 // marked, since no other program could use the room.
+//
+// # Beyond upstream: bounded waits, home placement, shared prefixes
+//
+// Three options, off in Config{} (which stays the upstream behaviour), fix
+// what upstream gets wrong when the engines are saturated:
+//
+//   - MaxWait bounds the wait of a held turn of a program that has run
+//     before, without the forced resume's overcommit (which, in simulation,
+//     turned 30-minute holds into preemption storms). Held turns resume
+//     oldest first (aging) instead of smallest first, and at the first Tick
+//     past MaxWait the program is swapped in (ReasonSwap): on its home
+//     worker, or the worker where that pauses least, Acting programs are
+//     paused (largest first) until it fits under the resume ceiling; where
+//     that cannot make room, Reasoning programs are marked to pause at their
+//     tool boundaries (marks the pause target does not withdraw) and that
+//     worker takes no other resumes until the program is in. The forced
+//     resume then applies only to a placed program at twice ForcedResume, a
+//     safety net for one too large for any worker. A new program still
+//     waits at the door in arrival order: in a closed loop offering more
+//     programs than the workers hold, someone has to wait, and that wait is
+//     the admission wait of a program's first turn.
+//   - HomeFirst resumes a program on its home worker (where it last ran, so
+//     its prefix is cached there) whenever that has room, before the
+//     Placement sees it (ReasonHome).
+//   - StartSubRequest starts a subagent: placed with its parent when there
+//     is room, and never queued behind new programs at the door, since its
+//     parent waits for it; held, it counts as a running program's turn.
+//
+// SetShared(id, shared, key) tells the controller that the first shared
+// tokens of a program's context are a prefix named key that other programs
+// share (a system prompt and tools, a parent's context): a worker then
+// counts each program's unique tail, and each distinct shared prefix of its
+// programs once, since its cache holds one copy. The root router calls it
+// at every request end with the session-prefix indexer's split (radix).
 //
 // # Decisions
 //

@@ -129,8 +129,11 @@
 //     Delay after the later of its previous turn and the last listed
 //     session; a subagent starts Start after its parent's ParentTurn
 //     finishes (or after the parent starts, for ParentTurn −1) and runs in
-//     parallel. ReplayConfig.MaxActiveSessions bounds the programs running
-//     at once.
+//     parallel. ReplayConfig.MaxActiveSessions bounds the programs offered
+//     at once: the next root session is offered when one ends (a closed
+//     loop that refills). ReplayConfig.MaxRunning adds a fixed global
+//     concurrency cap at the door: offered programs beyond it wait, in
+//     order, and that wait counts in their first turn's Held and TTFT.
 //   - open loop (Workload.OpenLoop): every turn arrives at its Arrival.
 //
 // The router answers each request with a worker or a hold. Held requests
@@ -138,7 +141,30 @@
 // Router.Tick (called every ReplayConfig.TickInterval) releases them.
 // [Result] reports throughput, steps per minute, prefix hit rate,
 // re-prefill tokens, TTFT and end-to-end percentiles, pauses and resumes,
-// per-worker utilisation and the makespan.
+// per-worker utilisation and the makespan; and, in a steady-state [Window]
+// (from half a cohort of refills after the start to the last offer, or the
+// middle of an open-loop trace's arrivals), the throughput, the goodput
+// under ReplayConfig.TTFTSLO and the engines' busy fraction, so the drain
+// of a finite workload does not decide them. The wait to be admitted is
+// reported apart from dispatch-to-first-token (HoldFirst for programs'
+// first turns, HoldLater for the rest, DispatchTTFT), with programs'
+// completion times (offer to end).
+//
+// # Scheduling details
+//
+// With Config.Priority the engine schedules as vLLM's --scheduling-policy
+// priority (V1): the waiting queue by (Request.Priority, arrival), lower
+// first, and a running request that cannot grow preempts the running
+// request with the largest (priority, arrival) not yet scheduled in the
+// step rather than the newest.
+//
+// A blocked head of the waiting queue is not looked up again on every
+// step: the engine remembers how many blocks it lacked and keeps that
+// current as blocks enter and leave the free lists, shortening its prefix
+// when one of its cached blocks is evicted, and looks it up again only when
+// it may fit (see headMemo). The results are identical to re-matching
+// (TestHeadMemoChangesNothing) and the cost of a run stays linear in its
+// requests (BenchmarkBlockedHead).
 //
 // Runs are deterministic: the event queue orders ties by insertion, the
 // engines iterate slices, and step times are integer arithmetic, so the

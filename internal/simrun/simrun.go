@@ -8,6 +8,13 @@
 // virtual clock and request objects and the router's API. It has no routing
 // logic of its own.
 //
+// The baselines a sweep compares admission against are plain KV-aware
+// routing ("kv") and KV-aware routing with the best fixed global
+// concurrency cap ("kv+cap", Policy.BestCap: each level is run with the
+// caps of CapCandidates and none, and the run with the best steady-state
+// throughput is kept). "kv+admission" runs AdmissionConfig,
+// "kv+admission:upstream" ThunderAgent's defaults.
+//
 // Policies with KV hints (Policy.Hints) add the router's kvhint policies;
 // every simulated worker implements agentkv.HintReceiver and hands the
 // envelopes to its engine, which applies them at its next step (see
