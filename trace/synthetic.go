@@ -142,6 +142,28 @@ func DefaultSyntheticConfig() SyntheticConfig {
 	}
 }
 
+// SWEBenchSyntheticConfig is a workload shaped after SWE-bench coding
+// agents (SWE-agent, OpenHands on SWE-bench Verified): autonomous programs
+// of 20–60 model calls (median 36) with no user in the loop, a shared
+// 7,000-token system prompt and demonstrations, an issue statement of a few
+// thousand tokens, observations truncated to a couple of thousand tokens a
+// turn, and long tool gaps (test suites, builds: median 20 s, heavy-tailed
+// to 10 minutes). Rarely a subagent. Sessions and Seed are as in
+// DefaultSyntheticConfig.
+func SWEBenchSyntheticConfig() SyntheticConfig {
+	c := DefaultSyntheticConfig()
+	c.SystemTokens = 7_000
+	c.FirstPrompt = LogNormal{Median: 2_500, Sigma: 0.6}
+	c.Turns = LogNormal{Median: 36, Sigma: 0.3}
+	c.MaxTurns = 60
+	c.Append = LogNormal{Median: 1_200, Sigma: 0.8}
+	c.Output = LogNormal{Median: 250, Sigma: 0.7}
+	c.ToolGap = LogNormal{Median: 20, Sigma: 1.2}
+	c.StopProb = 1e-9 // autonomous: no user turns (0 would mean the default)
+	c.SpawnProb = 1e-9
+	return c
+}
+
 // withDefaults fills zero fields.
 func (c SyntheticConfig) withDefaults() SyntheticConfig {
 	d := DefaultSyntheticConfig()

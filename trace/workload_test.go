@@ -449,3 +449,53 @@ func TestSyntheticRespectsMaxContext(t *testing.T) {
 		}
 	}
 }
+
+// TestSWEBenchSynthetic: the SWE-bench-shaped workload has programs of
+// 20–60 model calls with long tool gaps and no user turns.
+func TestSWEBenchSynthetic(t *testing.T) {
+	cfg := SWEBenchSyntheticConfig()
+	cfg.Sessions = 200
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	w := Synthetic(cfg)
+	def := DefaultSyntheticConfig()
+	def.Sessions = 200
+	d := Synthetic(def)
+	var turns []int
+	inRange := 0
+	var gap, defGap time.Duration
+	var gaps, defGaps int
+	for _, s := range w.Sessions {
+		if s.Parent != "" {
+			continue
+		}
+		n := len(s.Turns)
+		turns = append(turns, n)
+		if n >= 20 && n <= 60 {
+			inRange++
+		}
+		for _, tn := range s.Turns[1:] {
+			gap += tn.Delay
+			gaps++
+		}
+	}
+	for _, s := range d.Sessions {
+		for _, tn := range s.Turns[1:] {
+			defGap += tn.Delay
+			defGaps++
+		}
+	}
+	sort.Ints(turns)
+	if med := turns[len(turns)/2]; med < 28 || med > 44 {
+		t.Fatalf("median turns %d, want about 36", med)
+	}
+	if inRange < len(turns)*85/100 {
+		t.Fatalf("%d of %d programs have 20–60 turns", inRange, len(turns))
+	}
+	if gaps == 0 || gap/time.Duration(gaps) < 10*time.Second {
+		t.Fatalf("mean tool gap %v, want long gaps", gap/time.Duration(max(gaps, 1)))
+	}
+	t.Logf("median turns %d; mean gap %v (default workload: %v, with user turns)", turns[len(turns)/2],
+		gap/time.Duration(gaps), defGap/time.Duration(max(defGaps, 1)))
+}

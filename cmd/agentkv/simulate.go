@@ -79,6 +79,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 	fs.IntVar(&f.tile, "tile", 1, "replay this many copies of the workload's sessions, each with its own hash namespace past the shared prefix")
 	fs.IntVar(&f.tileShared, "tile-shared-tokens", 15_040, "with --tile: the prompt prefix, in tokens, every copy of a session shares (system prompt and tools; 0 = copies share nothing)")
 	fs.IntVar(&f.sessions, "sessions", 1024, "root sessions (agent programs) of the synthetic workload")
+	fs.StringVar(&f.synthetic, "synthetic", "claude-code", "shape of the synthetic workload: claude-code (fitted to Claude Code sessions) or swe-bench (autonomous coding agents: 20-60 turns, long tool gaps)")
 	fs.IntVar(&f.workers, "workers", 0, "simulated workers (default 4; for an open-loop trace, enough for its arrival rate: one per 5,000 offered prompt tokens/s, at least 4)")
 	fs.IntVar(&f.blockSize, "block-size", 64, "KV block size in tokens (the synthetic workload's hash block; 16 is vLLM's default and 4× slower to simulate)")
 	fs.IntVar(&f.deviceBlocks, "device-blocks", 0, "device KV pool per worker, in blocks (default: 440,000 tokens)")

@@ -47,6 +47,7 @@ func TestSimulateBadFlags(t *testing.T) {
 		{"simulate", "--policies", ""},
 		{"simulate", "stray"},
 		{"simulate", "--format", "bogus", "--workload", "x.jsonl"},
+		{"simulate", "--synthetic", "nope"},
 	} {
 		code, _, stderr := runCLI(t, "", args...)
 		require.Equal(t, 2, code, "%v: %s", args, stderr)
@@ -79,4 +80,13 @@ func TestSimulateDirectoryTiled(t *testing.T) {
 	}
 	t.Logf("hit rate with the shared prefix %.3f, without %.3f", hit["15040"], hit["0"])
 	require.Greater(t, hit["15040"], hit["0"])
+}
+
+// TestSimulateSWEBench: the SWE-bench-shaped synthetic workload runs.
+func TestSimulateSWEBench(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "", "simulate", "--synthetic", "swe-bench", "--sessions", "6", "--concurrency", "3",
+		"--policies", "kv,kv+admission", "--workers", "2", "--json", "", "--plot", "")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "workload synthetic-swe-bench:")
+	require.Contains(t, stdout, "kv+admission")
 }

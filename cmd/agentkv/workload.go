@@ -20,6 +20,9 @@ type workloadFlags struct {
 	// session share (the system prompt and tool definitions a fleet of
 	// the same agent sends); 0 shares nothing.
 	tileShared int
+	// synthetic names the built-in workload's shape: "" or "claude-code"
+	// (the default, fitted to Claude Code sessions) or "swe-bench".
+	synthetic string
 }
 
 // load reads --workload (any format the trace package reads) or builds the
@@ -27,9 +30,20 @@ type workloadFlags struct {
 func (f *workloadFlags) load(cmd string) (trace.Workload, error) {
 	var w trace.Workload
 	if f.workload == "" {
-		sc := trace.DefaultSyntheticConfig()
+		var sc trace.SyntheticConfig
+		switch f.synthetic {
+		case "", "claude-code":
+			sc = trace.DefaultSyntheticConfig()
+		case "swe-bench":
+			sc = trace.SWEBenchSyntheticConfig()
+		default:
+			return w, usagef("%s: unknown --synthetic %q (want claude-code or swe-bench)", cmd, f.synthetic)
+		}
 		sc.Sessions, sc.Seed = f.sessions, f.seed
 		w = trace.Synthetic(sc)
+		if f.synthetic == "swe-bench" {
+			w.Name = "synthetic-swe-bench"
+		}
 	} else {
 		format, err := trace.ParseFormat(f.format)
 		if err != nil {
