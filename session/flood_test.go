@@ -85,11 +85,15 @@ func BenchmarkTableFlood(b *testing.B) {
 				for i := range ids {
 					ids[i] = floodID(i)
 				}
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				var cpu time.Duration
 				b.ReportAllocs()
 				for b.Loop() {
 					b.StopTimer()
 					tb, _ := NewRawTable(TableConfig{})
 					b.StartTimer()
+					c0 := threadCPU()
 					for i, id := range ids {
 						ac := AgentContext{SessionID: id}
 						if parents == "chain" && i > 0 {
@@ -98,8 +102,10 @@ func BenchmarkTableFlood(b *testing.B) {
 						tb.Begin(ac)
 						tb.End(id, Usage{})
 					}
+					cpu += threadCPU() - c0
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/session")
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*n), "cpu-ns/session")
 			})
 		}
 	}
