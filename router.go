@@ -55,7 +55,7 @@ type Router struct {
 	byAdm   map[admission.WorkerID]flashindex.Worker
 	nextAdm admission.WorkerID
 	loads   *loadTracker
-	adm     *admission.Controller
+	adm     *admission.RawAdmitter
 	decBuf  []admission.Decision
 	// held requests (TryRoute/Route waiting for admission), by request ID,
 	// and the request IDs held per program in arrival order.
@@ -133,7 +133,7 @@ func (r *Router) newParts() error {
 		return err
 	}
 	if cfg.Admission != nil {
-		if r.adm, err = admission.NewController(*cfg.Admission); err != nil {
+		if r.adm, err = admission.NewRawAdmitter(*cfg.Admission); err != nil {
 			return err
 		}
 	}

@@ -18,7 +18,7 @@ type ClockFunc func() time.Time
 // Now calls f.
 func (f ClockFunc) Now() time.Time { return f() }
 
-// Admitter is the thread-safe wrapper around a Controller: every method may
+// Admitter is the thread-safe wrapper around a RawAdmitter: every method may
 // be called from any goroutine. It adds the blocking Admit and the
 // non-blocking TryAdmit, and delivers decisions to Config.OnDecision outside
 // its lock, one at a time and in Seq order (a callback may call back into
@@ -29,7 +29,7 @@ type Admitter struct {
 
 	mu sync.Mutex // guards ctl, waiters, queue, delivering
 	// ctl is the state machine; only touched with mu held.
-	ctl *Controller
+	ctl *RawAdmitter
 	// waiters maps a program to the channel closed when its held turn is
 	// released (resumed), dropped (terminated) or cancelled.
 	waiters map[string]*waiter
@@ -46,7 +46,7 @@ type waiter struct {
 	set bool
 }
 
-// New returns an Admitter over a new Controller with cfg. clock may be nil
+// New returns an Admitter over a new RawAdmitter with cfg. clock may be nil
 // (time.Now).
 func New(cfg Config, clock Clock) (*Admitter, error) {
 	a := &Admitter{clock: clock, user: cfg.OnDecision, waiters: make(map[string]*waiter)}
@@ -54,7 +54,7 @@ func New(cfg Config, clock Clock) (*Admitter, error) {
 		a.clock = ClockFunc(time.Now)
 	}
 	cfg.OnDecision = a.sink
-	ctl, err := NewController(cfg)
+	ctl, err := NewRawAdmitter(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func New(cfg Config, clock Clock) (*Admitter, error) {
 	return a, nil
 }
 
-// sink runs inside Controller calls, with mu held.
+// sink runs inside RawAdmitter calls, with mu held.
 func (a *Admitter) sink(d Decision) {
 	switch d.Kind {
 	case KindResume, KindTerminate: // not KindCancel: the canceller has left
@@ -188,7 +188,7 @@ func (a *Admitter) EndSession(id string) error {
 	return err
 }
 
-// Tick runs one control-loop round at now (see Controller.Tick).
+// Tick runs one control-loop round at now (see RawAdmitter.Tick).
 func (a *Admitter) Tick(now time.Time) TickResult {
 	a.mu.Lock()
 	r := a.ctl.Tick(now)
@@ -212,7 +212,7 @@ func (a *Admitter) Run(ctx context.Context, ticks <-chan time.Time) error {
 	}
 }
 
-// AddWorker adds a worker (see Controller.AddWorker).
+// AddWorker adds a worker (see RawAdmitter.AddWorker).
 func (a *Admitter) AddWorker(id WorkerID, capacity int64) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()

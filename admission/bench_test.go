@@ -12,8 +12,8 @@ import (
 // buildLoaded returns a controller with n programs on w workers: about half
 // ACTING, the rest REASONING, worker utilisation spread around the band, and
 // extra paused programs that do not fit (so every tick sorts and offers them).
-func buildLoaded(b *testing.B, n, w, paused int, cfg Config) *Controller {
-	c, err := NewController(cfg)
+func buildLoaded(b *testing.B, n, w, paused int, cfg Config) *RawAdmitter {
+	c, err := NewRawAdmitter(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

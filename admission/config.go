@@ -69,8 +69,8 @@ type Config struct {
 	// policy upstream actually runs.
 	Placement Placement
 	// OnDecision, when set, receives every decision synchronously, in order,
-	// from inside the Controller call that took it. It must not call back
-	// into the Controller. When nil, decisions are buffered for Drain (at
+	// from inside the RawAdmitter call that took it. It must not call back
+	// into the RawAdmitter. When nil, decisions are buffered for Drain (at
 	// most MaxPending; older ones are kept, later ones counted as dropped).
 	OnDecision func(Decision)
 	// MaxPending bounds the Drain buffer. Default 65536.

@@ -8,7 +8,7 @@ import (
 )
 
 func TestConfigDefaults(t *testing.T) {
-	c, err := NewController(Config{})
+	c, err := NewRawAdmitter(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := NewController(tc.cfg)
+			_, err := NewRawAdmitter(tc.cfg)
 			var ce *ConfigError
 			if !errors.As(err, &ce) || ce.Field != tc.field {
 				t.Fatalf("err %v, want ConfigError on %s", err, tc.field)
@@ -54,7 +54,7 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestDrainBounded(t *testing.T) {
-	c, _ := NewController(Config{MaxPending: 3})
+	c, _ := NewRawAdmitter(Config{MaxPending: 3})
 	_ = c.AddWorker(1, 1<<20)
 	for i := 0; i < 5; i++ {
 		_, _ = c.StartRequest(epoch, string(rune('a'+i)), 1)
@@ -78,7 +78,7 @@ func TestPlacementRejects(t *testing.T) {
 			dst[len(dst)-1] = 99 // out of range
 		}
 	})
-	c, _ := NewController(Config{Placement: bad})
+	c, _ := NewRawAdmitter(Config{Placement: bad})
 	for i := 0; i < 4; i++ {
 		_, _ = c.StartRequest(epoch, string(rune('a'+i)), 300)
 	}

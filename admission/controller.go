@@ -9,12 +9,12 @@ import (
 	"time"
 )
 
-// Controller is the synchronous admission core: a deterministic state
+// RawAdmitter is the synchronous admission core: a deterministic state
 // machine driven by request starts, request ends, session ends and ticks,
 // each carrying the current time. It has no locks and starts no goroutines;
 // it is not safe for concurrent use (wrap it in an Admitter, or serialise
 // calls yourself). The same sequence of calls yields the same decisions.
-type Controller struct {
+type RawAdmitter struct {
 	cfg     Config
 	ceiling float64
 
@@ -92,14 +92,14 @@ type program struct {
 	}
 }
 
-// NewController validates cfg (zero fields mean defaults) and returns an
+// NewRawAdmitter validates cfg (zero fields mean defaults) and returns an
 // empty controller with no workers.
-func NewController(cfg Config) (*Controller, error) {
+func NewRawAdmitter(cfg Config) (*RawAdmitter, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	return &Controller{
+	return &RawAdmitter{
 		cfg:     c,
 		ceiling: c.PauseThreshold - c.Hysteresis,
 		byID:    make(map[WorkerID]*worker),
@@ -108,7 +108,7 @@ func NewController(cfg Config) (*Controller, error) {
 }
 
 // Config returns the effective configuration (defaults filled in).
-func (c *Controller) Config() Config { return c.cfg }
+func (c *RawAdmitter) Config() Config { return c.cfg }
 
 // ---------------------------------------------------------------- workers
 
@@ -117,7 +117,7 @@ func (c *Controller) Config() Config { return c.cfg }
 const MaxTokens = 1 << 40
 
 // AddWorker adds a worker with a KV capacity in tokens.
-func (c *Controller) AddWorker(id WorkerID, capacity int64) error {
+func (c *RawAdmitter) AddWorker(id WorkerID, capacity int64) error {
 	if capacity <= 0 || capacity > MaxTokens {
 		return ErrBadCapacity
 	}
@@ -134,7 +134,7 @@ func (c *Controller) AddWorker(id WorkerID, capacity int64) error {
 }
 
 // SetCapacity changes a worker's capacity; the next Tick acts on it.
-func (c *Controller) SetCapacity(id WorkerID, capacity int64) error {
+func (c *RawAdmitter) SetCapacity(id WorkerID, capacity int64) error {
 	if capacity <= 0 || capacity > MaxTokens {
 		return ErrBadCapacity
 	}
@@ -150,7 +150,7 @@ func (c *Controller) SetCapacity(id WorkerID, capacity int64) error {
 // ReasonWorkerRemoved) and resumed elsewhere by later ticks. Turns that were
 // running on it stay in flight until the caller ends them with EndRequest;
 // a retry is a new StartRequest, held until the program resumes.
-func (c *Controller) RemoveWorker(now time.Time, id WorkerID) error {
+func (c *RawAdmitter) RemoveWorker(now time.Time, id WorkerID) error {
 	w, ok := c.byID[id]
 	if !ok {
 		return ErrUnknownWorker
@@ -174,7 +174,7 @@ func (c *Controller) RemoveWorker(now time.Time, id WorkerID) error {
 }
 
 // Workers appends a snapshot of every worker, by id, to dst.
-func (c *Controller) Workers(dst []WorkerInfo) []WorkerInfo {
+func (c *RawAdmitter) Workers(dst []WorkerInfo) []WorkerInfo {
 	for _, w := range c.workers {
 		dst = append(dst, WorkerInfo{
 			ID: w.id, Capacity: w.cap, Used: c.used(w), Util: c.util(w),
@@ -186,7 +186,7 @@ func (c *Controller) Workers(dst []WorkerInfo) []WorkerInfo {
 }
 
 // Worker returns a snapshot of one worker.
-func (c *Controller) Worker(id WorkerID) (WorkerInfo, bool) {
+func (c *RawAdmitter) Worker(id WorkerID) (WorkerInfo, bool) {
 	w, ok := c.byID[id]
 	if !ok {
 		return WorkerInfo{}, false
@@ -194,11 +194,11 @@ func (c *Controller) Worker(id WorkerID) (WorkerInfo, bool) {
 	return c.Workers(nil)[c.workerIndex(w)], true
 }
 
-func (c *Controller) workerIndex(w *worker) int {
+func (c *RawAdmitter) workerIndex(w *worker) int {
 	return sort.Search(len(c.workers), func(i int) bool { return c.workers[i].id >= w.id })
 }
 
-func (c *Controller) used(w *worker) float64 {
+func (c *RawAdmitter) used(w *worker) float64 {
 	return float64(w.reasoning) + c.cfg.ActingWeight*float64(w.acting) + float64(w.sharedSum)
 }
 
@@ -210,7 +210,7 @@ func tail(p *program) int64 {
 
 // need is the room p takes on w: its tail, the buffer, and the part of its
 // shared prefix longer than what w's programs already share.
-func (c *Controller) need(p *program, w *worker) int64 {
+func (c *RawAdmitter) need(p *program, w *worker) int64 {
 	n := tail(p) + c.cfg.Buffer
 	if k := sharedOf(p); k.n > 0 && w.sharedN[k] == 0 {
 		n += k.n
@@ -236,7 +236,7 @@ func sharedOf(p *program) sharedKey {
 // tail, tokens − shared, plus each distinct shared prefix of its programs
 // once, since its cache holds one copy. The value stays until the next
 // call; shared 0 (the default) counts the whole context.
-func (c *Controller) SetShared(id string, shared int64, key uint64) error {
+func (c *RawAdmitter) SetShared(id string, shared int64, key uint64) error {
 	if shared < 0 || shared > MaxTokens {
 		return ErrBadTokens
 	}
@@ -278,11 +278,11 @@ func (w *worker) dropShared(k sharedKey) {
 	w.sharedSum -= k.n
 }
 
-func (c *Controller) util(w *worker) float64 {
+func (c *RawAdmitter) util(w *worker) float64 {
 	return c.used(w) / float64(w.cap)
 }
 
-func (c *Controller) weight(p *program) float64 {
+func (c *RawAdmitter) weight(p *program) float64 {
 	if p.phase == Acting {
 		return c.cfg.ActingWeight * float64(tail(p))
 	}
@@ -292,7 +292,7 @@ func (c *Controller) weight(p *program) float64 {
 // ---------------------------------------------------------------- programs
 
 // Program returns a snapshot of one program at time now.
-func (c *Controller) Program(now time.Time, id string) (Program, bool) {
+func (c *RawAdmitter) Program(now time.Time, id string) (Program, bool) {
 	p, ok := c.progs[id]
 	if !ok {
 		return Program{ID: id, Lifecycle: Terminated}, false
@@ -301,7 +301,7 @@ func (c *Controller) Program(now time.Time, id string) (Program, bool) {
 }
 
 // Programs appends snapshots of every program, by id, to dst.
-func (c *Controller) Programs(now time.Time, dst []Program) []Program {
+func (c *RawAdmitter) Programs(now time.Time, dst []Program) []Program {
 	start := len(dst)
 	for _, p := range c.progs {
 		dst = append(dst, c.snapshot(now, p))
@@ -312,9 +312,9 @@ func (c *Controller) Programs(now time.Time, dst []Program) []Program {
 }
 
 // Len returns the number of live (not terminated) programs.
-func (c *Controller) Len() int { return len(c.progs) }
+func (c *RawAdmitter) Len() int { return len(c.progs) }
 
-func (c *Controller) snapshot(now time.Time, p *program) Program {
+func (c *RawAdmitter) snapshot(now time.Time, p *program) Program {
 	s := Program{
 		ID: p.id, Phase: p.phase, Lifecycle: p.life, Status: status(p),
 		Tokens: p.tokens, Steps: p.steps, Inflight: p.inflight, Held: p.held, Marked: p.marked,
@@ -347,7 +347,7 @@ func status(p *program) Status {
 
 // Status says whether the program's next turn may run now. Unknown
 // programs report StatusUnknown (their first turn is a new program).
-func (c *Controller) Status(id string) Status {
+func (c *RawAdmitter) Status(id string) Status {
 	p, ok := c.progs[id]
 	if !ok {
 		return StatusUnknown
@@ -357,10 +357,10 @@ func (c *Controller) Status(id string) Status {
 
 // Waiting returns the number of held turns' programs (queued or paused
 // with a turn held).
-func (c *Controller) Waiting() int { return c.nWaiting }
+func (c *RawAdmitter) Waiting() int { return c.nWaiting }
 
 // Stats returns the decision counters.
-func (c *Controller) Stats() Stats { return c.stats }
+func (c *RawAdmitter) Stats() Stats { return c.stats }
 
 // ---------------------------------------------------------------- events
 
@@ -376,7 +376,7 @@ func (c *Controller) Stats() Stats { return c.stats }
 // program too large for any worker's room under the ceiling is placed on a
 // worker with no programs, if there is one (ReasonEmptyWorker). A held turn
 // is released by a KindResume decision with Released set.
-func (c *Controller) StartRequest(now time.Time, id string, promptTokens int64) (Admission, error) {
+func (c *RawAdmitter) StartRequest(now time.Time, id string, promptTokens int64) (Admission, error) {
 	return c.StartRequestOn(now, id, promptTokens, nil)
 }
 
@@ -386,7 +386,7 @@ func (c *Controller) StartRequest(now time.Time, id string, promptTokens int64) 
 // A router passes its workers ranked by KV-cache cost, so a new program
 // lands where its prefix is cached. prefer is only read; it is ignored for
 // programs the controller already knows.
-func (c *Controller) StartRequestOn(now time.Time, id string, promptTokens int64, prefer []WorkerID) (Admission, error) {
+func (c *RawAdmitter) StartRequestOn(now time.Time, id string, promptTokens int64, prefer []WorkerID) (Admission, error) {
 	if id == "" {
 		return Admission{}, ErrEmptyID
 	}
@@ -452,7 +452,7 @@ func (c *Controller) StartRequestOn(now time.Time, id string, promptTokens int64
 // program (resumed before new programs, and swapped in at Config.MaxWait
 // with the parent's worker as its home). For a program the controller
 // knows, or an unknown parent, it is StartRequestOn.
-func (c *Controller) StartSubRequest(now time.Time, id, parent string, promptTokens int64, prefer []WorkerID) (Admission, error) {
+func (c *RawAdmitter) StartSubRequest(now time.Time, id, parent string, promptTokens int64, prefer []WorkerID) (Admission, error) {
 	pp, ok := c.progs[parent]
 	if _, known := c.progs[id]; known || !ok || id == "" || parent == id || promptTokens < 0 || promptTokens > MaxTokens {
 		return c.StartRequestOn(now, id, promptTokens, prefer)
@@ -467,14 +467,14 @@ func (c *Controller) StartSubRequest(now time.Time, id, parent string, promptTok
 	return c.startNewAs(now, id, promptTokens, prefer, home), nil
 }
 
-func (c *Controller) startNew(now time.Time, id string, tokens int64, prefer []WorkerID) Admission {
+func (c *RawAdmitter) startNew(now time.Time, id string, tokens int64, prefer []WorkerID) Admission {
 	return c.startNewAs(now, id, tokens, prefer, nil)
 }
 
 // startNewAs places or queues a new program; with a non-nil home (a
 // subagent's parent worker) it skips the fairness queue and, held, counts
 // as a placed program's held turn.
-func (c *Controller) startNewAs(now time.Time, id string, tokens int64, prefer []WorkerID, home *worker) Admission {
+func (c *RawAdmitter) startNewAs(now time.Time, id string, tokens int64, prefer []WorkerID, home *worker) Admission {
 	p := &program{id: id, phase: Reasoning, steps: 1, inflight: 1, held: 1, tokens: tokens, slot: -1, pslot: -1, home: home}
 	c.progs[id] = p
 	reason := ReasonFairness
@@ -514,11 +514,11 @@ func (c *Controller) startNewAs(now time.Time, id string, tokens int64, prefer [
 	return Admission{Status: StatusQueued, Reason: reason}
 }
 
-func (c *Controller) workerByID(id WorkerID) *worker { return c.byID[id] }
+func (c *RawAdmitter) workerByID(id WorkerID) *worker { return c.byID[id] }
 
 // preferredWithRoom returns the first worker of prefer that has room for
 // need under the resume ceiling, or nil.
-func (c *Controller) preferredWithRoom(need int64, prefer []WorkerID) *worker {
+func (c *RawAdmitter) preferredWithRoom(need int64, prefer []WorkerID) *worker {
 	for _, id := range prefer {
 		w := c.workerByID(id)
 		if w != nil && c.used(w)+float64(need) <= c.ceiling*float64(w.cap) {
@@ -530,7 +530,7 @@ func (c *Controller) preferredWithRoom(need int64, prefer []WorkerID) *worker {
 
 // emptyWorker returns the worker with the largest capacity among those with
 // no programs at all (ties: lowest id), or nil.
-func (c *Controller) emptyWorker() *worker {
+func (c *RawAdmitter) emptyWorker() *worker {
 	var best *worker
 	for _, w := range c.workers {
 		if len(w.progs) == 0 && (best == nil || w.cap > best.cap) {
@@ -542,7 +542,7 @@ func (c *Controller) emptyWorker() *worker {
 
 // leastUtilisedWithRoom returns the worker with the lowest U among those
 // where used + need ≤ ceiling·capacity (ties: lowest id), or nil.
-func (c *Controller) leastUtilisedWithRoom(need int64) *worker {
+func (c *RawAdmitter) leastUtilisedWithRoom(need int64) *worker {
 	var best *worker
 	var bestU float64
 	for _, w := range c.workers {
@@ -561,7 +561,7 @@ func (c *Controller) leastUtilisedWithRoom(need int64) *worker {
 // engine-reported usage; the program's token total becomes prompt +
 // completion. With no other turn in flight the program turns Acting (a tool
 // boundary): a program marked for pause is paused here.
-func (c *Controller) EndRequest(now time.Time, id string, promptTokens, completionTokens int64) error {
+func (c *RawAdmitter) EndRequest(now time.Time, id string, promptTokens, completionTokens int64) error {
 	if promptTokens < 0 || completionTokens < 0 || promptTokens > MaxTokens || completionTokens > MaxTokens {
 		return ErrBadTokens
 	}
@@ -611,7 +611,7 @@ func (c *Controller) EndRequest(now time.Time, id string, promptTokens, completi
 // The program's state is restored to what it was before the turn started:
 // a queued new program is forgotten, a paused one returns to its previous
 // phase and step count.
-func (c *Controller) Cancel(now time.Time, id string) error {
+func (c *RawAdmitter) Cancel(now time.Time, id string) error {
 	p, ok := c.progs[id]
 	if !ok {
 		return ErrUnknownProgram
@@ -649,7 +649,7 @@ func (c *Controller) Cancel(now time.Time, id string) error {
 
 // EndSession terminates session id and forgets it: its tokens stop
 // counting, and any held turn is dropped (KindTerminate with Released).
-func (c *Controller) EndSession(now time.Time, id string) error {
+func (c *RawAdmitter) EndSession(now time.Time, id string) error {
 	p, ok := c.progs[id]
 	if !ok {
 		return ErrUnknownProgram
@@ -704,7 +704,7 @@ type TickResult struct {
 //     whose U has fallen to PauseTarget are withdrawn;
 //  4. soft demote: workers with SoftDemote ≤ U < PauseThreshold are in the
 //     band until 1.5 Interval after now.
-func (c *Controller) Tick(now time.Time) TickResult {
+func (c *RawAdmitter) Tick(now time.Time) TickResult {
 	c.tickNo++
 	var r TickResult
 	c.forceResume(now, &r)
@@ -718,7 +718,7 @@ func (c *Controller) Tick(now time.Time) TickResult {
 // NextForcedResume returns the earliest time at which a held turn reaches
 // the forced-resume cap, so an event-driven simulator can schedule a Tick
 // exactly then.
-func (c *Controller) NextForcedResume() (time.Time, bool) {
+func (c *RawAdmitter) NextForcedResume() (time.Time, bool) {
 	var t time.Time
 	found := false
 	for _, p := range c.paused {
@@ -733,7 +733,7 @@ func (c *Controller) NextForcedResume() (time.Time, bool) {
 	return t, found
 }
 
-func (c *Controller) forceResume(now time.Time, r *TickResult) {
+func (c *RawAdmitter) forceResume(now time.Time, r *TickResult) {
 	if len(c.workers) == 0 || c.nWaiting == 0 {
 		return
 	}
@@ -769,7 +769,7 @@ func (c *Controller) forceResume(now time.Time, r *TickResult) {
 
 // resumeUsed is a worker's load as the resume side sees it: with
 // DecayHalfLife set, Acting programs' weights decay with time acting.
-func (c *Controller) resumeUsed(now time.Time, w *worker) float64 {
+func (c *RawAdmitter) resumeUsed(now time.Time, w *worker) float64 {
 	if c.cfg.DecayHalfLife <= 0 || w.nAct == 0 {
 		return c.used(w)
 	}
@@ -830,7 +830,7 @@ func agedOrder(a, b *program) int {
 	return resumeOrder(a, b)
 }
 
-func (c *Controller) resume(now time.Time, r *TickResult) {
+func (c *RawAdmitter) resume(now time.Time, r *TickResult) {
 	if len(c.paused) == 0 {
 		return
 	}
@@ -913,7 +913,7 @@ func (c *Controller) resume(now time.Time, r *TickResult) {
 }
 
 // maxCap returns the largest worker capacity.
-func (c *Controller) maxCap() int64 {
+func (c *RawAdmitter) maxCap() int64 {
 	var m int64
 	for _, w := range c.workers {
 		m = max(m, w.cap)
@@ -924,7 +924,7 @@ func (c *Controller) maxCap() int64 {
 // resumeHome resumes, in order, the candidates whose home worker is one
 // of bins and still has room for them, charging the room to the bin; it
 // returns the others, in order.
-func (c *Controller) resumeHome(now time.Time, cand []*program, bins []Bin, binW []*worker, r *TickResult) []*program {
+func (c *RawAdmitter) resumeHome(now time.Time, cand []*program, bins []Bin, binW []*worker, r *TickResult) []*program {
 	keep := cand[:0]
 	for _, p := range cand {
 		placed := false
@@ -950,7 +950,7 @@ func (c *Controller) resumeHome(now time.Time, cand []*program, bins []Bin, binW
 // its home worker or the worker where that pauses least; where no worker
 // can make room by pausing, it marks Reasoning programs on the home
 // worker (or the least used) so the room comes at their tool boundaries.
-func (c *Controller) swapIn(now time.Time, r *TickResult) {
+func (c *RawAdmitter) swapIn(now time.Time, r *TickResult) {
 	if c.cfg.MaxWait <= 0 || c.nWaiting == 0 || len(c.workers) == 0 {
 		return
 	}
@@ -1038,7 +1038,7 @@ func (c *Controller) swapIn(now time.Time, r *TickResult) {
 // (smallest first) that, with its Acting programs paused then, p fits under
 // the resume ceiling. A program too large for every worker is left to the
 // empty-worker placement of resume.
-func (c *Controller) markFor(now time.Time, p *program, r *TickResult) {
+func (c *RawAdmitter) markFor(now time.Time, p *program, r *TickResult) {
 	fits := func(w *worker) bool { return float64(p.tokens+c.cfg.Buffer) <= c.ceiling*float64(w.cap) }
 	reclaim := func(w *worker) float64 { return c.cfg.ActingWeight*float64(w.acting) + float64(w.reasoning-w.marked) }
 	w := p.home
@@ -1079,7 +1079,7 @@ func (c *Controller) markFor(now time.Time, p *program, r *TickResult) {
 	}
 }
 
-func (c *Controller) resumeOn(now time.Time, p *program, w *worker, reason Reason, r *TickResult) {
+func (c *RawAdmitter) resumeOn(now time.Time, p *program, w *worker, reason Reason, r *TickResult) {
 	c.removePaused(p)
 	p.life = Active
 	p.placed = true
@@ -1109,7 +1109,7 @@ func (c *Controller) resumeOn(now time.Time, p *program, w *worker, reason Reaso
 	c.emit(d)
 }
 
-func (c *Controller) pauseOver(now time.Time, r *TickResult) {
+func (c *RawAdmitter) pauseOver(now time.Time, r *TickResult) {
 	for _, w := range c.workers {
 		capf := float64(w.cap)
 		u := c.used(w)
@@ -1177,7 +1177,7 @@ func smallerFirst(a, b *program) int {
 	return strings.Compare(a.id, b.id)
 }
 
-func (c *Controller) unmarkAll(now time.Time, w *worker, r *TickResult) {
+func (c *RawAdmitter) unmarkAll(now time.Time, w *worker, r *TickResult) {
 	cand := c.sProgs[:0]
 	for _, p := range w.progs {
 		if p.marked && !p.swapMark {
@@ -1195,7 +1195,7 @@ func (c *Controller) unmarkAll(now time.Time, w *worker, r *TickResult) {
 	c.sProgs = cand[:0]
 }
 
-func (c *Controller) softDemote(now time.Time) {
+func (c *RawAdmitter) softDemote(now time.Time) {
 	for _, w := range c.workers {
 		u := c.util(w)
 		in := u >= c.cfg.SoftDemote && u < c.cfg.PauseThreshold
@@ -1215,7 +1215,7 @@ func (c *Controller) softDemote(now time.Time) {
 
 // ---------------------------------------------------------------- helpers
 
-func (c *Controller) pause(now time.Time, p *program, reason Reason) {
+func (c *RawAdmitter) pause(now time.Time, p *program, reason Reason) {
 	w := p.w
 	p.home = w
 	c.detach(p)
@@ -1226,7 +1226,7 @@ func (c *Controller) pause(now time.Time, p *program, reason Reason) {
 		Tokens: p.tokens, Util: c.util(w)})
 }
 
-func (c *Controller) addPaused(now time.Time, p *program) {
+func (c *RawAdmitter) addPaused(now time.Time, p *program) {
 	c.pauseSeq++
 	p.pauseSeq = c.pauseSeq
 	p.pausedAt = now
@@ -1234,7 +1234,7 @@ func (c *Controller) addPaused(now time.Time, p *program) {
 	c.paused = append(c.paused, p)
 }
 
-func (c *Controller) removePaused(p *program) {
+func (c *RawAdmitter) removePaused(p *program) {
 	i := p.pslot
 	if i < 0 || i >= len(c.paused) || c.paused[i] != p {
 		return
@@ -1247,7 +1247,7 @@ func (c *Controller) removePaused(p *program) {
 	p.pslot = -1
 }
 
-func (c *Controller) updateWaiting(p *program) {
+func (c *RawAdmitter) updateWaiting(p *program) {
 	want := p.life == Paused && p.held > 0
 	if want != p.waiting {
 		p.waiting = want
@@ -1260,7 +1260,7 @@ func (c *Controller) updateWaiting(p *program) {
 }
 
 // attach places an Active program on w and adds its weight.
-func (c *Controller) attach(p *program, w *worker) {
+func (c *RawAdmitter) attach(p *program, w *worker) {
 	p.w = w
 	p.slot = len(w.progs)
 	w.progs = append(w.progs, p)
@@ -1278,7 +1278,7 @@ func (c *Controller) attach(p *program, w *worker) {
 }
 
 // detach removes p from its worker's sums and list (p.w becomes nil).
-func (c *Controller) detach(p *program) {
+func (c *RawAdmitter) detach(p *program) {
 	w := p.w
 	if w == nil {
 		return
@@ -1303,7 +1303,7 @@ func (c *Controller) detach(p *program) {
 	p.slot = -1
 }
 
-func (c *Controller) setMarked(p *program, m bool) {
+func (c *RawAdmitter) setMarked(p *program, m bool) {
 	if !m {
 		p.swapMark = false
 	}
@@ -1320,7 +1320,7 @@ func (c *Controller) setMarked(p *program, m bool) {
 	}
 }
 
-func (c *Controller) emit(d Decision) {
+func (c *RawAdmitter) emit(d Decision) {
 	c.seq++
 	d.Seq = c.seq
 	if c.cfg.OnDecision != nil {
@@ -1336,7 +1336,7 @@ func (c *Controller) emit(d Decision) {
 
 // Drain appends the buffered decisions to dst, in order, and empties the
 // buffer. It returns nothing new when Config.OnDecision is set.
-func (c *Controller) Drain(dst []Decision) []Decision {
+func (c *RawAdmitter) Drain(dst []Decision) []Decision {
 	dst = append(dst, c.pending...)
 	clear(c.pending)
 	c.pending = c.pending[:0]

@@ -131,12 +131,12 @@
 // Every decision (admit, queue, hold, pause, mark, unmark, resume, demote,
 // undemote, terminate, cancel) is a Decision record with a Reason, a Seq
 // number and the worker's utilisation, for traces and metrics. The
-// Controller passes them to Config.OnDecision synchronously, or buffers
+// RawAdmitter passes them to Config.OnDecision synchronously, or buffers
 // them for Drain when that is nil.
 //
 // # Driving it from a simulator or a router
 //
-// The core is the Controller: a deterministic, synchronous state machine
+// The core is the RawAdmitter: a deterministic, synchronous state machine
 // with no locks and no goroutines, taking the time as an argument. A
 // discrete-event simulator calls it directly:
 //
@@ -155,7 +155,7 @@
 // A server uses the Admitter, the thin thread-safe wrapper: Admit(ctx, ...)
 // blocks until the turn may run and returns ctx.Err() with the held turn
 // withdrawn and the program's state as it was if ctx ends first (Cancel on
-// the Controller does the same for simulators); TryAdmit never waits and
+// the RawAdmitter does the same for simulators); TryAdmit never waits and
 // changes nothing when the turn could not run now. Run(ctx, ticks) drives
 // Tick from a ticker channel. The Admitter calls Config.OnDecision outside
 // its lock, one decision at a time, in Seq order; a callback may call back
@@ -163,7 +163,7 @@
 //
 // # Thread safety and ownership
 //
-// Controller: not safe for concurrent use. Admitter: safe for concurrent
+// RawAdmitter: not safe for concurrent use. Admitter: safe for concurrent
 // use by any number of goroutines. Decision, Admission, Program, WorkerInfo
 // and Stats are plain values. Slices returned by Drain, Programs and
 // Workers are appended to the caller's dst and belong to the caller. A

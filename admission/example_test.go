@@ -8,12 +8,12 @@ import (
 	"github.com/agentkv/agentkv/admission"
 )
 
-// A simulator drives the synchronous Controller with its own clock and
+// A simulator drives the synchronous RawAdmitter with its own clock and
 // releases held turns when a Resume decision says so.
 func Example() {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var released []string
-	ctl, err := admission.NewController(admission.Config{
+	ctl, err := admission.NewRawAdmitter(admission.Config{
 		OnDecision: func(d admission.Decision) {
 			if d.Kind == admission.KindResume && d.Released {
 				released = append(released, d.Program)
@@ -44,9 +44,9 @@ func Example() {
 
 // The upstream flaw, fixed: with nothing ACTING, only as many REASONING
 // programs are marked as the excess needs.
-func ExampleController_Tick() {
+func ExampleRawAdmitter_Tick() {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	ctl, _ := admission.NewController(admission.Config{})
+	ctl, _ := admission.NewRawAdmitter(admission.Config{})
 	_ = ctl.AddWorker(1, 100_000)
 	for _, id := range []string{"p1", "p2", "p3", "p4", "p5"} {
 		_, _ = ctl.StartRequest(t0, id, 10_000)

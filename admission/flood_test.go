@@ -23,7 +23,7 @@ func liveHeap() uint64 {
 // table (bounded, LRU) drops the session. keep models that table: the
 // program `keep` requests old is ended.
 type programFlood struct {
-	c    *Controller
+	c    *RawAdmitter
 	now  time.Time
 	keep int
 }
@@ -55,7 +55,7 @@ func (f *programFlood) run(t testing.TB, from, to int) {
 // keeps the controller at the bound and its heap where one fill left it.
 func TestProgramFloodBounded(t *testing.T) {
 	const keep = 1 << 12
-	c, err := NewController(Config{})
+	c, err := NewRawAdmitter(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func BenchmarkProgramFlood(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				b.StopTimer()
-				c, _ := NewController(Config{})
+				c, _ := NewRawAdmitter(Config{})
 				for w := range 4 {
 					_ = c.AddWorker(WorkerID(w), 1<<40)
 				}

@@ -31,7 +31,7 @@ func FuzzController(f *testing.F) {
 		if cfgByte&16 != 0 {
 			cfg.ActingWeight = 0.5
 		}
-		c, err := NewController(cfg)
+		c, err := NewRawAdmitter(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

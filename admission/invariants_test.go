@@ -4,7 +4,7 @@ import "fmt"
 
 // checkInvariants recomputes every derived quantity of c from scratch (a
 // naive reference model of the bookkeeping) and compares.
-func checkInvariants(c *Controller) error {
+func checkInvariants(c *RawAdmitter) error {
 	type sums struct {
 		reasoning, acting, marked int64
 		n, nAct                   int
@@ -123,7 +123,7 @@ func checkInvariants(c *Controller) error {
 // the pause threshold has either reached the pause target counting marked
 // programs as future frees, or has nothing left to pause or mark (programs
 // resumed by this tick excepted).
-func checkAfterTick(c *Controller) error {
+func checkAfterTick(c *RawAdmitter) error {
 	for _, w := range c.workers {
 		capf := float64(w.cap)
 		u := c.used(w)

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// A discrete-event workload driving a Controller the way the simulator and
+// A discrete-event workload driving a RawAdmitter the way the simulator and
 // the router do: turns start (maybe held), end with usage, tools run, sessions
 // end; Tick every Interval; workers change now and then. Every operation is
 // logged as a script line so a failure prints a replayable prefix.
@@ -67,7 +67,7 @@ type simResult struct {
 type sim struct {
 	t           testing.TB
 	rng         *rand.Rand
-	ctl         *Controller
+	ctl         *RawAdmitter
 	now         time.Duration
 	q           simQueue
 	seq         int
@@ -363,7 +363,7 @@ func (s *sim) workerChurn() {
 func newSim(t testing.TB, seed uint64, cfg Config, churn bool) *sim {
 	s := &sim{t: t, rng: rand.New(rand.NewPCG(seed, 0x5eed)), progs: map[string]*simProg{}, churn: churn, seed: seed}
 	cfg.OnDecision = func(d Decision) { s.dec = append(s.dec, d) }
-	c, err := NewController(cfg)
+	c, err := NewRawAdmitter(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +475,7 @@ func TestPlacementComparison(t *testing.T) {
 func TestMarkingCountsFutureFrees(t *testing.T) {
 	for _, n := range []int{2, 5, 10, 50} {
 		t.Run(fmt.Sprint("n=", n), func(t *testing.T) {
-			c, _ := NewController(Config{})
+			c, _ := NewRawAdmitter(Config{})
 			_ = c.AddWorker(1, int64(n)*1000)
 			for i := 0; i < n; i++ {
 				if _, err := c.StartRequest(epoch, fmt.Sprint("p", i), 100); err != nil {

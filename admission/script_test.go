@@ -38,14 +38,14 @@ var rewrite = flag.Bool("rewrite", false, "rewrite expected output in testdata s
 // every tick the pause postcondition.
 
 type script struct {
-	ctl *Controller
+	ctl *RawAdmitter
 	now time.Time
 }
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func newScript() *script {
-	c, err := NewController(Config{})
+	c, err := NewRawAdmitter(Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -142,7 +142,7 @@ func (s *script) run(line string) (string, error) {
 				return "", err
 			}
 		}
-		c, err := NewController(cfg)
+		c, err := NewRawAdmitter(cfg)
 		if err != nil {
 			opErr = err
 			break
