@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/agentkv/agentkv/internal/reconnect"
@@ -36,6 +37,10 @@ type StoreConfig struct {
 	ReconnectMin, ReconnectMax time.Duration
 	// DialTimeout bounds one TCP connect; 0 means 2 s.
 	DialTimeout time.Duration
+	// MaxMessageBytes bounds one ZeroMQ message from the Mooncake master;
+	// 0 means vllm.DefaultMaxMessageBytes (64 MiB). A larger frame header
+	// drops the connection before the frame is allocated.
+	MaxMessageBytes int64
 	// Logger receives connection warnings; nil discards.
 	Logger *slog.Logger
 }
@@ -186,14 +191,14 @@ func (s *StoreSubscriber) run(ctx context.Context) {
 // session connects once and handles messages until the connection fails.
 // It reports whether any message arrived.
 func (s *StoreSubscriber) session(ctx context.Context) (bool, error) {
-	sctx, cancel := context.WithCancel(ctx)
+	sctx, cancel := context.WithCancel(vllm.LimitZMQ(ctx, s.cfg.MaxMessageBytes))
 	defer cancel()
 	sub := zmq4.NewSub(sctx, quietStoreZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout))
 	defer sub.Close()
 	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
 		return false, err
 	}
-	if err := sub.Dial(s.cfg.Endpoint); err != nil {
+	if err := sub.Dial(vllm.LimitEndpoint(s.cfg.Endpoint)); err != nil {
 		return false, err
 	}
 	s.connected.Store(true)

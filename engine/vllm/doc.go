@@ -55,6 +55,19 @@
 // make len(block_hashes) × block_size tokens (the Mamba groups of hybrid
 // models) is dropped alone (an *EventError) and counted.
 //
+// # Untrusted input
+//
+// Engine endpoints are untrusted. Decode validates a whole payload, and its
+// envelope (ts, dp rank, one events array), before emitting any event, so
+// a bad payload emits nothing; it allocates at most 64 times the payload
+// (buffers are sized once from validated array lengths and reused). The
+// zmq4 library allocates each frame at the size its header announces, so
+// sockets are dialled over a transport that follows ZMTP framing and drops
+// the connection at a header past Config.MaxMessageBytes (64 MiB, all
+// frames of a message together; at most 64 frames, commands 64 KiB) with
+// ErrMessageTooLarge, before anything is allocated; the rank reconnects.
+// LimitZMQ and LimitEndpoint give other packages' sockets the same cap.
+//
 // # Layers
 //
 //   - [Decoder] decodes one payload. It is synchronous, allocation-free in

@@ -70,6 +70,12 @@ type Config struct {
 	ReplayTimeout time.Duration
 	// DialTimeout bounds one TCP connect; 0 means 2 s.
 	DialTimeout time.Duration
+	// MaxMessageBytes bounds one ZeroMQ message from the engine (live or
+	// replayed, all frames together); 0 means DefaultMaxMessageBytes
+	// (64 MiB). A larger frame header drops the connection before the
+	// frame is allocated (ErrMessageTooLarge, logged; the rank
+	// reconnects).
+	MaxMessageBytes int64
 	// FirstEventID is every rank's first EventID; see StreamConfig.
 	FirstEventID uint64
 	// Logger receives connection and stream warnings; nil discards.
@@ -147,7 +153,7 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 			if err != nil {
 				return nil, err
 			}
-			rp = &zmqReplayer{endpoint: rep, timeout: cfg.ReplayTimeout, dial: cfg.DialTimeout}
+			rp = &zmqReplayer{endpoint: rep, timeout: cfg.ReplayTimeout, dial: cfg.DialTimeout, max: cfg.MaxMessageBytes}
 		}
 		st, err := NewStream(StreamConfig{
 			Worker:   flashindex.Worker{ID: cfg.WorkerID, DPRank: uint32(r)},
@@ -267,14 +273,14 @@ func (s *Subscriber) run(ctx context.Context, rank int) {
 // session connects once and handles messages until the connection fails.
 // It reports whether any message arrived.
 func (s *Subscriber) session(ctx context.Context, rank int, st *Stream) (gotData bool, err error) {
-	sctx, cancel := context.WithCancel(ctx)
+	sctx, cancel := context.WithCancel(LimitZMQ(ctx, s.cfg.MaxMessageBytes))
 	defer cancel()
 	sub := zmq4.NewSub(sctx, quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout))
 	defer sub.Close()
 	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
 		return false, err
 	}
-	if err := sub.Dial(s.eps[rank]); err != nil {
+	if err := sub.Dial(LimitEndpoint(s.eps[rank])); err != nil {
 		return false, err
 	}
 	s.conns[rank].Store(true)
@@ -299,14 +305,15 @@ type zmqReplayer struct {
 	endpoint string
 	timeout  time.Duration
 	dial     time.Duration
+	max      int64 // MaxMessageBytes
 }
 
 func (z *zmqReplayer) Replay(ctx context.Context, from uint64, fn func(uint64, []byte)) error {
 	ctx, cancel := context.WithTimeout(ctx, z.timeout)
 	defer cancel()
-	d := zmq4.NewDealer(ctx, quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(z.dial))
+	d := zmq4.NewDealer(LimitZMQ(ctx, z.max), quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(z.dial))
 	defer d.Close()
-	if err := d.Dial(z.endpoint); err != nil {
+	if err := d.Dial(LimitEndpoint(z.endpoint)); err != nil {
 		return fmt.Errorf("vllm: replay: %w", err)
 	}
 	req := make([]byte, 8)
