@@ -84,6 +84,29 @@ func (s *responsesStream) emit(typ string, v jobj) {
 	s.ew.event(typ, v)
 }
 
+// respDelta is the per-chunk Responses event (output_text.delta,
+// function_call_arguments.delta), encoded from a struct: the hot path.
+type respDelta struct {
+	Type           string `json:"type"`
+	SequenceNumber int    `json:"sequence_number"`
+	ItemID         string `json:"item_id"`
+	OutputIndex    int    `json:"output_index"`
+	ContentIndex   *int   `json:"content_index,omitempty"`
+	Delta          string `json:"delta"`
+	Logprobs       *[]any `json:"logprobs,omitempty"`
+}
+
+var zero = 0
+
+func (s *responsesStream) emitDelta(typ, item string, out int, text bool, delta string) {
+	ev := respDelta{Type: typ, SequenceNumber: s.seq, ItemID: item, OutputIndex: out, Delta: delta}
+	if text {
+		ev.ContentIndex, ev.Logprobs = &zero, &[]any{}
+	}
+	s.seq++
+	s.ew.event(typ, &ev)
+}
+
 func (s *responsesStream) start() {
 	s.emit("response.created", jobj{"response": s.resp})
 	s.emit("response.in_progress", jobj{"response": s.resp})
@@ -111,8 +134,7 @@ func (s *responsesStream) chunk(c *chatChunk) {
 					"content_index": 0, "part": responsesText{Type: "output_text", Annotations: []any{}}})
 			}
 			s.text.WriteString(t)
-			s.emit("response.output_text.delta", jobj{"item_id": s.msgID(), "output_index": s.textOut,
-				"content_index": 0, "delta": t, "logprobs": []any{}})
+			s.emitDelta("response.output_text.delta", s.msgID(), s.textOut, true, t)
 		}
 		for _, tc := range ch.Delta.ToolCalls {
 			idx := 0
@@ -137,8 +159,7 @@ func (s *responsesStream) chunk(c *chatChunk) {
 			if d := tc.Function.Arguments; d != "" {
 				a.args.WriteString(d)
 				if !s.custom[a.name] {
-					s.emit("response.function_call_arguments.delta", jobj{"item_id": s.itemID(a),
-						"output_index": a.out, "delta": d})
+					s.emitDelta("response.function_call_arguments.delta", s.itemID(a), a.out, false, d)
 				}
 			}
 		}
@@ -215,6 +236,20 @@ func newMessagesStream(ew *eventWriter, id, model string, prompt int) *messagesS
 	return &messagesStream{ew: ew, id: id, model: model, prompt: prompt, textIdx: -1, tools: map[int]*toolAcc{}}
 }
 
+// anthDelta is a content_block_delta event, encoded from a struct: the
+// hot path.
+type anthDelta struct {
+	Type  string        `json:"type"`
+	Index int           `json:"index"`
+	Delta anthDeltaBody `json:"delta"`
+}
+
+type anthDeltaBody struct {
+	Type        string  `json:"type"`
+	Text        *string `json:"text,omitempty"`
+	PartialJSON *string `json:"partial_json,omitempty"`
+}
+
 func (s *messagesStream) start() {
 	s.ew.event("message_start", jobj{"type": "message_start", "message": jobj{
 		"id": s.id, "type": "message", "role": "assistant", "model": s.model, "content": []any{},
@@ -237,8 +272,8 @@ func (s *messagesStream) chunk(c *chatChunk) {
 				s.ew.event("content_block_start", jobj{"type": "content_block_start", "index": s.textIdx,
 					"content_block": jobj{"type": "text", "text": ""}})
 			}
-			s.ew.event("content_block_delta", jobj{"type": "content_block_delta", "index": s.textIdx,
-				"delta": jobj{"type": "text_delta", "text": t}})
+			s.ew.event("content_block_delta", &anthDelta{Type: "content_block_delta", Index: s.textIdx,
+				Delta: anthDeltaBody{Type: "text_delta", Text: &t}})
 		}
 		for _, tc := range ch.Delta.ToolCalls {
 			idx := 0
@@ -261,8 +296,8 @@ func (s *messagesStream) chunk(c *chatChunk) {
 			}
 			if d := tc.Function.Arguments; d != "" {
 				a.args.WriteString(d)
-				s.ew.event("content_block_delta", jobj{"type": "content_block_delta", "index": a.out,
-					"delta": jobj{"type": "input_json_delta", "partial_json": d}})
+				s.ew.event("content_block_delta", &anthDelta{Type: "content_block_delta", Index: a.out,
+					Delta: anthDeltaBody{Type: "input_json_delta", PartialJSON: &d}})
 			}
 		}
 	}
