@@ -237,7 +237,14 @@ func (r *relay) passThrough(sn *sniffer) AttemptResult {
 			break
 		}
 		if rerr != nil {
-			return r.broke(http.StatusOK, sn.finish(), rerr)
+			u := sn.finish()
+			if sn.stream && sn.done && werr == nil {
+				// The stream said it finished; a client that closes once it
+				// has read the end (cancelling the upstream read) is done,
+				// not gone.
+				return AttemptResult{Outcome: OK, Status: http.StatusOK, Usage: u}
+			}
+			return r.broke(http.StatusOK, u, rerr)
 		}
 	}
 	u := sn.finish()
@@ -286,6 +293,10 @@ func (r *relay) translateStream(tr translator, ew *eventWriter) AttemptResult {
 			break
 		}
 		if rerr != nil {
+			if finished && r.started {
+				tr.end(u, true, "") // the client may already have gone: it has what it needs
+				return AttemptResult{Outcome: OK, Status: http.StatusOK, Usage: u}
+			}
 			res := r.broke(http.StatusOK, u, rerr)
 			if res.Outcome == CutMidStream {
 				tr.end(u, false, "agentkv gateway: the worker's stream broke off: "+rerr.Error())

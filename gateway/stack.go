@@ -87,19 +87,16 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	return ws, nil
 }
 
-// DefaultAffinity is the affinity a Stack should use over these workers
-// when the user chose none: soft when some worker publishes no KV events
-// (the router cannot see the cache there, so a session is kept on the
-// worker that served it), off when all do (the cache itself pulls a
-// session back).
-func DefaultAffinity(specs []WorkerSpec) agentkv.AffinityMode {
-	for _, s := range specs {
-		if s.Events == "" {
-			return agentkv.AffinitySoft
-		}
-	}
-	return agentkv.AffinityOff
-}
+// DefaultAffinity is the affinity "agentkv proxy" uses when the user
+// chose none: soft. When some worker publishes no KV events
+// the router cannot see its cache at all, so a session is kept on the
+// worker that served it; when all do, the events still arrive a few
+// milliseconds after the turn that caused them, and an agent whose tool
+// call is quick sends its next turn before then (measured with the mock
+// workers: an OpenCode-style turn after a tool call moved worker without
+// it). Soft affinity yields to the cost function when the session's
+// worker is busy or gone.
+const DefaultAffinity = agentkv.AffinitySoft
 
 // StackConfig configures a Stack. Zero fields mean the documented
 // defaults.

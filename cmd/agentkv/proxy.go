@@ -53,7 +53,9 @@ natively, joined by + (chat+completions+responses+messages, or all; default
 chat+completions, which every OpenAI-compatible engine serves). Workers get
 IDs 0, 1, ... in the order given. While any worker publishes no events the
 router runs in approximate mode (it remembers its own routing decisions as
-if they were cached blocks) and --affinity auto means soft.
+if they were cached blocks). --affinity auto (the default) is soft: a
+session stays on the worker that served it unless that worker is busy, so
+a quick next turn that beats its KV events still finds its prefix.
 
 --trace-out FILE writes one content-free request_end record per request
 (session, parent, tokens, cached tokens, worker, TTFT, total time, API,
@@ -149,7 +151,7 @@ func runProxy(env *cmdEnv, args []string) error {
 	fs.Var(&workers, "worker", "vLLM base URL[,events=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,dp=N][,apis=chat+responses+...] (repeatable)")
 	blockSize := fs.Int("block-size", 0, "KV block size in tokens (0: read from the workers' /metrics; must match the engines)")
 	policy := fs.String("policy", "kv", "worker selection: kv, round-robin or random")
-	affinity := fs.String("affinity", "auto", "session affinity: auto (soft when some worker publishes no KV events, else off), off, soft or hard")
+	affinity := fs.String("affinity", "auto", "session affinity: auto (soft: a session stays on its worker unless that one is busy), off, soft or hard")
 	adm := fs.Bool("admission", false, "enable program-aware admission control (ThunderAgent defaults)")
 	metrics := fs.String("metrics", "/metrics", "path serving Prometheus metrics (empty: none)")
 	maxBody := fs.Int64("max-body", gateway.DefaultMaxBodyBytes, "largest request body in bytes (larger: 413)")
@@ -217,7 +219,7 @@ func runProxy(env *cmdEnv, args []string) error {
 	if len(workers) == 0 {
 		return usagef("proxy: at least one --worker URL (or --mock-workers N) is required")
 	}
-	aff := gateway.DefaultAffinity(workers)
+	aff := gateway.DefaultAffinity
 	if *affinity != "auto" {
 		aff, _ = parseAffinity(*affinity)
 	}

@@ -86,7 +86,7 @@ func rollout(ctx context.Context, cfg config, urls []string) (summary, error) {
 		specs = append(specs, gateway.WorkerSpec{URL: u})
 	}
 	st, err := gateway.NewStack(ctx, gateway.StackConfig{Workers: specs, Admission: cfg.Admission, Tick: cfg.Tick,
-		Affinity: gateway.DefaultAffinity(specs), Refresh: -1})
+		Affinity: gateway.DefaultAffinity, Refresh: -1})
 	if err != nil {
 		return summary{}, err
 	}
