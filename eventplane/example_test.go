@@ -51,7 +51,8 @@ func Example() {
 		return r
 	}
 	replica := func(name string, r *agentkv.Router, start uint64) *eventplane.Replica {
-		rp, err := eventplane.NewReplica(plane, eventplane.ReplicaConfig{Name: name, Router: r, StartSeq: start})
+		rp, err := eventplane.NewReplica(plane, eventplane.ReplicaConfig{Name: name, Router: r, StartSeq: start,
+			BindTimeout: 10 * time.Second})
 		if err != nil {
 			panic(err)
 		}

@@ -107,7 +107,7 @@ func waitSynced(t testing.TB, p *Plane, rps ...*Replica) {
 	last, err := p.LastSeq(ctx)
 	require.NoError(t, err)
 	for _, rp := range rps {
-		require.NoError(t, rp.WaitApplied(ctx, last), "replica %s applied %d of %d", rp.cfg.Name, rp.Applied(), last)
+		require.NoError(t, rp.WaitApplied(ctx, last), "replica %s applied %d of %d: %+v", rp.cfg.Name, rp.Applied(), last, rp.Stats())
 	}
 }
 

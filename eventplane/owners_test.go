@@ -14,7 +14,7 @@ func TestProgramOwnership(t *testing.T) {
 	var rps []*Replica
 	for _, name := range []string{"a", "b", "c"} {
 		rps = append(rps, startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: name, Router: newRouter(t, nil, 1),
-			URL: "http://" + name, NoSharedLoad: true}))
+			URL: "http://" + name, NoSharedLoad: true, BindTimeout: 10 * time.Second}))
 	}
 	ctx := context.Background()
 	// Presence records are written at start; wait for all three.

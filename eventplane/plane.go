@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -245,7 +246,7 @@ func (p *Plane) Ensure(ctx context.Context) error {
 	if p.cfg.Memory {
 		storage = jetstream.MemoryStorage
 	}
-	_, err := p.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	want := jetstream.StreamConfig{
 		Name:        p.names.stream,
 		Description: "agentkv KV and shared-pool events of model " + p.cfg.Model,
 		Subjects:    []string{p.names.kvSubjects, p.names.poolSubjects},
@@ -255,20 +256,38 @@ func (p *Plane) Ensure(ctx context.Context) error {
 		Replicas:    p.cfg.Replicas,
 		Duplicates:  min(DefaultDupWindow, p.cfg.Retention),
 		Discard:     jetstream.DiscardOld,
-	})
+	}
+	// Update only what differs: every relay and replica calls Ensure, and
+	// a stream update racing consumer creation is needless churn.
+	st, err := p.js.Stream(ctx, p.names.stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		_, err = p.js.CreateOrUpdateStream(ctx, want)
+	case err == nil:
+		have := st.CachedInfo().Config
+		if have.MaxAge != want.MaxAge || have.Duplicates != want.Duplicates || have.Replicas != want.Replicas ||
+			!slices.Equal(have.Subjects, want.Subjects) {
+			_, err = p.js.UpdateStream(ctx, want)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("eventplane: stream %s: %w", p.names.stream, err)
 	}
-	if _, err := p.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:      p.names.snapshots,
-		Description: "agentkv index snapshots of model " + p.cfg.Model,
-		Storage:     storage,
-		Replicas:    p.cfg.Replicas,
-	}); err != nil {
+	if _, err := p.js.ObjectStore(ctx, p.names.snapshots); errors.Is(err, jetstream.ErrBucketNotFound) {
+		_, err = p.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket:      p.names.snapshots,
+			Description: "agentkv index snapshots of model " + p.cfg.Model,
+			Storage:     storage,
+			Replicas:    p.cfg.Replicas,
+		})
+		if err != nil {
+			return fmt.Errorf("eventplane: object store %s: %w", p.names.snapshots, err)
+		}
+	} else if err != nil {
 		return fmt.Errorf("eventplane: object store %s: %w", p.names.snapshots, err)
 	}
 	kvStorage := storage
-	if _, err := p.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	if err := p.ensureKV(ctx, jetstream.KeyValueConfig{
 		Bucket:         p.names.sessions,
 		Description:    "agentkv session bindings of model " + p.cfg.Model,
 		TTL:            p.cfg.SessionTTL,
@@ -279,7 +298,7 @@ func (p *Plane) Ensure(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("eventplane: bucket %s: %w", p.names.sessions, err)
 	}
-	if _, err := p.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	if err := p.ensureKV(ctx, jetstream.KeyValueConfig{
 		Bucket:         p.names.workers,
 		Description:    "agentkv worker presence of model " + p.cfg.Model,
 		TTL:            p.cfg.WorkerTTL,
@@ -290,7 +309,7 @@ func (p *Plane) Ensure(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("eventplane: bucket %s: %w", p.names.workers, err)
 	}
-	if _, err := p.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	if err := p.ensureKV(ctx, jetstream.KeyValueConfig{
 		Bucket:      p.names.replicas,
 		Description: "agentkv replica presence of model " + p.cfg.Model,
 		TTL:         p.cfg.WorkerTTL,
@@ -301,6 +320,15 @@ func (p *Plane) Ensure(ctx context.Context) error {
 		return fmt.Errorf("eventplane: bucket %s: %w", p.names.replicas, err)
 	}
 	return nil
+}
+
+// ensureKV creates a key-value bucket unless it exists.
+func (p *Plane) ensureKV(ctx context.Context, cfg jetstream.KeyValueConfig) error {
+	_, err := p.js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		_, err = p.js.CreateOrUpdateKeyValue(ctx, cfg) // another process may create it meanwhile
+	}
+	return err
 }
 
 // ensureLoop calls Ensure until it succeeds or ctx ends.

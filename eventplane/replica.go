@@ -49,7 +49,7 @@ type ReplicaConfig struct {
 	// goes (its relay stopped, or its heartbeat expired). nil: a worker
 	// that goes is removed from the router (index, load, admission).
 	OnWorker func(w WorkerInfo, up bool)
-	// BindTimeout bounds one binding lookup or write (default 250 ms);
+	// BindTimeout bounds one binding lookup or write (default 1 s);
 	// past it the request routes on the local table.
 	BindTimeout time.Duration
 	// URL is where this replica serves (http://host:port), published in
@@ -148,7 +148,7 @@ func NewReplica(p *Plane, cfg ReplicaConfig) (*Replica, error) {
 		cfg.LoadEvery = time.Second
 	}
 	if cfg.BindTimeout == 0 {
-		cfg.BindTimeout = 250 * time.Millisecond
+		cfg.BindTimeout = time.Second
 	}
 	rp := &Replica{p: p, cfg: cfg, r: cfg.Router, log: p.log, stash: map[uint64]jetstream.Msg{},
 		restart: make(chan struct{}, 1)}
@@ -241,10 +241,9 @@ func (rp *Replica) consume(ctx context.Context) {
 	if rp.p.ensureLoop(ctx) != nil {
 		return
 	}
-	first := true
 	wait := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		cc, err := rp.startConsumer(ctx, first)
+		cc, err := rp.startConsumer(ctx)
 		if err != nil {
 			rp.setConsErr(err)
 			rp.log.Warn("eventplane: consumer not started; retrying", "err", err, "in", wait)
@@ -260,7 +259,6 @@ func (rp *Replica) consume(ctx context.Context) {
 			_ = rp.p.ensureLoop(ctx)
 			continue
 		}
-		first = false
 		wait = 100 * time.Millisecond
 		rp.setConsErr(nil)
 		rp.mu.Lock()
@@ -291,10 +289,8 @@ func (rp *Replica) consume(ctx context.Context) {
 	}
 }
 
-// startConsumer (re)creates the durable consumer at applied+1. The first
-// time, an existing durable of the same name is deleted: its ack floor
-// belongs to an earlier process whose index is gone.
-func (rp *Replica) startConsumer(ctx context.Context, first bool) (jetstream.ConsumeContext, error) {
+// startConsumer (re)creates the durable consumer at applied+1.
+func (rp *Replica) startConsumer(ctx context.Context) (jetstream.ConsumeContext, error) {
 	c, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	st, err := rp.p.js.Stream(c, rp.p.names.stream)
@@ -318,35 +314,32 @@ func (rp *Replica) startConsumer(ctx context.Context, first bool) (jetstream.Con
 	rp.gapSince = time.Time{}
 	rp.mu.Unlock()
 	name := rp.consumerName()
-	cons, err := st.Consumer(c, name)
-	if err == nil && !first {
-		// Resume: the server redelivers from our last acknowledgement.
-		info := cons.CachedInfo()
-		if info.AckFloor.Stream+1 < start {
-			// Acks were lost with the server state: only the floor matters.
-			rp.log.Debug("eventplane: consumer ack floor behind applied", "floor", info.AckFloor.Stream, "applied", start-1)
-		}
-	} else {
-		if err == nil {
-			_ = st.DeleteConsumer(c, name)
-		}
-		cons, err = st.CreateOrUpdateConsumer(c, jetstream.ConsumerConfig{
-			Durable:           name,
-			Description:       "agentkv replica " + rp.cfg.Name,
-			DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-			OptStartSeq:       start,
-			AckPolicy:         jetstream.AckAllPolicy,
-			AckWait:           5 * time.Second,
-			MaxAckPending:     1 << 16,
-			FilterSubjects:    []string{rp.p.names.kvSubjects, rp.p.names.poolSubjects},
-			InactiveThreshold: rp.p.cfg.Retention,
-		})
-		if err != nil {
-			return nil, err
-		}
+	// Always a fresh consumer at applied+1: the first time, an existing
+	// durable of this name belongs to an earlier process whose index is
+	// gone; later (a gap redelivery did not fill, the consumer lost), a
+	// fresh one delivers in order from where we are, where resuming the
+	// old one would first wait out the ack wait of whatever its stale pull
+	// requests took. A NATS reconnect needs none of this: the running
+	// Consume resumes the durable from its last acknowledgement.
+	if _, err := st.Consumer(c, name); err == nil {
+		_ = st.DeleteConsumer(c, name)
+	}
+	cons, err := st.CreateOrUpdateConsumer(c, jetstream.ConsumerConfig{
+		Durable:           name,
+		Description:       "agentkv replica " + rp.cfg.Name,
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       start,
+		AckPolicy:         jetstream.AckAllPolicy,
+		AckWait:           30 * time.Second, // ≫ the time a pulled batch waits in the client
+		MaxAckPending:     1 << 16,
+		FilterSubjects:    []string{rp.p.names.kvSubjects, rp.p.names.poolSubjects},
+		InactiveThreshold: rp.p.cfg.Retention,
+	})
+	if err != nil {
+		return nil, err
 	}
 	return cons.Consume(rp.handle,
-		jetstream.PullMaxMessages(2048),
+		jetstream.PullMaxMessages(512),
 		jetstream.PullHeartbeat(2*time.Second),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {

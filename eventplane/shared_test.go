@@ -158,7 +158,11 @@ func TestAffinityBehindRoundRobin(t *testing.T) {
 	workers := []uint64{1, 2, 3, 4}
 	var rps []*Replica
 	for _, name := range []string{"a", "b", "c"} {
-		rps = append(rps, startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: name, Router: newRouter(t, nil, workers...)}))
+		// A generous BindTimeout: on a loaded test machine a lookup past
+		// the default 250 ms would fall back to the local table (counted,
+		// degraded), which this test is not about.
+		rps = append(rps, startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: name, Router: newRouter(t, nil, workers...),
+			BindTimeout: 10 * time.Second}))
 	}
 	single := newRouter(t, nil, workers...)
 
@@ -261,8 +265,8 @@ func TestWorkerGoneEverywhere(t *testing.T) {
 	ns := startNATS(t)
 	cfg := testConfig()
 	workers := []uint64{1, 2}
-	a := startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "a", Router: newRouter(t, nil, workers...)})
-	b := startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "b", Router: newRouter(t, nil, workers...)})
+	a := startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "a", Router: newRouter(t, nil, workers...), BindTimeout: 10 * time.Second})
+	b := startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "b", Router: newRouter(t, nil, workers...), BindTimeout: 10 * time.Second})
 	pp := connect(t, ns, cfg)
 	relay := func(id uint64) *Publisher {
 		pb, err := NewPublisher(pp, PublisherConfig{Worker: WorkerInfo{ID: id, BlockSize: testBS}})
