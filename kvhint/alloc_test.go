@@ -105,3 +105,34 @@ func TestDecodersAllocationBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestReplyDecodersAtomic: issue #22 item 2 asked whether the reply
+// decoders share the vLLM decoder's flaw (results used, then the message
+// reported malformed). They do not: the Reply is replaced only on success;
+// a reply whose valid results are followed by a fault leaves it zero.
+func TestReplyDecodersAtomic(t *testing.T) {
+	r := Reply{MessageID: "m", Results: []Result{{ActionID: "a", Outcome: OutcomeAccepted, Blocks: 3}}}
+	bin, err := r.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := r.AppendJSON(nil)
+	for _, tc := range []struct {
+		name string
+		dec  func([]byte, *Reply) error
+		in   []byte
+	}{
+		{"binary, trailing bytes", DecodeBinaryReply, append(append([]byte{}, bin...), 0x00)},
+		{"binary, truncated", DecodeBinaryReply, bin[:len(bin)-1]},
+		{"json, result without outcome after a good one", DecodeReplyJSON,
+			[]byte(`{"protocol_version":"0.1","message_id":"m","results":[{"action_id":"a","outcome":"accepted"},{"action_id":"b"}]}`)},
+		{"json, trailing garbage", DecodeReplyJSON, append(append([]byte{}, js...), " x"...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Reply{MessageID: "stale", Results: []Result{{ActionID: "old"}}}
+			if err := tc.dec(tc.in, &got); err == nil || got.MessageID != "" || len(got.Results) != 0 {
+				t.Fatalf("err %v, reply %+v", err, got)
+			}
+		})
+	}
+}

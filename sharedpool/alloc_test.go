@@ -64,3 +64,31 @@ func TestDecodePayloadAllocationBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodePayloadAtomic: issue #22 item 2 asked whether this decoder has
+// the vLLM one's flaw (events applied, then the batch reported
+// malformed). It cannot: DecodePayload returns the events only with a nil
+// error. A bad dp rank or trailing bytes after valid events yields the
+// zero Batch.
+func TestDecodePayloadAtomic(t *testing.T) {
+	ev := append([]byte{0x82, 0xaa}, "event_type\xa6stored\xaaobject_key\xa1k"...)
+	for _, tc := range []struct {
+		name    string
+		payload []byte
+	}{
+		{"rank is an array", append(append([]byte{0x93, 0x00, 0x91}, ev...), 0x91, 0x00)},
+		{"rank is negative", append(append([]byte{0x93, 0x00, 0x91}, ev...), 0xff)},
+		{"trailing bytes", append(append([]byte{0x92, 0x00, 0x91}, ev...), 0x00)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := DecodePayload(tc.payload)
+			if !errors.Is(err, ErrMalformedFrame) || len(b.Events) != 0 || len(b.Rejected) != 0 {
+				t.Fatalf("err %v, batch %+v", err, b)
+			}
+		})
+	}
+	good := append([]byte{0x92, 0x00, 0x91}, ev...)
+	if b, err := DecodePayload(good); err != nil || len(b.Events) != 1 {
+		t.Fatalf("valid payload: %v, %+v", err, b)
+	}
+}
