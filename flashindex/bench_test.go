@@ -51,6 +51,62 @@ func heapInUse() uint64 {
 	return m.HeapAlloc
 }
 
+// BenchmarkApplyFromTokens applies the first 2,000 events of the trace's
+// stream (16 workers) twice: from=local as BenchmarkApply does (the events
+// carry Dynamo local hashes), from=tokens with each stored block carrying
+// its 16 token ids instead, as vLLM's events do, so Apply hashes every
+// block (XXH3 over 64 bytes) before indexing it. The traces are
+// content-free, so each distinct local hash gets 16 made-up tokens of its
+// own; the chain structure is the trace's.
+func BenchmarkApplyFromTokens(b *testing.B) {
+	s := traceStream(b, 16)
+	evs := s.evs[:min(2000, len(s.evs))]
+	pool := map[uint64][]uint32{}
+	tokenEvs := make([]*Event, len(evs))
+	blocks := 0
+	for i, ev := range evs {
+		te := *ev
+		te.Blocks = make([]StoredBlock, len(ev.Blocks))
+		for j, blk := range ev.Blocks {
+			toks, ok := pool[blk.LocalHash]
+			if !ok {
+				toks = make([]uint32, traceBlockSize)
+				for k := range toks {
+					toks[k] = uint32(mix64(blk.LocalHash + uint64(k)))
+				}
+				pool[blk.LocalHash] = toks
+			}
+			te.Blocks[j] = StoredBlock{EngineHash: blk.EngineHash, Tokens: toks}
+		}
+		tokenEvs[i] = &te
+		blocks += len(ev.Blocks) + len(ev.Hashes)
+	}
+	for _, tc := range []struct {
+		from string
+		evs  []*Event
+	}{{"local", evs}, {"tokens", tokenEvs}} {
+		b.Run("from="+tc.from, func(b *testing.B) {
+			var cpu time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				ix, _ := New(Config{BlockSize: traceBlockSize, MaxBlocksPerWorker: benchCapacity})
+				b.StartTimer()
+				c0 := processCPU()
+				for _, ev := range tc.evs {
+					if err := ix.Apply(ev); err != nil {
+						b.Fatal(err)
+					}
+				}
+				cpu += processCPU() - c0
+			}
+			if cpu > 0 {
+				b.ReportMetric(float64(cpu.Nanoseconds())/(float64(blocks)*float64(b.N)), "cpu-ns/block")
+			}
+			b.ReportMetric(float64(blocks)*float64(b.N)/b.Elapsed().Seconds(), "blocks/s")
+		})
+	}
+}
+
 // BenchmarkApply applies the whole trace's event stream (stores and
 // evictions) to a fresh index per iteration and reports blocks applied per
 // second on one goroutine, and the index's heap bytes per resident
