@@ -56,6 +56,34 @@ func percentile(ds []time.Duration, p float64) float64 {
 // programs, as upstream computes it, for comparison.
 func BenchmarkTick(b *testing.B) {
 	const n, w = 10000, 64
+	steady := func(b *testing.B, c *Controller) {
+		now := epoch
+		lat := make([]time.Duration, 0, b.N)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		cpu0, ok := threadCPU()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			now = now.Add(5 * time.Second)
+			t0 := time.Now()
+			c.Tick(now)
+			lat = append(lat, time.Since(t0))
+			c.Drain(nil)
+		}
+		reportCPU(b, cpu0, ok)
+		b.ReportMetric(percentile(lat, 0.5), "p50-ns")
+		b.ReportMetric(percentile(lat, 0.99), "p99-ns")
+	}
+	// "steady-improved" is "steady" with the options simrun's kv+admission
+	// runs (MaxWait, HomeFirst, a decaying half acting weight) and every
+	// program's shared prefix recorded (SetShared, four distinct prefixes).
+	b.Run(fmt.Sprintf("n=%d/workers=%d/steady-improved", n, w), func(b *testing.B) {
+		c := buildLoaded(b, n, w, 1000, Config{MaxWait: 3 * time.Minute, HomeFirst: true, ActingWeight: 0.5, DecayHalfLife: time.Minute})
+		for i := 0; i < n; i++ {
+			_ = c.SetShared(fmt.Sprint("p", i), 500, uint64(i%4))
+		}
+		steady(b, c)
+	})
 	b.Run(fmt.Sprintf("n=%d/workers=%d/steady", n, w), func(b *testing.B) {
 		c := buildLoaded(b, n, w, 1000, Config{})
 		now := epoch
