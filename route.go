@@ -294,7 +294,8 @@ func (r *Router) admitLocked(rt *routing, req *Request, sc *scratch, hold bool) 
 		delete(r.held, id)
 	} else {
 		var prefer []admission.WorkerID
-		if r.adm.Status(rt.program) == admission.StatusUnknown && r.cfg.Policy == KVAware {
+		if r.cfg.Policy == KVAware && (r.adm.Status(rt.program) == admission.StatusUnknown ||
+			r.adm.Config().Rebalance && r.adm.Status(rt.program) == admission.StatusRunnable) {
 			prefer = r.preferenceLocked(sc.cands)
 		}
 		a, err := r.startTurnLocked(rt, req, prefer)

@@ -56,7 +56,7 @@ func percentile(ds []time.Duration, p float64) float64 {
 // programs, as upstream computes it, for comparison.
 func BenchmarkTick(b *testing.B) {
 	const n, w = 10000, 64
-	steady := func(b *testing.B, c *Controller) {
+	steady := func(b *testing.B, c *RawAdmitter) {
 		now := epoch
 		lat := make([]time.Duration, 0, b.N)
 		runtime.LockOSThread()

@@ -92,6 +92,14 @@ type Config struct {
 	// under the resume ceiling, before the Placement sees it: a resumed
 	// program finds its prefix cached instead of landing elsewhere.
 	HomeFirst bool
+	// Rebalance lets a turn of an Active program between turns (Acting)
+	// move to the first worker of StartRequestOn's prefer list when that
+	// is not its worker and has room for it under the resume ceiling
+	// (ReasonPreferred): the router ranks workers by KV cost, cache and
+	// load together, so a program leaves a worker only when another is
+	// cheaper despite its cache there. Off, a placed program's turns always
+	// run on its worker.
+	Rebalance bool
 }
 
 func (c Config) withDefaults() (Config, error) {

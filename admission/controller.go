@@ -385,7 +385,8 @@ func (c *RawAdmitter) StartRequest(now time.Time, id string, promptTokens int64)
 // takes it (ReasonPreferred), else placement proceeds as in StartRequest.
 // A router passes its workers ranked by KV-cache cost, so a new program
 // lands where its prefix is cached. prefer is only read; it is ignored for
-// programs the controller already knows.
+// programs the controller already knows, except with Config.Rebalance (an
+// Acting program moves to prefer[0] when that has room).
 func (c *RawAdmitter) StartRequestOn(now time.Time, id string, promptTokens int64, prefer []WorkerID) (Admission, error) {
 	if id == "" {
 		return Admission{}, ErrEmptyID
@@ -400,6 +401,12 @@ func (c *RawAdmitter) StartRequestOn(now time.Time, id string, promptTokens int6
 	p.steps++
 	if p.life == Active {
 		w := p.w
+		why := ReasonActive
+		if c.cfg.Rebalance && p.inflight == 0 && len(prefer) > 0 && prefer[0] != w.id {
+			if to := c.workerByID(prefer[0]); to != nil && c.used(to)+float64(c.need(p, to)) <= c.ceiling*float64(to.cap) {
+				w, why = to, ReasonPreferred
+			}
+		}
 		c.detach(p)
 		if promptTokens > 0 {
 			p.tokens = promptTokens
@@ -419,9 +426,9 @@ func (c *RawAdmitter) StartRequestOn(now time.Time, id string, promptTokens int6
 			prio += c.cfg.SoftDemotePriority
 		}
 		c.stats.Admitted++
-		c.emit(Decision{At: now, Kind: KindAdmit, Reason: ReasonActive, Program: id, Worker: w.id, HasWorker: true,
+		c.emit(Decision{At: now, Kind: KindAdmit, Reason: why, Program: id, Worker: w.id, HasWorker: true,
 			Tokens: p.tokens, Util: c.util(w), Priority: prio})
-		return Admission{Run: true, Worker: w.id, Priority: prio, Status: StatusRunnable, Reason: ReasonActive}, nil
+		return Admission{Run: true, Worker: w.id, Priority: prio, Status: StatusRunnable, Reason: why}, nil
 	}
 	// Paused: hold the turn.
 	if p.held == 0 {

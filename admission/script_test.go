@@ -20,7 +20,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite expected output in testdata s
 //
 //	config [threshold=F] [target=F] [soft=F] [hysteresis=F] [buffer=N]
 //	       [forced=D] [interval=D] [weight=F] [decay=D] [placement=worst|bfd|least]
-//	       [maxwait=D] [home=BOOL]
+//	       [maxwait=D] [home=BOOL] [rebalance=BOOL]
 //	worker add id=N cap=N | worker remove id=N | worker cap id=N cap=N
 //	start s=ID [tokens=N] [prefer=N,..] [parent=ID]
 //	                            a request of session ID starts (parent: a
@@ -124,6 +124,8 @@ func (s *script) run(line string) (string, error) {
 				cfg.MaxWait, err = time.ParseDuration(v)
 			case "home":
 				cfg.HomeFirst, err = strconv.ParseBool(v)
+			case "rebalance":
+				cfg.Rebalance, err = strconv.ParseBool(v)
 			case "placement":
 				switch v {
 				case "worst":
