@@ -3,7 +3,9 @@ package vllm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 )
@@ -71,11 +73,23 @@ func (c *Client) Tokenize(ctx context.Context, path string, body []byte) ([]uint
 	var out struct {
 		Tokens []uint32 `json:"tokens"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+	// The engine's reply is untrusted: read at most MaxTokenizeReplyBytes.
+	lr := &io.LimitedReader{R: resp.Body, N: MaxTokenizeReplyBytes + 1}
+	if err := json.NewDecoder(lr).Decode(&out); err != nil {
+		if lr.N <= 0 {
+			return nil, fmt.Errorf("vllm: tokenize reply: %w (more than %d bytes)", ErrReplyTooLarge, MaxTokenizeReplyBytes)
+		}
 		return nil, fmt.Errorf("vllm: tokenize reply: %w", err)
 	}
 	return out.Tokens, nil
 }
+
+// MaxTokenizeReplyBytes bounds a /tokenize reply: 64 MiB, several million
+// token ids, far beyond any context window.
+const MaxTokenizeReplyBytes = 64 << 20
+
+// ErrReplyTooLarge reports an engine reply past its size bound.
+var ErrReplyTooLarge = errors.New("vllm: engine reply too large")
 
 // Tokens is Tokenize with a fallback: when /tokenize fails (the engine is
 // down, an older server, a prompt shape it does not take) it returns

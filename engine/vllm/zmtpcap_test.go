@@ -9,6 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -173,5 +175,35 @@ func TestSubscriberDropsHugeFrame(t *testing.T) {
 		}
 		send(t, pub, 1<<20, stored(1))
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// endlessTokens is a /tokenize reply that never ends: {"tokens":[1,1,1,...
+type endlessTokens struct{ started bool }
+
+func (e *endlessTokens) Read(p []byte) (int, error) {
+	n := 0
+	if !e.started {
+		n = copy(p, `{"tokens":[1`)
+		e.started = true
+	}
+	for n+2 <= len(p) {
+		p[n], p[n+1] = ',', '1'
+		n += 2
+	}
+	return n, nil
+}
+
+// TestTokenizeReplyBounded: an engine whose /tokenize reply never ends
+// gets ErrReplyTooLarge after MaxTokenizeReplyBytes, not unbounded memory.
+func TestTokenizeReplyBounded(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, io.LimitReader(&endlessTokens{}, MaxTokenizeReplyBytes+4<<20))
+	}))
+	defer srv.Close()
+	c, _ := NewClient(srv.URL, nil)
+	_, err := c.Tokenize(context.Background(), CompletionPath, []byte(`{"model":"m","prompt":"hello"}`))
+	if !errors.Is(err, ErrReplyTooLarge) {
+		t.Fatalf("err %v, want ErrReplyTooLarge", err)
 	}
 }
