@@ -57,11 +57,13 @@
 // whose last message is the assistant's continues it), so the same
 // conversation is the same tokens through every API.
 //
-// A reply is max_tokens (max_completion_tokens, max_output_tokens) long
-// when the request gives a limit, finishing with the API's "length" reason;
-// otherwise its length is drawn in [MinOutput, MaxOutput] from a hash of
-// the prompt and it finishes with "stop" / end_turn. Its words come from
-// wordtok.Words, chosen by the same hash: equal prompts get equal replies.
+// A reply's length is drawn in [MinOutput, MaxOutput] (default 16–128)
+// from a hash of the prompt, and it finishes with "stop" / end_turn —
+// unless the request's max_tokens (max_completion_tokens,
+// max_output_tokens) is shorter: then the reply is that long and finishes
+// with the API's "length" reason (max_tokens, an incomplete response), as
+// a model stopped by its limit. Its words come from wordtok.Words, chosen
+// by the same hash: equal prompts get equal replies.
 //
 // The tool-call rule: a request that declares tools (tool choice not
 // "none") and whose last message is the user's gets one tool call instead

@@ -61,6 +61,7 @@ type driver struct {
 	pending  []*job
 	active   []*job
 	blocks   map[uint64]*blockInfo
+	dropped  []uint64 // blocks to forget at the end of the step (sweep)
 	batch    []vllm.WireEvent
 	nextID   uint64
 	vnow     time.Duration // virtual time
@@ -140,10 +141,23 @@ func (d *driver) apply(ev *flashindex.Event) error {
 	return nil
 }
 
+// drop marks a block that may be forgotten; sweep forgets it at the end
+// of the step unless a tier or a job took it again meanwhile (an evicted
+// device block is Removed before it is Stored on the host).
 func (d *driver) drop(h uint64, info *blockInfo) {
 	if info.jobs == 0 && info.tiers == 0 {
-		delete(d.blocks, h)
+		d.dropped = append(d.dropped, h)
 	}
+}
+
+// sweep forgets the dropped blocks no tier and no job holds (under mu).
+func (d *driver) sweep() {
+	for _, h := range d.dropped {
+		if info := d.blocks[h]; info != nil && info.jobs == 0 && info.tiers == 0 {
+			delete(d.blocks, h)
+		}
+	}
+	d.dropped = d.dropped[:0]
 }
 
 // submit queues a request of prompt tokens followed by out generated
@@ -257,6 +271,7 @@ func (d *driver) run(ctx context.Context) {
 			d.anchorW, d.anchorV, d.idle = now, d.vnow, false
 		}
 		res, err := d.eng.Step(d.vnow)
+		d.sweep()
 		d.stats.steps++
 		if err != nil {
 			d.sinkErr = err
@@ -305,6 +320,7 @@ func (d *driver) run(ctx context.Context) {
 		}
 		clear(d.active[len(keep):])
 		d.active = keep
+		d.sweep()
 		d.mu.Unlock()
 	}
 }
@@ -323,6 +339,8 @@ func (d *driver) restart() error {
 	d.active, d.pending = nil, nil
 	err := d.reset(d.simCfg)
 	d.batch = nil
+	clear(d.blocks)
+	d.dropped = d.dropped[:0]
 	d.restarts++
 	d.mu.Unlock()
 	if d.pub != nil {

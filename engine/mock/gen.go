@@ -43,9 +43,10 @@ func promptSeed(prompt []uint32) uint64 {
 	return h
 }
 
-// generate plans the reply to prompt and submits it to the engine:
-// maxTokens is the request's limit (0: none, the length is drawn from
-// [MinOutput, MaxOutput]); tool, when set, makes the reply one call to it.
+// generate plans the reply to prompt and submits it to the engine: its
+// length is drawn from [MinOutput, MaxOutput] by a hash of the prompt, and
+// cut to maxTokens (0: no limit) when that is shorter; tool, when set,
+// makes the reply one call to it.
 func (s *Server) generate(prompt []uint32, maxTokens int, tool *wordtok.Tool, continuing bool) (*generation, error) {
 	if len(prompt) == 0 {
 		return nil, badRequest("the prompt is empty")
@@ -64,12 +65,10 @@ func (s *Server) generate(prompt []uint32, maxTokens int, tool *wordtok.Tool, co
 		tokens = s.tok.Encode(tokens, "<|tool_call|> "+tool.Name+" "+g.toolArgs)
 		g.n = len(tokens) - len(prompt)
 	} else {
-		switch {
-		case maxTokens > 0:
+		span := uint64(s.cfg.MaxOutput - s.cfg.MinOutput + 1)
+		g.n = s.cfg.MinOutput + int(g.seed%span)
+		if maxTokens > 0 && maxTokens < g.n {
 			g.n, g.limited = maxTokens, true
-		default:
-			span := uint64(s.cfg.MaxOutput - s.cfg.MinOutput + 1)
-			g.n = s.cfg.MinOutput + int(g.seed%span)
 		}
 		if g.n > room {
 			g.n, g.limited = room, true

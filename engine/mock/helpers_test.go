@@ -3,6 +3,7 @@ package mock
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/agentkv/agentkv/engine/sim"
 	"io"
 	"net/http"
 	"strings"
@@ -56,4 +57,16 @@ func words(n int, prefix string) string {
 		b.WriteString(strings.Repeat("x", i/26))
 	}
 	return b.String()
+}
+
+func simConfig(bs, blocks, host int) sim.Config {
+	return sim.Config{BlockSize: bs, DeviceBlocks: blocks, HostBlocks: host}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -90,10 +90,10 @@ type Config struct {
 	Engine sim.Config
 	// MaxModelLen bounds prompt plus output tokens; 0 means 131,072.
 	MaxModelLen int
-	// MinOutput and MaxOutput bound the length of a reply when the request
-	// gives no max_tokens: the length is drawn uniformly in [MinOutput,
-	// MaxOutput] from a hash of the prompt (deterministic); 0 means 16 and
-	// 128.
+	// MinOutput and MaxOutput bound the length of a reply: it is drawn
+	// uniformly in [MinOutput, MaxOutput] from a hash of the prompt
+	// (deterministic), and cut to the request's max_tokens when that is
+	// shorter; 0 means 16 and 128.
 	MinOutput, MaxOutput int
 	// APIs are served natively; the others answer 404 as an older vLLM
 	// does. nil means AllAPIs.
