@@ -15,7 +15,7 @@ import (
 
 // tierSets rebuilds a worker's cache from its KV events.
 type tierSets struct {
-	mu   sync.Mutex // guards sets
+	mu     sync.Mutex // guards sets
 	sets   map[flashindex.Tier]map[uint64]bool
 	bad    []string
 	clears int
