@@ -107,7 +107,7 @@ func chatBody(s *Server, text string, maxTokens int) map[string]any {
 // batch (a gap, filled from the replay socket) and after a restart.
 func TestEventsDescribeCache(t *testing.T) {
 	s := start(t, Config{Events: "tcp://127.0.0.1:0", Replay: "tcp://127.0.0.1:0",
-		Engine: simConfig(4, 96, 48)})
+		Engine: simConfig(4, 96, 16)})
 	ts := newTierSets()
 	sub := subscribe(t, s, ts)
 	run := func(n int, salt string) {
