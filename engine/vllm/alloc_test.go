@@ -54,7 +54,7 @@ func TestDecodeAllocationBounded(t *testing.T) {
 			runtime.ReadMemStats(&b)
 			got := b.TotalAlloc - a.TotalAlloc
 			t.Logf("%d bytes: allocated %d (%.1fx), err %v", len(tc.payload), got, float64(got)/float64(len(tc.payload)), err)
-			if limit := uint64(decodeAllocMultiple*len(tc.payload) + 64<<10); got > limit {
+			if limit := uint64(raceAllocFactor*decodeAllocMultiple*len(tc.payload) + 64<<10); got > limit {
 				t.Fatalf("allocated %d for %d bytes, limit %d", got, len(tc.payload), limit)
 			}
 		})
