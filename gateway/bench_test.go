@@ -32,6 +32,8 @@ type benchUpstream struct {
 func (u *benchUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
 	switch r.URL.Path {
+	case "/health":
+		return
 	case "/metrics":
 		fmt.Fprintln(w, `vllm:cache_config_info{block_size="16",num_gpu_blocks="100000"} 1`)
 	case "/tokenize":

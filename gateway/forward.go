@@ -59,14 +59,24 @@ var (
 	ErrClientGone    = errors.New("gateway: client went away")
 	ErrBadReply      = errors.New("gateway: worker's reply cannot be translated")
 	ErrUnknownWorker = errors.New("gateway: routed to an unknown worker")
+	// ErrNoHealthyWorker: every worker is down, ejected or already failed
+	// this request.
+	ErrNoHealthyWorker = errors.New("gateway: no healthy worker")
 )
 
 // ErrorKind names the kind of a failed attempt's error ("" for nil):
-// connect, status, cut, client_gone, bad_reply, unknown_worker, other.
+// connect, status, cut, timeout, client_gone, bad_reply, unknown_worker,
+// no_healthy_worker, other; and, for an attempt the request moved on from
+// (its worker failed and another took over), retried (before the first
+// byte) or migrated (a cut stream continued elsewhere).
 func ErrorKind(err error) string {
 	switch {
 	case err == nil:
 		return ""
+	case errors.Is(err, errRetried):
+		return "retried"
+	case errors.Is(err, errMigrated):
+		return "migrated"
 	case errors.Is(err, ErrConnect):
 		return "connect"
 	case errors.Is(err, ErrStatus):
@@ -79,6 +89,10 @@ func ErrorKind(err error) string {
 		return "bad_reply"
 	case errors.Is(err, ErrUnknownWorker):
 		return "unknown_worker"
+	case errors.Is(err, ErrTimeout):
+		return "timeout"
+	case errors.Is(err, ErrNoHealthyWorker):
+		return "no_healthy_worker"
 	}
 	return "other"
 }
@@ -89,7 +103,8 @@ type AttemptResult struct {
 	// Status is the HTTP status the client got (or, before the first byte,
 	// the worker's error status; 0 when the worker did not answer).
 	Status int
-	// Err is nil for OK; it matches one of the Err* kinds above.
+	// Err is nil for OK; it matches one of the Err* kinds above and wraps
+	// the transport error, if any.
 	Err error
 	// ErrBody is the worker's error reply (first 64 KiB) for an error
 	// status, held back from the client; Native says it is already in the
@@ -103,6 +118,11 @@ type AttemptResult struct {
 // maxErrBody bounds a worker's error reply kept for the client.
 const maxErrBody = 64 << 10
 
+// ErrTimeout is an attempt the worker did not answer in time: no first
+// byte of a stream within Config.FirstByteTimeout, or a stream silent for
+// Config.StreamIdleTimeout.
+var ErrTimeout = errors.New("gateway: worker did not answer in time")
+
 // attempt sends the request to one worker and relays its reply to w,
 // passing it through byte for byte when the worker serves the API
 // natively, translating from chat completions otherwise. It sets the
@@ -110,19 +130,31 @@ const maxErrBody = 64 << 10
 // classifies the outcome; it never calls d.Done. Until the first byte of
 // the reply, w is untouched (headers aside, which a later attempt
 // overwrites), so FailedBeforeFirstByte may be retried on another worker.
-//
-// This is the gateway's one forward step: failover wraps it (retry on
-// FailedBeforeFirstByte, migrate on CutMidStream).
-func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, wk *worker, d *agentkv.Decision) AttemptResult {
+// A cut stream is not ended here: forward ends it with the API's error
+// event or migrates it (sv carries what the client was sent).
+func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, wk *worker, d *agentkv.Decision, sv *streamSoFar) AttemptResult {
 	native := wk.Native.Has(c.api) || c.api == Chat || c.api == Completions
 	path, body := c.api.Path(), c.body
 	if !native {
 		path, body = ChatPath, c.chatB
 		g.m.translated.WithLabelValues(c.api.String()).Inc()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, wk.client.URL(path), bytes.NewReader(body))
+	if sv.migrations > 0 {
+		// A continuation: the chat request with what the client has
+		// already been sent as the assistant's message to continue.
+		body = sv.continuation
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var dog *watchdog
+	if c.stream && g.cfg.FirstByteTimeout > 0 {
+		dog = &watchdog{idle: g.cfg.StreamIdleTimeout}
+		dog.t = time.AfterFunc(g.cfg.FirstByteTimeout, func() { cancel(ErrTimeout) })
+		defer dog.t.Stop()
+	}
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, wk.client.URL(path), bytes.NewReader(body))
 	if err != nil {
-		return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: %v", ErrConnect, err)}
+		return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: %w", ErrConnect, err)}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	for _, k := range forwarded {
@@ -135,10 +167,13 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 	}
 	resp, err := g.cfg.HTTPClient.Do(req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return AttemptResult{Outcome: ClientGone, Status: 499, Err: fmt.Errorf("%w: %v", ErrClientGone, ctx.Err())}
+		switch {
+		case ctx.Err() != nil:
+			return AttemptResult{Outcome: ClientGone, Status: 499, Err: fmt.Errorf("%w: %w", ErrClientGone, ctx.Err())}
+		case context.Cause(actx) == ErrTimeout:
+			return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: no reply within %v: %w", ErrTimeout, g.cfg.FirstByteTimeout, context.DeadlineExceeded)}
 		}
-		return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: %v", ErrConnect, err)}
+		return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: %w", ErrConnect, err)}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
@@ -146,42 +181,109 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 		return AttemptResult{Outcome: FailedBeforeFirstByte, Status: resp.StatusCode, ErrBody: b, Native: native,
 			Err: fmt.Errorf("%w %d: %s", ErrStatus, resp.StatusCode, upstreamMessage(b))}
 	}
-	h := w.Header()
-	h.Set(HeaderWorker, wk.URL)
-	h.Set(HeaderWorkerID, wk.idStr+"/"+strconv.FormatUint(uint64(d.Worker.DPRank), 10))
-	h.Set(HeaderCachedTokens, strconv.Itoa(d.Cached.Device+d.Cached.Host+d.Cached.Disk))
-	h.Set(HeaderWaited, strconv.FormatFloat(float64(d.Waited)/float64(time.Millisecond), 'f', 3, 64))
+	if !sv.started {
+		h := w.Header()
+		h.Set(HeaderWorker, wk.URL)
+		h.Set(HeaderWorkerID, wk.idStr+"/"+strconv.FormatUint(uint64(d.Worker.DPRank), 10))
+		h.Set(HeaderCachedTokens, strconv.Itoa(d.Cached.Device+d.Cached.Host+d.Cached.Disk))
+		h.Set(HeaderWaited, strconv.FormatFloat(float64(d.Waited)/float64(time.Millisecond), 'f', 3, 64))
+	}
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-	r := relay{g: g, ctx: ctx, w: w, d: d, body: resp.Body, upstreamCT: resp.Header.Get("Content-Type")}
+	r := relay{g: g, ctx: ctx, actx: actx, w: w, d: d, body: resp.Body, upstreamCT: resp.Header.Get("Content-Type"),
+		sv: sv, dog: dog, track: g.migrationLimit > 0 && c.api == Chat && stream}
 	switch {
 	case native:
 		return r.passThrough(newSniffer(c.api, stream))
 	case stream:
-		var tr translator
-		ew := newEventWriter(w)
-		created := time.Now().Unix()
-		if c.api == Responses {
-			tr = newResponsesStream(ew, "resp_"+c.id, c.model, created, c.chat, c.custom)
-		} else {
-			tr = newMessagesStream(ew, "msg_"+c.id, c.model, len(c.tokens))
+		if sv.tr == nil {
+			sv.ew = newEventWriter(w)
+			created := time.Now().Unix()
+			if c.api == Responses {
+				sv.tr = newResponsesStream(sv.ew, "resp_"+c.id, c.model, created, c.chat, c.custom)
+			} else {
+				sv.tr = newMessagesStream(sv.ew, "msg_"+c.id, c.model, len(c.tokens))
+			}
 		}
-		return r.translateStream(tr, ew)
+		return r.translateStream()
 	default:
 		return r.translateWhole(c)
+	}
+}
+
+// watchdog cancels a stalled attempt: FirstByteTimeout until the first
+// byte, then StreamIdleTimeout between reads (0: no idle bound).
+type watchdog struct {
+	t    *time.Timer
+	idle time.Duration
+}
+
+func (d *watchdog) kick() {
+	if d == nil {
+		return
+	}
+	if d.idle > 0 {
+		d.t.Reset(d.idle)
+	} else {
+		d.t.Stop()
+	}
+}
+
+// streamSoFar is what one request's stream has sent the client across
+// its attempts: whether the response started, the assistant text (for a
+// migration's continuation), whether a tool call began (which cannot be
+// continued), and, for translated streams, the translator that keeps
+// writing the client's stream after a migration.
+type streamSoFar struct {
+	started    bool
+	text       strings.Builder
+	chunks     int  // content deltas sent: an estimate of the tokens sent
+	noResume   bool // a tool call or reasoning began: no continuation
+	migrations int
+	// continuation is the chat body of the next attempt after a cut.
+	continuation []byte
+	tr           translator
+	ew           *eventWriter
+}
+
+// learn folds a chat chunk's content into what was sent.
+func (sv *streamSoFar) learn(ch *chatChunk) {
+	for _, c := range ch.Choices {
+		if c.Index != 0 {
+			continue
+		}
+		if t := deref(c.Delta.Content); t != "" {
+			sv.text.WriteString(t)
+			sv.chunks++
+		}
+		if len(c.Delta.ToolCalls) > 0 || deref(c.Delta.ReasoningContent) != "" {
+			sv.noResume = true
+		}
 	}
 }
 
 // relay copies one worker reply to the client.
 type relay struct {
 	g          *Gateway
-	ctx        context.Context
+	ctx        context.Context // the client's
+	actx       context.Context // the attempt's (cancelled by the watchdog)
 	w          http.ResponseWriter
 	d          *agentkv.Decision
 	body       io.Reader
 	upstreamCT string
-	started    bool // the first byte reached the client
+	sv         *streamSoFar
+	dog        *watchdog
+	track      bool // follow chat content in sv (migration is on)
+	started    bool // this attempt's first byte reached the client
 	lastProg   time.Time
-	wrote      int64
+}
+
+// read reads the worker's reply, feeding the watchdog.
+func (r *relay) read(buf []byte) (int, error) {
+	n, err := r.body.Read(buf)
+	if n > 0 {
+		r.dog.kick()
+	}
+	return n, err
 }
 
 // progress reports the first byte and, every second after, progress.
@@ -189,6 +291,7 @@ func (r *relay) progress() {
 	now := time.Now()
 	if !r.started {
 		r.started, r.lastProg = true, now
+		r.sv.started = true
 		r.d.FirstToken()
 		return
 	}
@@ -201,24 +304,45 @@ func (r *relay) progress() {
 // broke classifies a reply that ended early.
 func (r *relay) broke(status int, u Usage, cause error) AttemptResult {
 	if r.ctx.Err() != nil {
-		return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %v", ErrClientGone, r.ctx.Err())}
+		return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %w", ErrClientGone, r.ctx.Err())}
 	}
-	if !r.started {
-		return AttemptResult{Outcome: FailedBeforeFirstByte, Usage: u, Err: fmt.Errorf("%w: %v", ErrCut, cause)}
+	kind := ErrCut
+	if context.Cause(r.actx) == ErrTimeout {
+		kind, cause = ErrTimeout, fmt.Errorf("stalled: %w", context.DeadlineExceeded)
 	}
-	return AttemptResult{Outcome: CutMidStream, Status: status, Usage: u, Err: fmt.Errorf("%w: %v", ErrCut, cause)}
+	if !r.started && !r.sv.started {
+		return AttemptResult{Outcome: FailedBeforeFirstByte, Usage: u, Err: fmt.Errorf("%w: %w", kind, cause)}
+	}
+	return AttemptResult{Outcome: CutMidStream, Status: status, Usage: u, Err: fmt.Errorf("%w: %w", kind, cause)}
 }
 
 var errNoEnd = errors.New("the stream ended without its final event")
 
+// maxPendingEvent bounds the bytes of an unfinished server-sent event held
+// back so the client only ever sees whole events (past it, they are
+// passed on as they come).
+const maxPendingEvent = 1 << 20
+
+// passThrough relays a native reply byte for byte. A stream is passed on
+// whole events at a time (up to the last blank line read), so a reply cut
+// mid-event leaves the client at an event boundary, where forward can
+// append the API's error event or a migration's continuation.
 func (r *relay) passThrough(sn *sniffer) AttemptResult {
 	fl, _ := r.w.(http.Flusher)
 	buf := make([]byte, 32<<10)
+	var pend []byte // a stream's bytes after its last event boundary
 	var werr error
+	write := func(b []byte) {
+		if werr == nil && len(b) > 0 {
+			if _, werr = r.w.Write(b); werr == nil && fl != nil {
+				fl.Flush()
+			}
+		}
+	}
 	for {
-		n, rerr := r.body.Read(buf)
+		n, rerr := r.read(buf)
 		if n > 0 {
-			if !r.started {
+			if !r.started && !r.sv.started {
 				r.w.Header().Set("Content-Type", r.upstreamCT)
 				if sn.stream {
 					r.w.Header().Set("Cache-Control", "no-cache")
@@ -227,13 +351,24 @@ func (r *relay) passThrough(sn *sniffer) AttemptResult {
 			}
 			r.progress()
 			sn.write(buf[:n])
-			if werr == nil {
-				if _, werr = r.w.Write(buf[:n]); werr == nil && fl != nil {
-					fl.Flush()
+			if !sn.stream {
+				write(buf[:n])
+			} else {
+				pend = append(pend, buf[:n]...)
+				if i := bytes.LastIndex(pend, []byte("\n\n")); i >= 0 {
+					r.writeEvents(pend[:i+2], write)
+					pend = append(pend[:0], pend[i+2:]...)
+				} else if len(pend) > maxPendingEvent {
+					write(pend)
+					pend = pend[:0]
 				}
+			}
+			if werr != nil {
+				break
 			}
 		}
 		if rerr == io.EOF {
+			write(pend) // an unterminated last event, as the worker sent it
 			break
 		}
 		if rerr != nil {
@@ -242,19 +377,20 @@ func (r *relay) passThrough(sn *sniffer) AttemptResult {
 				// The stream said it finished; a client that closes once it
 				// has read the end (cancelling the upstream read) is done,
 				// not gone.
+				write(pend)
 				return AttemptResult{Outcome: OK, Status: http.StatusOK, Usage: u}
 			}
 			return r.broke(http.StatusOK, u, rerr)
 		}
 	}
 	u := sn.finish()
-	if !r.started {
+	if werr != nil {
+		return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %w", ErrClientGone, werr)}
+	}
+	if !r.started && !r.sv.started {
 		r.w.Header().Set("Content-Type", r.upstreamCT)
 		r.w.WriteHeader(http.StatusOK)
-		r.started = true
-	}
-	if werr != nil {
-		return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %v", ErrClientGone, werr)}
+		r.started, r.sv.started = true, true
 	}
 	if sn.stream && !sn.done {
 		return r.broke(http.StatusOK, u, errNoEnd)
@@ -262,9 +398,50 @@ func (r *relay) passThrough(sn *sniffer) AttemptResult {
 	return AttemptResult{Outcome: OK, Status: http.StatusOK, Usage: u}
 }
 
-func (r *relay) translateStream(tr translator, ew *eventWriter) AttemptResult {
+// writeEvents passes whole events on. With migration on (track), chat
+// chunks are followed, and a continuation's role-only first chunk (the
+// client already had one) is dropped.
+func (r *relay) writeEvents(b []byte, write func([]byte)) {
+	if !r.track {
+		write(b)
+		return
+	}
+	for len(b) > 0 {
+		i := bytes.Index(b, []byte("\n\n"))
+		ev := b[:i+2]
+		b = b[i+2:]
+		data, ok := bytes.CutPrefix(bytes.TrimSpace(ev), []byte("data:"))
+		var ch chatChunk
+		if ok && json.Unmarshal(bytes.TrimSpace(data), &ch) == nil {
+			if r.sv.migrations > 0 && roleOnly(&ch) {
+				continue
+			}
+			r.sv.learn(&ch)
+		}
+		write(ev)
+	}
+}
+
+// roleOnly reports a chunk that carries nothing but the assistant role.
+func roleOnly(ch *chatChunk) bool {
+	if ch.Usage != nil || len(ch.Choices) == 0 {
+		return false
+	}
+	for _, c := range ch.Choices {
+		if deref(c.Delta.Content) != "" || len(c.Delta.ToolCalls) > 0 || deref(c.Delta.ReasoningContent) != "" || deref(c.FinishReason) != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// translateStream translates a streamed chat completion into the
+// client's API with sv's translator (kept across a migration: a
+// continuation goes on writing the same client stream).
+func (r *relay) translateStream() AttemptResult {
 	var u Usage
 	finished := false
+	tr, ew := r.sv.tr, r.sv.ew
 	var sse sseScanner
 	sse.on = func(_ string, data []byte) {
 		var ch chatChunk
@@ -272,14 +449,15 @@ func (r *relay) translateStream(tr translator, ew *eventWriter) AttemptResult {
 			if ch.learn(&u) {
 				finished = true
 			}
+			r.sv.learn(&ch)
 			tr.chunk(&ch)
 		}
 	}
 	buf := make([]byte, 32<<10)
 	for {
-		n, rerr := r.body.Read(buf)
+		n, rerr := r.read(buf)
 		if n > 0 {
-			if !r.started {
+			if !r.sv.started {
 				h := r.w.Header()
 				h.Set("Content-Type", "text/event-stream")
 				h.Set("Cache-Control", "no-cache")
@@ -288,6 +466,9 @@ func (r *relay) translateStream(tr translator, ew *eventWriter) AttemptResult {
 			}
 			r.progress()
 			sse.feed(buf[:n])
+			if ew.err != nil {
+				return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %w", ErrClientGone, ew.err)}
+			}
 		}
 		if rerr == io.EOF {
 			break
@@ -297,24 +478,19 @@ func (r *relay) translateStream(tr translator, ew *eventWriter) AttemptResult {
 				tr.end(u, true, "") // the client may already have gone: it has what it needs
 				return AttemptResult{Outcome: OK, Status: http.StatusOK, Usage: u}
 			}
-			res := r.broke(http.StatusOK, u, rerr)
-			if res.Outcome == CutMidStream {
-				tr.end(u, false, "agentkv gateway: the worker's stream broke off: "+rerr.Error())
-			}
-			return res
+			return r.broke(http.StatusOK, u, rerr)
 		}
 	}
 	sse.flush()
-	if !r.started {
+	if !r.started && !r.sv.started {
 		return r.broke(0, u, errNoEnd)
 	}
 	if !finished {
-		tr.end(u, false, "agentkv gateway: the worker's stream ended before it finished")
 		return r.broke(http.StatusOK, u, errNoEnd)
 	}
 	tr.end(u, true, "")
 	if ew.err != nil {
-		return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %v", ErrClientGone, ew.err)}
+		return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %w", ErrClientGone, ew.err)}
 	}
 	return AttemptResult{Outcome: OK, Status: http.StatusOK, Usage: u}
 }
@@ -338,7 +514,7 @@ func (r *relay) translateWhole(c *call) AttemptResult {
 	r.w.WriteHeader(http.StatusOK)
 	r.progress()
 	if _, err := r.w.Write(out); err != nil {
-		return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %v", ErrClientGone, err)}
+		return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %w", ErrClientGone, err)}
 	}
 	return AttemptResult{Outcome: OK, Status: http.StatusOK, Usage: u}
 }

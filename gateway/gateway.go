@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/engine/vllm"
+	"github.com/agentkv/agentkv/gateway/failover"
 	"github.com/agentkv/agentkv/session"
 )
 
@@ -101,6 +103,25 @@ type Config struct {
 	Route func(ctx context.Context, req *agentkv.Request) (*agentkv.Decision, error)
 	// Logger receives warnings (nil discards).
 	Logger *slog.Logger
+
+	// Failover configures worker health and failover (package failover):
+	// active /health probes, a circuit breaker per worker fed by the
+	// request path, retries on the next-best worker before the first byte,
+	// and, with MigrationLimit > 0 (off by default), cut chat streams
+	// continued on another worker. Its HTTPClient, Registerer and Logger
+	// default to the gateway's.
+	Failover failover.Config
+	// ReadyWait bounds how long a request waits for a routable worker when
+	// none is (workers starting, or all just ejected) before it is
+	// answered 503 (default DefaultReadyWait, 5 s; negative: no wait).
+	ReadyWait time.Duration
+	// FirstByteTimeout bounds the wait for a stream's first byte from a
+	// worker, StreamIdleTimeout the silence between two reads of it: past
+	// either the attempt counts as a timeout (retried before the first
+	// byte, a cut after). Defaults DefaultFirstByteTimeout (120 s) and
+	// DefaultStreamIdleTimeout (60 s); negative disables. Whole (not
+	// streamed) replies are not bounded: a long generation is legitimate.
+	FirstByteTimeout, StreamIdleTimeout time.Duration
 }
 
 // NewHTTPClient returns the client the gateway talks to workers with when
@@ -133,6 +154,9 @@ type Gateway struct {
 	mux     *http.ServeMux
 	tokIdx  atomic.Uint64 // the worker tried first for /tokenize
 	reqSeq  atomic.Uint64
+	tracker *failover.Tracker
+	// migrationLimit is Config.Failover.MigrationLimit.
+	migrationLimit int
 }
 
 type worker struct {
@@ -158,6 +182,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = NewHTTPClient()
 	}
+	cfg.ReadyWait = orDefault(cfg.ReadyWait, DefaultReadyWait)
+	cfg.FirstByteTimeout = orDefault(cfg.FirstByteTimeout, DefaultFirstByteTimeout)
+	cfg.StreamIdleTimeout = orDefault(cfg.StreamIdleTimeout, DefaultStreamIdleTimeout)
 	g := &Gateway{cfg: cfg, log: cfg.Logger, router: cfg.Router, sess: cfg.Sessions, workers: map[uint64]*worker{}}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -187,8 +214,67 @@ func New(cfg Config) (*Gateway, error) {
 	if g.m, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
+	fc := cfg.Failover
+	if fc.HTTPClient == nil {
+		fc.HTTPClient = cfg.HTTPClient
+	}
+	if fc.Registerer == nil {
+		fc.Registerer = cfg.Registerer
+	}
+	if fc.Logger == nil {
+		fc.Logger = g.log
+	}
+	if g.tracker, err = failover.New(fc); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	g.migrationLimit = g.tracker.MigrationLimit()
+	for _, wk := range g.order {
+		if err := g.tracker.Add(wk.ID, wk.URL); err != nil {
+			_ = g.tracker.Close()
+			return nil, err
+		}
+	}
 	g.mux = g.routes()
 	return g, nil
+}
+
+// orDefault returns def for 0, 0 for a negative d (off), else d.
+func orDefault(d, def time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return def
+	case d < 0:
+		return 0
+	}
+	return d
+}
+
+// Close stops the workers' health probes. Requests in flight finish.
+func (g *Gateway) Close() error { return g.tracker.Close() }
+
+// Tracker returns the workers' health and breakers.
+func (g *Gateway) Tracker() *failover.Tracker { return g.tracker }
+
+// Ready reports whether at least one worker is routable (nil), else why
+// not: what /readyz answers.
+func (g *Gateway) Ready() error {
+	if g.tracker.Ready() {
+		return nil
+	}
+	var b strings.Builder
+	for i, st := range g.tracker.Status() {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "worker %d %s: health %s, breaker %s", st.ID, st.URL, st.Health, st.Breaker)
+		if st.LastError != "" {
+			b.WriteString(", last error: " + st.LastError)
+		}
+	}
+	if b.Len() == 0 {
+		b.WriteString("no workers")
+	}
+	return fmt.Errorf("%w: %s", ErrNoHealthyWorker, b.String())
 }
 
 // ServeHTTP serves the APIs.
@@ -205,8 +291,23 @@ func (g *Gateway) routes() *http.ServeMux {
 	}
 	mux.HandleFunc("GET "+ModelsPath, g.models)
 	mux.HandleFunc("POST "+ReleasePath, g.release)
+	// /healthz is liveness: the process serves. /readyz is readiness: at
+	// least one worker can take a request (503 when none).
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "ok: %d worker ranks\n", len(g.router.Workers()))
+		routable := 0
+		for _, st := range g.tracker.Status() {
+			if st.Routable {
+				routable++
+			}
+		}
+		fmt.Fprintf(w, "ok: live; %d of %d workers routable\n", routable, len(g.order))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := g.Ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		code := http.StatusNotFound
@@ -323,8 +424,8 @@ func (g *Gateway) parse(a API, body []byte) (*call, error) {
 	return c, nil
 }
 
-// serve handles one API request: read, parse, session, tokens, route,
-// forward (attempt), report.
+// serve handles one API request: read, parse, session, tokens, then
+// forward (route, attempt, retry or migrate, report).
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, a API) {
 	start := time.Now()
 	body, ok := g.readBody(w, r, a)
@@ -356,36 +457,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, a API) {
 		return
 	}
 	c.id = "gw" + strconv.FormatUint(g.reqSeq.Add(1), 10)
-	route := g.router.Route
-	if g.cfg.Route != nil {
-		route = g.cfg.Route
-	}
-	d, err := route(ctx, &agentkv.Request{ID: c.id, Tokens: c.tokens, Agent: ac})
-	switch {
-	case err == nil:
-	case ctx.Err() != nil:
-		g.m.responses.WithLabelValues(a.String(), "499").Inc()
-		return // the client left while admission held the request
-	case errors.Is(err, agentkv.ErrNoWorkers), errors.Is(err, agentkv.ErrDropped), errors.Is(err, agentkv.ErrClosed):
-		g.reject(w, a, http.StatusServiceUnavailable, err.Error())
-		return
-	default:
-		g.reject(w, a, http.StatusInternalServerError, err.Error())
-		return
-	}
-	wk := g.workers[d.Worker.ID]
-	if wk == nil {
-		g.finish(c, d, Usage{}, ErrUnknownWorker)
-		g.reject(w, a, http.StatusServiceUnavailable, "agentkv gateway: routed to an unknown worker")
-		return
-	}
-	res := g.attempt(ctx, w, c, wk, d)
-	if res.Outcome == FailedBeforeFirstByte {
-		g.writeFailure(w, c, wk, &res)
-	}
-	g.m.responses.WithLabelValues(a.String(), strconv.Itoa(res.Status)).Inc()
-	g.finish(c, d, res.Usage, res.Err)
-	g.m.duration.WithLabelValues(a.String()).Observe(time.Since(start).Seconds())
+	g.forward(ctx, w, c, start)
 }
 
 // finish reports the request's end to the router (with the error kind for

@@ -53,6 +53,8 @@ func (f *chatOnly) last() (map[string]any, http.Header, string) {
 func (f *chatOnly) serve(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
 	switch r.URL.Path {
+	case "/health":
+		return
 	case "/metrics":
 		fmt.Fprintln(w, `vllm:cache_config_info{block_size="16",num_gpu_blocks="1000"} 1`)
 		return

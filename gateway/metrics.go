@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests translated to chat completions because the chosen worker does not serve their API natively."},
 			[]string{"api"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "failures_total",
-			Help: "Routed requests that failed, by API and kind (connect, status, cut, client_gone, bad_reply, unknown_worker)."},
+			Help: "Routed requests that failed, by API and kind (connect, status, cut, timeout, client_gone, bad_reply, unknown_worker, no_healthy_worker; retried and migrated for attempts another worker took over)."},
 			[]string{"api", "kind"}),
 		billingStripped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "billing_preamble_stripped_total",
 			Help: "Messages requests whose Claude Code billing preamble was removed from the system prompt."}),

@@ -20,6 +20,7 @@ import (
 	"github.com/agentkv/agentkv/admission"
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/gateway/failover"
 )
 
 // Defaults of StackConfig.
@@ -149,7 +150,9 @@ type Stack struct {
 	reg     *prometheus.Registry
 	handler http.Handler
 
-	capacity *prometheus.GaugeVec // worker
+	capacity  *prometheus.GaugeVec // worker
+	sink      vllm.EventSink
+	blockSize int // the router's
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup // background loops
@@ -161,10 +164,22 @@ type Stack struct {
 type stackWorker struct {
 	spec WorkerSpec
 	id   uint64
-	vw   *vllm.Worker
 
-	mu      sync.Mutex // guards capRank
-	capRank int        // KV capacity of one DP rank, tokens
+	mu      sync.Mutex   // guards vw, capRank
+	vw      *vllm.Worker // nil until the worker answered (connect)
+	capRank int          // KV capacity of one DP rank, tokens
+}
+
+func (w *stackWorker) connected() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.vw != nil
+}
+
+func (w *stackWorker) adapter() *vllm.Worker {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.vw
 }
 
 func (w *stackWorker) ranks() int { return max(w.spec.DPRanks, 1) }
@@ -173,12 +188,20 @@ func (w *stackWorker) ranks() int { return max(w.spec.DPRanks, 1) }
 func (w *stackWorker) Info() agentkv.WorkerInfo {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return agentkv.WorkerInfo{ID: w.id, DPRanks: w.ranks(), BlockSize: w.vw.BlockSize(), KVCapacityTokens: w.capRank}
+	bs := 0
+	if w.vw != nil {
+		bs = w.vw.BlockSize()
+	}
+	return agentkv.WorkerInfo{ID: w.id, DPRanks: w.ranks(), BlockSize: bs, KVCapacityTokens: w.capRank}
 }
 
 // NewStack connects to every worker (reading its capacity from /metrics),
 // builds the router and the gateway, starts the event subscribers and the
-// loops. Workers get IDs 0, 1, ... in order.
+// loops. Workers get IDs 0, 1, ... in order. A worker that does not answer
+// is not fatal: it joins the router, with backoff, once it does (with no
+// BlockSize configured, NewStack waits until ctx ends for a first worker
+// to learn it from). A worker whose health probes fail leaves the router
+// and rejoins when it is up again.
 func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	if cfg.Tick <= 0 {
 		cfg.Tick = DefaultTick
@@ -208,37 +231,20 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	// Events arrive only after Start, when s.router is set.
-	sink := vllm.SinkFunc(func(ev *flashindex.Event) error { return s.router.ApplyEvent(ev) })
-	blockSize := cfg.BlockSize
+	s.sink = vllm.SinkFunc(func(ev *flashindex.Event) error { return s.router.ApplyEvent(ev) })
 	approximate := false
 	for i, spec := range cfg.Workers {
-		wc := vllm.WorkerConfig{ID: uint64(i), URL: spec.URL, HTTPClient: cfg.HTTPClient, DPRanks: spec.DPRanks,
-			BlockSize: blockSize}
-		if spec.Events != "" {
-			wc.Events = &vllm.Config{Endpoint: spec.Events, ReplayEndpoint: spec.Replay, Sink: sink, Logger: s.log}
-		} else if !cfg.ExternalEvents {
+		s.workers = append(s.workers, &stackWorker{spec: spec, id: uint64(i)})
+		if spec.Events == "" && !cfg.ExternalEvents {
 			approximate = true
 		}
-		vw, err := vllm.NewWorker(ctx, wc)
-		if err != nil {
-			s.closeWorkers()
-			if errors.Is(err, vllm.ErrBlockSizeMismatch) {
-				return nil, fmt.Errorf("worker %s: %w (the router hashes with block size %d; every worker must use the same)",
-					spec.URL, err, blockSize)
-			}
-			return nil, fmt.Errorf("worker %s: cannot read its KV capacity from %s/metrics (%s): %w",
-				spec.URL, strings.TrimRight(spec.URL, "/"), vllm.CacheConfigMetric, err)
-		}
-		if blockSize == 0 {
-			blockSize = vw.BlockSize()
-		}
-		sw := &stackWorker{spec: spec, id: uint64(i), vw: vw, capRank: vw.KVCapacityTokens() / max(spec.DPRanks, 1)}
-		s.workers = append(s.workers, sw)
-		s.capacity.WithLabelValues(strconv.Itoa(i)).Set(float64(sw.capRank))
 	}
-	if blockSize == 0 {
-		blockSize = 16 // no workers: any valid size
+	blockSize, err := s.connectAll(ctx)
+	if err != nil {
+		s.closeWorkers()
+		return nil, err
 	}
+	s.blockSize = blockSize
 	var ts *TraceSink
 	rc := agentkv.Config{BlockSize: blockSize, Policy: cfg.Policy, Affinity: cfg.Affinity, Approximate: approximate,
 		Logger: s.log, Metrics: rm, IndexSnapshot: cfg.IndexSnapshot, TickInterval: cfg.Tick}
@@ -258,26 +264,32 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	if gc.Logger == nil {
 		gc.Logger = s.log
 	}
+	gc.Failover.OnHealth = s.onHealth
 	gc.Workers = nil
 	for _, w := range s.workers {
-		if err := s.router.AddWorker(w); err != nil {
-			s.closeWorkers()
-			return nil, fmt.Errorf("worker %s: %w", w.spec.URL, err)
-		}
 		gc.Workers = append(gc.Workers, Worker{ID: w.id, URL: w.spec.URL, DPRanks: w.spec.DPRanks,
 			Native: w.spec.Native, Tokenizer: w.spec.Tokenizer})
-	}
-	if s.gw, err = New(gc); err != nil {
-		s.closeWorkers()
-		return nil, err
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	for _, w := range s.workers {
-		if err := w.vw.Start(bg); err != nil {
-			cancel()
-			s.closeWorkers()
-			return nil, fmt.Errorf("worker %s: events: %w", w.spec.URL, err)
+		if w.connected() {
+			if err := s.join(bg, w); err != nil {
+				cancel()
+				s.closeWorkers()
+				return nil, err
+			}
+		}
+	}
+	if s.gw, err = New(gc); err != nil {
+		cancel()
+		s.closeWorkers()
+		return nil, err
+	}
+	for _, w := range s.workers {
+		if !w.connected() {
+			s.wg.Add(1)
+			go s.await(bg, w)
 		}
 	}
 	s.wg.Add(1)
@@ -290,6 +302,126 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		go s.refreshLoop(bg)
 	}
 	return s, nil
+}
+
+// connectTimeout bounds the first attempt to read a worker's capacity at
+// start; a worker that does not answer in time is waited for in the
+// background.
+const connectTimeout = 3 * time.Second
+
+// connectAll reads every worker's capacity once. A worker that does not
+// answer is left to await (it joins when it does); only a block size that
+// disagrees is fatal. With no block size configured and no worker
+// answering, it waits, with backoff, for the first one (until ctx ends):
+// the router cannot hash without it.
+func (s *Stack) connectAll(ctx context.Context) (int, error) {
+	bs := s.cfg.BlockSize
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		for _, w := range s.workers {
+			if w.connected() {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+			err := s.connect(cctx, w, bs)
+			cancel()
+			switch {
+			case errors.Is(err, vllm.ErrBlockSizeMismatch):
+				return 0, fmt.Errorf("worker %s: %w (the router hashes with block size %d; every worker must use the same)",
+					w.spec.URL, err, bs)
+			case err != nil:
+				s.log.Warn("gateway: worker not answering at start; it joins when it does", "worker", w.spec.URL,
+					"metrics", strings.TrimRight(w.spec.URL, "/")+"/metrics", "err", err)
+			case bs == 0:
+				bs = w.vw.BlockSize()
+			}
+		}
+		if bs != 0 || len(s.workers) == 0 {
+			return max(bs, 16), nil // no workers: any valid size
+		}
+		s.log.Warn("gateway: waiting for a worker to answer, to learn the KV block size (or give it with BlockSize / --block-size)", "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("gateway: no worker answered %s (its KV capacity and block size): %w", vllm.CacheConfigMetric, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+// connect reads w's capacity (vllm.NewWorker) with block size bs (0: the
+// worker's).
+func (s *Stack) connect(ctx context.Context, w *stackWorker, bs int) error {
+	spec := w.spec
+	wc := vllm.WorkerConfig{ID: w.id, URL: spec.URL, HTTPClient: s.cfg.HTTPClient, DPRanks: spec.DPRanks, BlockSize: bs}
+	if spec.Events != "" {
+		wc.Events = &vllm.Config{Endpoint: spec.Events, ReplayEndpoint: spec.Replay, Sink: s.sink, Logger: s.log}
+	}
+	vw, err := vllm.NewWorker(ctx, wc)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.vw, w.capRank = vw, vw.KVCapacityTokens()/w.ranks()
+	w.mu.Unlock()
+	s.capacity.WithLabelValues(strconv.FormatUint(w.id, 10)).Set(float64(vw.KVCapacityTokens() / w.ranks()))
+	return nil
+}
+
+// join adds a connected worker to the router and starts its KV events.
+func (s *Stack) join(ctx context.Context, w *stackWorker) error {
+	if err := s.router.AddWorker(w); err != nil {
+		return fmt.Errorf("worker %s: %w", w.spec.URL, err)
+	}
+	if err := w.vw.Start(ctx); err != nil {
+		return fmt.Errorf("worker %s: events: %w", w.spec.URL, err)
+	}
+	return nil
+}
+
+// await connects a worker that was down at start, with backoff, and joins
+// it to the router once it answers.
+func (s *Stack) await(ctx context.Context, w *stackWorker) {
+	defer s.wg.Done()
+	bs := s.blockSize
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+		err := s.connect(cctx, w, bs)
+		cancel()
+		if errors.Is(err, vllm.ErrBlockSizeMismatch) {
+			s.log.Error("gateway: worker uses another block size; it is not routed to", "worker", w.spec.URL, "err", err)
+			return
+		}
+		if err == nil {
+			if err := s.join(ctx, w); err != nil {
+				s.log.Error("gateway: worker answered but cannot join", "worker", w.spec.URL, "err", err)
+				return
+			}
+			s.log.Info("gateway: worker joined", "worker", w.spec.URL)
+			return
+		}
+	}
+}
+
+// onHealth follows the probes: a worker that went down leaves the router
+// (its index entries and load go: when it comes back its cache is not
+// what it was), and rejoins when it is up again.
+func (s *Stack) onHealth(id uint64, from, to failover.Health) {
+	if id >= uint64(len(s.workers)) || !s.workers[id].connected() {
+		return
+	}
+	w := s.workers[id]
+	switch {
+	case to == failover.Down:
+		s.router.RemoveWorker(id)
+	case to == failover.Up && from == failover.Down:
+		if err := s.router.AddWorker(w); err != nil {
+			s.log.Warn("gateway: returning worker refused", "worker", w.spec.URL, "err", err)
+		}
+	}
 }
 
 // Router returns the stack's router.
@@ -316,12 +448,19 @@ func (s *Stack) Handler(metricsPath string) http.Handler {
 // WorkerInfo returns what the router knows of worker id.
 func (s *Stack) WorkerInfo(id int) agentkv.WorkerInfo { return s.workers[id].Info() }
 
+// BlockSize returns the router's KV block size.
+func (s *Stack) BlockSize() int { return s.blockSize }
+
 // Workers returns the worker count.
 func (s *Stack) Workers() int { return len(s.workers) }
 
 func (s *Stack) closeWorkers() {
 	for _, w := range s.workers {
-		if err := w.vw.Close(); err != nil {
+		vw := w.adapter()
+		if vw == nil {
+			continue
+		}
+		if err := vw.Close(); err != nil {
 			s.log.Warn("gateway: closing worker events", "worker", w.spec.URL, "err", err)
 		}
 	}
@@ -334,6 +473,7 @@ func (s *Stack) Close() error {
 		s.DropHeld()
 		s.cancel()
 		s.wg.Wait()
+		_ = s.gw.Close()
 		s.closeWorkers()
 	})
 	return nil
@@ -365,18 +505,22 @@ func (s *Stack) refreshLoop(ctx context.Context) {
 // changed. A worker that cannot be read keeps its last capacity.
 func (s *Stack) Refresh(ctx context.Context, i int) {
 	w := s.workers[i]
+	vw := w.adapter()
+	if vw == nil {
+		return // not joined yet: await reads it
+	}
 	rctx, cancel := context.WithTimeout(ctx, DefaultTokenizeTimeout)
 	defer cancel()
-	cs, err := w.vw.Client().CacheConfigs(rctx)
+	cs, err := vw.Client().CacheConfigs(rctx)
 	if err != nil {
 		s.log.Warn("gateway: cannot refresh worker capacity; keeping the last one", "worker", w.spec.URL, "err", err)
 		return
 	}
 	total := 0
 	for _, c := range cs {
-		if c.BlockSize != w.vw.BlockSize() {
+		if c.BlockSize != vw.BlockSize() {
 			s.log.Error("gateway: worker changed its block size; restart the proxy", "worker", w.spec.URL,
-				"was", w.vw.BlockSize(), "now", c.BlockSize)
+				"was", vw.BlockSize(), "now", c.BlockSize)
 			return
 		}
 		total += c.CapacityTokens()

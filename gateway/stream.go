@@ -40,6 +40,23 @@ func (e *eventWriter) event(name string, v any) {
 	}
 }
 
+// data writes "data: JSON(v)\n\n" (an event with no name, as OpenAI's
+// chat streams send).
+func (e *eventWriter) data(v any) {
+	if e.err != nil {
+		return
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		e.err = err
+		return
+	}
+	e.buf = append(append(append(e.buf[:0], "data: "...), data...), "\n\n"...)
+	if _, e.err = e.w.Write(e.buf); e.err == nil && e.fl != nil {
+		e.fl.Flush()
+	}
+}
+
 // translator turns a streamed chat completion into another API's stream.
 // start is called before the first chunk, chunk per chat chunk, end once
 // with the usage: complete is false when the worker's stream broke off

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/gateway"
+	"github.com/agentkv/agentkv/gateway/failover"
 )
 
 func init() {
@@ -162,6 +163,8 @@ func runProxy(env *cmdEnv, args []string) error {
 	maxInFlight := fs.Int64("max-body-in-flight", gateway.DefaultMaxBodyBytesInFlight, "request body bytes held in memory at once, all requests together (beyond: 503)")
 	grace := fs.Duration("shutdown-timeout", defaultShutdownGrace, "how long requests in flight may finish on shutdown")
 	traceOut := fs.String("trace-out", "", "write content-free request records (JSONL; .gz or .zst compress) to this file")
+	migration := fs.Int("migration-limit", 0, "times a cut chat stream may move to another worker and continue (0: off; the client then gets the API's error event)")
+	firstByte := fs.Duration("first-byte-timeout", gateway.DefaultFirstByteTimeout, "longest wait for a stream's first byte from a worker before trying another (0: none)")
 	stripBilling := fs.Bool("strip-billing-header", true, "remove Claude Code's per-request billing preamble from Messages system prompts")
 	nf := addNATSFlags(fs)
 	var starts []func(ctx context.Context, log *slog.Logger) ([]gateway.WorkerSpec, func(), error)
@@ -189,6 +192,8 @@ func runProxy(env *cmdEnv, args []string) error {
 		return usagef("proxy: --tick must be > 0, got %v", *tick)
 	case *refresh < 0:
 		return usagef("proxy: --refresh must be ≥ 0, got %v", *refresh)
+	case *migration < 0 || *firstByte < 0:
+		return usagef("proxy: --migration-limit and --first-byte-timeout must be ≥ 0")
 	case *grace <= 0:
 		return usagef("proxy: --shutdown-timeout must be > 0, got %v", *grace)
 	case *metrics != "" && !strings.HasPrefix(*metrics, "/"):
@@ -225,7 +230,11 @@ func runProxy(env *cmdEnv, args []string) error {
 	}
 	cfg := gateway.StackConfig{Workers: workers, BlockSize: *blockSize, Policy: pol, Affinity: aff,
 		Admission: *adm, Tick: *tick, Refresh: *refresh, Logger: logger,
-		Gateway: gateway.Config{MaxBodyBytes: *maxBody, StripBillingHeader: *stripBilling}}
+		Gateway: gateway.Config{MaxBodyBytes: *maxBody, StripBillingHeader: *stripBilling,
+			Failover: failover.Config{MigrationLimit: *migration}, FirstByteTimeout: *firstByte}}
+	if *firstByte == 0 {
+		cfg.Gateway.FirstByteTimeout = -1 // Config: negative disables
+	}
 	if *traceOut != "" {
 		fh, tw, err := openTraceOut(*traceOut)
 		if err != nil {
@@ -240,9 +249,9 @@ func runProxy(env *cmdEnv, args []string) error {
 		return err
 	}
 	defer nr.stop()
-	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	s, err := gateway.NewStack(startCtx, cfg)
-	cancel()
+	// Workers that are down are waited for (in the background once the
+	// block size is known), never fatal; only a signal ends the wait.
+	s, err := gateway.NewStack(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -259,14 +268,13 @@ func runProxy(env *cmdEnv, args []string) error {
 			return err
 		}
 	}
-	info := s.WorkerInfo(0)
 	mode := "KV events"
 	if s.Approximate() {
 		mode = "approximate (no KV events from some workers)"
 	}
 	affName := map[agentkv.AffinityMode]string{agentkv.AffinityOff: "off", agentkv.AffinitySoft: "soft", agentkv.AffinityHard: "hard"}[aff]
 	fmt.Fprintf(env.stdout, "agentkv proxy listening on http://%s: %d workers, block size %d, policy %s, affinity %s, admission %v, index %s\n",
-		ln.Addr(), s.Workers(), info.BlockSize, pol, affName, *adm, mode)
+		ln.Addr(), s.Workers(), s.BlockSize(), pol, affName, *adm, mode)
 	err = serveStack(ctx, s, handler, ln, *grace, gateway.ServerConfig{MaxBodyBytes: *maxBody,
 		BodyReadTimeout: *bodyTimeout, MaxHeaderBytes: *maxHeader, MaxBodyBytesInFlight: *maxInFlight}, logger)
 	fmt.Fprintln(env.stdout, "agentkv proxy stopped")

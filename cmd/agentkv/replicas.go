@@ -150,6 +150,10 @@ func (nr *natsReplica) start(s *gateway.Stack, h http.Handler, self string, admi
 	rp.Start(context.Background())
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.Gateway().Ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if err := rp.Ready(); err != nil {
 			// Degraded still routes: 200 with the reason, so a load
 			// balancer keeps the replica while operators see why.

@@ -109,6 +109,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, if set, receives the per-worker metrics (see Tracker).
 	Registerer prometheus.Registerer
+	// OnHealth, if set, is called (from the probe goroutine, with no lock
+	// held) each time a worker's probed health changes, e.g. to take a
+	// worker that went down out of the router and bring it back, with an
+	// empty cache, when it is up again.
+	OnHealth func(id uint64, from, to Health)
 }
 
 // Health is what the probes say of a worker.
@@ -517,6 +522,9 @@ func (t *Tracker) probe(ctx context.Context, w *tracked) error {
 	if before != after {
 		t.log.Info("failover: worker health changed", "worker", w.id, "url", w.url, "from", before.String(),
 			"to", after.String(), "err", err)
+		if t.cfg.OnHealth != nil {
+			t.cfg.OnHealth(w.id, before, after)
+		}
 	}
 	return err
 }

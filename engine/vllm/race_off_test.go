@@ -1,0 +1,5 @@
+//go:build !race
+
+package vllm
+
+const raceAllocFactor = 1
