@@ -328,6 +328,10 @@ func (s *Stack) connectAll(ctx context.Context) (int, error) {
 			case errors.Is(err, vllm.ErrBlockSizeMismatch):
 				return 0, fmt.Errorf("worker %s: %w (the router hashes with block size %d; every worker must use the same)",
 					w.spec.URL, err, bs)
+			case errors.Is(err, vllm.ErrNoMetric) || errors.Is(err, vllm.ErrNoCapacity):
+				// It answered, but not as a vLLM worker: a configuration error.
+				return 0, fmt.Errorf("worker %s: cannot read its KV capacity from %s/metrics (%s): %w",
+					w.spec.URL, strings.TrimRight(w.spec.URL, "/"), vllm.CacheConfigMetric, err)
 			case err != nil:
 				s.log.Warn("gateway: worker not answering at start; it joins when it does", "worker", w.spec.URL,
 					"metrics", strings.TrimRight(w.spec.URL, "/")+"/metrics", "err", err)
@@ -391,8 +395,8 @@ func (s *Stack) await(ctx context.Context, w *stackWorker) {
 		cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 		err := s.connect(cctx, w, bs)
 		cancel()
-		if errors.Is(err, vllm.ErrBlockSizeMismatch) {
-			s.log.Error("gateway: worker uses another block size; it is not routed to", "worker", w.spec.URL, "err", err)
+		if errors.Is(err, vllm.ErrBlockSizeMismatch) || errors.Is(err, vllm.ErrNoMetric) || errors.Is(err, vllm.ErrNoCapacity) {
+			s.log.Error("gateway: worker answered but cannot be routed to (block size or KV capacity)", "worker", w.spec.URL, "err", err)
 			return
 		}
 		if err == nil {

@@ -27,6 +27,8 @@ type sseScanner struct {
 	skip  bool
 	event string
 	on    func(event string, data []byte)
+	// sawDone is set by OpenAI's end marker, data: [DONE] (not handed to on).
+	sawDone bool
 }
 
 const maxSSELine = 8 << 20
@@ -74,7 +76,11 @@ func (s *sseScanner) handle() {
 		return
 	}
 	data = bytes.TrimSpace(data)
-	if len(data) == 0 || bytes.Equal(data, []byte("[DONE]")) {
+	if bytes.Equal(data, []byte("[DONE]")) {
+		s.sawDone = true
+		return
+	}
+	if len(data) == 0 {
 		return
 	}
 	s.on(s.event, data)
@@ -115,6 +121,9 @@ func (s *sniffer) write(b []byte) {
 func (s *sniffer) finish() Usage {
 	if s.stream {
 		s.sse.flush()
+		if s.sse.sawDone && (s.api == Chat || s.api == Completions) {
+			s.done = true
+		}
 	} else {
 		s.onWhole(s.whole.Bytes())
 	}

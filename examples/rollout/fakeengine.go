@@ -46,6 +46,8 @@ type completionRequest struct {
 
 func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
+	case "/health":
+		return
 	case "/metrics":
 		fmt.Fprintf(w, "vllm:cache_config_info{block_size=\"%d\",engine=\"0\",num_gpu_blocks=\"%d\"} 1.0\n", e.blockSize, e.blocks)
 	case "/v1/completions":
