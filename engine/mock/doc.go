@@ -66,10 +66,13 @@
 // by the same hash: equal prompts get equal replies.
 //
 // The tool-call rule: a request that declares tools (tool choice not
-// "none") and whose last message is the user's gets one tool call instead
-// of text; a request whose last message is a tool result gets text. So
-// each user turn has at most one tool call and a harness running
-// non-interactively terminates. The tool is the named one, else a
+// "none") whose current turn (the messages after the last assistant
+// message; system and developer messages do not count) is the user's gets
+// one tool call instead of text; a turn that carries a tool result (an
+// OpenAI tool message, a Responses function_call_output, an Anthropic
+// tool_result block, also when text blocks or a user message follow it)
+// gets text. So each user turn has at most one tool call and a harness
+// running non-interactively terminates. The tool is the named one, else a
 // read-only one (Read, read_file, Glob, LS, list, Grep, ... ; then names
 // containing read, list, glob, grep, search or view), else the first; its
 // arguments fill every required property of its JSON schema (defaults,

@@ -10,11 +10,23 @@ import (
 // The tool-call rule.
 //
 // The mock calls a tool when, and only when, the request declares tools,
-// its tool choice is not "none", and the conversation's last message is
-// the user's (not a tool result): so each user turn gets at most one tool
-// call, and the answer to the tool's result is text, which ends the turn.
-// A harness running non-interactively therefore always terminates: user →
-// tool call → tool result → text.
+// its tool choice is not "none", and the conversation's current turn (the
+// messages after the last assistant message) has a user message and no
+// tool result: so each user turn gets at most one tool call, and the
+// answer to the tool's result is text, which ends the turn. A harness
+// running non-interactively therefore always terminates: user → tool call
+// → tool result → text.
+//
+// Tool results come back as OpenAI "tool" messages, Responses
+// function_call_output items, or Anthropic tool_result blocks in a user
+// message, which may carry text blocks after the results (Claude Code
+// puts system reminders there), or which a harness may follow with a
+// user message; a turn that carries a tool result is answered with text
+// all the same (the earlier rule, "the last message is the user's",
+// called the tool again there, a loop). System and
+// developer messages are not turns: Claude Code 2.1 sends its
+// environment as a system message after the user's, and that is still
+// the user's turn.
 //
 // The tool is the one tool_choice names, else the first declared tool
 // whose name is a read-only one (readOnlyTools, case-insensitive, in that
@@ -29,7 +41,7 @@ var readOnlyHints = []string{"read", "list", "glob", "grep", "search", "view"}
 
 // pickTool returns the tool to call, or false for a text reply.
 func pickTool(msgs []wordtok.Message, tools []wordtok.Tool, mode, named string) (wordtok.Tool, bool) {
-	if len(tools) == 0 || mode == "none" || len(msgs) == 0 || msgs[len(msgs)-1].Role != "user" {
+	if len(tools) == 0 || mode == "none" || !userTurn(msgs) {
 		return wordtok.Tool{}, false
 	}
 	if named != "" {
@@ -55,6 +67,24 @@ func pickTool(msgs []wordtok.Message, tools []wordtok.Tool, mode, named string) 
 		}
 	}
 	return tools[0], true
+}
+
+// userTurn reports whether the conversation's current turn, the messages
+// after its last assistant message, is a user's turn that has no tool
+// result in it.
+func userTurn(msgs []wordtok.Message) bool {
+	user := false
+	for i := len(msgs) - 1; i >= 0; i-- {
+		switch msgs[i].Role {
+		case "assistant":
+			return user
+		case "tool":
+			return false
+		case "user":
+			user = true
+		}
+	}
+	return user
 }
 
 // schema is the part of a JSON schema the arguments are filled from.
