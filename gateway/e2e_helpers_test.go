@@ -37,7 +37,6 @@ const (
 
 type e2eCluster struct {
 	t         *testing.T
-	native    bool
 	mocks     []*mock.Server
 	stack     *Stack
 	srv       *httptest.Server
@@ -77,7 +76,7 @@ func (tn e2eTurn) String() string {
 // translates Responses and Messages to chat completions.
 func startE2E(t *testing.T, native bool) *e2eCluster {
 	t.Helper()
-	c := &e2eCluster{t: t, native: native, turns: map[string][]e2eTurn{}, reg: prometheus.NewRegistry()}
+	c := &e2eCluster{t: t, turns: map[string][]e2eTurn{}, reg: prometheus.NewRegistry()}
 	mc := mock.Config{Events: "tcp://127.0.0.1:0", Replay: "tcp://127.0.0.1:0", Speedup: e2eSpeedup,
 		Aliases: []string{"*"}} // harnesses send their own model names
 	set := Baseline
