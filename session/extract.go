@@ -98,10 +98,14 @@ const (
 	headerCodexThread       = "Thread-Id"
 	headerCodexTurnMeta     = "X-Codex-Turn-Metadata"
 	headerCodexParent       = "X-Codex-Parent-Thread-Id"
-	headerOpenCodeSession   = "X-Session-Id"
-	headerOpenCodeAffinity  = "X-Session-Affinity"
-	headerOpenCodeParent    = "X-Parent-Session-Id"
-	headerSGLangRoutingKey  = "X-Smg-Routing-Key"
+	// Codex before 0.5x sent session_id and conversation_id (underscores:
+	// net/http canonicalises them to these keys).
+	headerCodexLegacySession      = "Session_id"
+	headerCodexLegacyConversation = "Conversation_id"
+	headerOpenCodeSession         = "X-Session-Id"
+	headerOpenCodeAffinity        = "X-Session-Affinity"
+	headerOpenCodeParent          = "X-Parent-Session-Id"
+	headerSGLangRoutingKey        = "X-Smg-Routing-Key"
 )
 
 // DefaultRules returns a fresh copy of the built-in rows, in precedence
@@ -115,7 +119,8 @@ const (
 // session.
 //
 // Codex: the session is the thread (thread-id, then the turn metadata's
-// thread_id, then session-id, then its session_id); x-codex-parent-thread-id
+// thread_id, then session-id, then its session_id, then older Codex's
+// conversation_id and session_id headers); x-codex-parent-thread-id
 // is the parent; x-codex-turn-metadata (JSON) gives agent_name and turn_id.
 //
 // OpenCode: x-session-id, else x-session-affinity; parent
@@ -193,7 +198,8 @@ func codexRule(h http.Header, body []byte, ac *AgentContext) {
 			}
 		}
 	}
-	for _, s := range [...]string{header(h, headerCodexThread), metaThread, header(h, headerCodexSession), metaSession} {
+	for _, s := range [...]string{header(h, headerCodexThread), metaThread, header(h, headerCodexSession), metaSession,
+		header(h, headerCodexLegacyConversation), header(h, headerCodexLegacySession)} {
 		if s != "" {
 			ac.SessionID = s
 			break

@@ -152,6 +152,16 @@ func TestCodex(t *testing.T) {
 			want:    AgentContext{SessionID: "sess-1", Harness: HarnessCodex},
 		},
 		{
+			name:    "older Codex: conversation_id and session_id headers",
+			headers: [][2]string{{"session_id", "sess-old"}, {"conversation_id", "conv-old"}},
+			want:    AgentContext{SessionID: "conv-old", Harness: HarnessCodex},
+		},
+		{
+			name:    "older Codex: session_id alone",
+			headers: [][2]string{{"session_id", "sess-old"}},
+			want:    AgentContext{SessionID: "sess-old", Harness: HarnessCodex},
+		},
+		{
 			name: "prompt_cache_key body fallback",
 			body: `{"model":"gpt-5","input":[{"role":"user","content":"x"}],"prompt_cache_key":"sess-9","stream":true}`,
 			want: AgentContext{SessionID: "sess-9", Harness: HarnessCodex},
