@@ -90,16 +90,32 @@
 // no two sessions share even their first KV block. Config.StripBillingHeader
 // removes it (StripBilling) before routing and forwarding.
 //
-// # The forward path, for failover
+// # Failover
 //
-// Gateway.attempt is the one forward step: it sends the request to one
-// worker, relays the reply and returns an AttemptResult whose Outcome is OK,
-// FailedBeforeFirstByte (nothing reached the client: retry elsewhere),
-// CutMidStream (bytes reached the client, then the reply broke off;
-// translated streams have been sent the API's error event) or ClientGone,
-// with an Err matching ErrConnect, ErrStatus, ErrCut, ErrClientGone or
-// ErrBadReply (ErrorKind names them in metrics and traces). It never calls
-// Decision.Done; Gateway.serve does, once, after the last attempt.
+// Gateway.forward routes each request to a routable worker (its
+// failover.Tracker: /health probes and a circuit breaker per worker, see
+// package failover) and serves it with Gateway.attempt, the one forward
+// step, whose AttemptResult Outcome is OK, FailedBeforeFirstByte (nothing
+// reached the client), CutMidStream (bytes reached the client, then the
+// reply broke off or stalled) or ClientGone, with an Err matching ErrConnect,
+// ErrStatus, ErrCut, ErrTimeout, ErrClientGone or ErrBadReply (ErrorKind
+// names them in metrics and traces). Every attempt reports to its worker's
+// breaker and is one router decision, Done before the next attempt.
+//
+// Before the first byte a retryable failure (connect, timeout, a reply
+// broken before its first byte, 408/429/5xx) goes to the next-best worker,
+// up to the Retry policy's tries, with backoff and jitter. A cut chat
+// stream (natively served, or the chat stream behind a translated
+// Responses or Messages request) continues on another worker when
+// Config.Failover.MigrationLimit allows: the text sent so far becomes the
+// assistant message to continue (continue_final_message, max_tokens
+// reduced), the continuation's role chunk is dropped and its chunks go on
+// the same client stream. Native streams are passed on whole events at a
+// time, so a cut leaves the client at an event boundary. Otherwise a cut
+// stream ends with the API's error event (OpenAI error chunk, Responses
+// response.failed, Anthropic event: error) and a cut whole reply aborts the
+// connection. With no routable worker a request waits up to ReadyWait, then
+// gets 503. /healthz is liveness, /readyz readiness (Gateway.Ready).
 //
 // # Traces
 //
