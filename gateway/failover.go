@@ -94,7 +94,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, c *call, s
 		}
 		res := g.attempt(ctx, w, c, wk, d, &sv)
 		g.tracker.Report(wk.ID, res.failoverOutcome())
-		if try < retry.MaxTries() && res.retryable() && ctx.Err() == nil {
+		if try < retry.MaxTries() && res.retryable() && ctx.Err() == nil && g.another(tried, wk.ID) {
 			g.finish(c, d, res.Usage, fmt.Errorf("%w: %w", errRetried, res.Err))
 			g.tracker.Retried(wk.ID)
 			tried = append(tried, wk.ID)
@@ -134,6 +134,18 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, c *call, s
 		}
 		return
 	}
+}
+
+// another reports whether a worker other than failed and those tried is
+// routable now.
+func (g *Gateway) another(tried []uint64, failed uint64) bool {
+	var buf [16]uint64
+	for _, id := range g.tracker.Allowed(buf[:0], tried) {
+		if id != failed {
+			return true
+		}
+	}
+	return false
 }
 
 // retryable reports whether the request may go to another worker with

@@ -537,6 +537,8 @@ func TestProxyWorkerTrouble(t *testing.T) {
 	// load behind.
 	retried := metricValue(t, srv.URL, `agentkv_gateway_failures_total{api="chat",kind="retried"}`)
 	require.LessOrEqual(t, retried, 1.0)
+	require.Equal(t, 1.0, metricValue(t, srv.URL, `agentkv_gateway_failures_total{api="chat",kind="connect"}`),
+		"the last attempt's failure is the request's")
 	require.Equal(t, 2.0+retried, metricValue(t, srv.URL, `agentkv_router_requests_finished_total{outcome="failed"}`))
 	for _, w := range p.router.Workers() {
 		require.Equal(t, agentkv.Load{}, p.router.WorkerLoad(w))
