@@ -1,52 +1,210 @@
 package flashindex
 
 import (
-	"container/heap"
+	"cmp"
+	"slices"
 	"time"
 )
 
-// approxEntry is one speculative (worker, block) device residency.
+// approxEntry is one speculative (worker, block) device residency. Entries
+// live by value in approxSet's slab and refer to one another (and to their
+// worker) by number, never by pointer: a million of them are one object the
+// garbage collector does not scan (issue #22: a session flood keeps the
+// approximate entries at their bound, and a pointer per entry made every GC
+// cycle walk them all).
 type approxEntry struct {
-	ws     *workerState
 	seq    uint64
 	expiry int64  // unix nanoseconds
 	order  uint64 // insertion or refresh sequence number, breaks expiry ties
-	idx    int    // position in approxHeap
+	// prev and next link the entry into the in-order queue (none at the
+	// ends); next also links free slab slots.
+	prev, next int32
+	slot       int32 // the worker's bitset slot
+	pos        int32 // place in the out-of-order heap; inQueue when queued
 }
 
-// approxHeap orders entries by (expiry, order): the root is the entry to
-// expire or prune first.
-type approxHeap []*approxEntry
+const (
+	none    = -1 // no entry
+	inQueue = -1 // approxEntry.pos of an entry in the queue, not the heap
+)
 
-func (h approxHeap) Len() int { return len(h) }
-func (h approxHeap) Less(i, j int) bool {
-	if h[i].expiry != h[j].expiry {
-		return h[i].expiry < h[j].expiry
+// approxSet holds the approximate entries in (expiry, order) order, the
+// order they expire and are pruned in. Record gives every entry it adds or
+// refreshes the next order number and, with one TTL and a clock that does
+// not step back, an expiry no earlier than any before it: such an entry
+// goes to the tail of a queue (a doubly linked list), and adding, removing,
+// refreshing and taking the first entry are O(1). An entry that would
+// sort before the queue's tail (a shorter TTL, a clock stepped back) goes
+// to a binary heap instead; the first entry is the earlier of the queue's
+// head and the heap's root.
+type approxSet struct {
+	ents       []approxEntry
+	free       int32 // first free slab slot, linked through next
+	head, tail int32 // the queue
+	heap       []int32
+	live       int
+}
+
+func (s *approxSet) init() {
+	*s = approxSet{free: none, head: none, tail: none}
+}
+
+// before reports whether entry i sorts before entry j.
+func (s *approxSet) before(i, j int32) bool {
+	a, b := &s.ents[i], &s.ents[j]
+	if a.expiry != b.expiry {
+		return a.expiry < b.expiry
 	}
-	return h[i].order < h[j].order
-}
-func (h approxHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
-}
-func (h *approxHeap) Push(x any) {
-	e := x.(*approxEntry)
-	e.idx = len(*h)
-	*h = append(*h, e)
-}
-func (h *approxHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	e.idx = -1
-	return e
+	return a.order < b.order
 }
 
-func (h *approxHeap) remove(e *approxEntry) {
-	if e.idx >= 0 {
-		heap.Remove(h, e.idx)
+// add stores a new entry and returns its number.
+func (s *approxSet) add(slot int, seq uint64, expiry int64, order uint64) int32 {
+	i := s.free
+	if i != none {
+		s.free = s.ents[i].next
+	} else {
+		i = int32(len(s.ents))
+		s.ents = append(s.ents, approxEntry{})
 	}
+	s.ents[i] = approxEntry{seq: seq, expiry: expiry, order: order, prev: none, next: none, slot: int32(slot)}
+	s.live++
+	s.place(i)
+	return i
+}
+
+// refresh gives entry i a new expiry and order and moves it to its place.
+func (s *approxSet) refresh(i int32, expiry int64, order uint64) {
+	s.unlink(i)
+	e := &s.ents[i]
+	e.expiry, e.order = expiry, order
+	s.place(i)
+}
+
+// place puts the unplaced entry i at the queue's tail when it sorts after
+// the tail, else into the heap.
+func (s *approxSet) place(i int32) {
+	if s.tail == none || s.before(s.tail, i) {
+		e := &s.ents[i]
+		e.pos, e.prev, e.next = inQueue, s.tail, none
+		if s.tail == none {
+			s.head = i
+		} else {
+			s.ents[s.tail].next = i
+		}
+		s.tail = i
+		return
+	}
+	s.ents[i].pos = int32(len(s.heap))
+	s.heap = append(s.heap, i)
+	s.up(len(s.heap) - 1)
+}
+
+// unlink takes entry i out of the queue or the heap (it stays allocated).
+func (s *approxSet) unlink(i int32) {
+	e := &s.ents[i]
+	if e.pos == inQueue {
+		if e.prev == none {
+			s.head = e.next
+		} else {
+			s.ents[e.prev].next = e.next
+		}
+		if e.next == none {
+			s.tail = e.prev
+		} else {
+			s.ents[e.next].prev = e.prev
+		}
+		e.prev, e.next = none, none
+		return
+	}
+	k := int(e.pos)
+	last := len(s.heap) - 1
+	if k != last {
+		s.heap[k] = s.heap[last]
+		s.ents[s.heap[k]].pos = int32(k)
+	}
+	s.heap = s.heap[:last]
+	if k != last {
+		s.down(k)
+		s.up(k)
+	}
+}
+
+// release frees entry i, which must be unlinked.
+func (s *approxSet) release(i int32) {
+	s.ents[i] = approxEntry{next: s.free}
+	s.free = i
+	s.live--
+	if s.live == 0 { // give the slab back after a burst
+		s.init()
+	}
+}
+
+// first returns the entry that sorts first, or none.
+func (s *approxSet) first() int32 {
+	if len(s.heap) == 0 {
+		return s.head
+	}
+	if s.head == none || s.before(s.heap[0], s.head) {
+		return s.heap[0]
+	}
+	return s.head
+}
+
+func (s *approxSet) up(k int) {
+	for k > 0 {
+		p := (k - 1) / 2
+		if !s.before(s.heap[k], s.heap[p]) {
+			return
+		}
+		s.swap(k, p)
+		k = p
+	}
+}
+
+func (s *approxSet) down(k int) {
+	n := len(s.heap)
+	for {
+		c := 2*k + 1
+		if c >= n {
+			return
+		}
+		if c+1 < n && s.before(s.heap[c+1], s.heap[c]) {
+			c++
+		}
+		if !s.before(s.heap[c], s.heap[k]) {
+			return
+		}
+		s.swap(k, c)
+		k = c
+	}
+}
+
+func (s *approxSet) swap(a, b int) {
+	h := s.heap
+	h[a], h[b] = h[b], h[a]
+	s.ents[h[a]].pos, s.ents[h[b]].pos = int32(a), int32(b)
+}
+
+// sorted returns copies of the live entries in (expiry, order) order.
+func (s *approxSet) sorted() []approxEntry {
+	out := make([]approxEntry, 0, s.live)
+	for i := s.head; i != none; i = s.ents[i].next {
+		out = append(out, s.ents[i])
+	}
+	q := len(out)
+	for _, i := range s.heap {
+		out = append(out, s.ents[i])
+	}
+	if len(out) > q { // the queue alone is in order already
+		slices.SortFunc(out, func(a, b approxEntry) int {
+			if c := cmp.Compare(a.expiry, b.expiry); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.order, b.order)
+		})
+	}
+	return out
 }
 
 // Record inserts what a routing decision implies when the engine publishes
@@ -86,12 +244,23 @@ func (ix *Index) Record(w Worker, seq []uint64, ttl time.Duration) {
 	refs := ix.refs[:0]
 	var pn *node
 	poff := 0
-	for _, s := range seq {
+	touched := 0
+	for k, s := range seq {
 		if !ix.dupS.add(s) {
 			continue
 		}
 		r := blockRef{seq: s}
-		if n, off, ok := ix.locate(s, pn, poff); ok {
+		n, off, ok := nextTo(s, pn, poff)
+		if !ok {
+			// Load the block map's slots a batch ahead: the loads overlap
+			// their cache misses (new blocks all miss).
+			if k >= touched {
+				touched = min(k+touchBatch, len(seq))
+				ix.blocks.touch(seq[k:touched])
+			}
+			n, off, ok = ix.locateMap(s)
+		}
+		if ok {
 			r.node, r.off = n, off
 			r.had = slotMask(n.data.Load().bitsAt(off), ws.slot)
 		}
@@ -102,9 +271,13 @@ func (ix *Index) Record(w Worker, seq []uint64, ttl time.Duration) {
 		}
 		r.order = ix.approxSeq
 		ix.approxSeq++
-		if e := ws.approx[s]; e != nil {
-			e.expiry, e.order = exp, r.order
-			heap.Fix(&ix.approx, e.idx)
+		// An entry exists only where its bit is set: a new block costs no
+		// lookup.
+		if r.had&(1<<planeApprox) == 0 {
+			r.need = true
+			r.mapped = true // marks "new entry" for the loop below
+		} else if i, ok := ws.approx.get(s); ok {
+			ix.approx.refresh(int32(i), exp, r.order)
 		} else {
 			r.need = true
 			r.mapped = true // marks "new entry" for the loop below
@@ -118,16 +291,11 @@ func (ix *Index) Record(w Worker, seq []uint64, ttl time.Duration) {
 		if !r.mapped {
 			continue
 		}
-		if ws.approx == nil {
-			ws.approx = make(map[uint64]*approxEntry)
-		}
-		e := &approxEntry{ws: ws, seq: r.seq, expiry: exp, order: r.order}
-		ws.approx[r.seq] = e
-		heap.Push(&ix.approx, e)
+		ws.approx.put(r.seq, uint64(ix.approx.add(ws.slot, r.seq, exp, r.order)))
 		ws.counts.add(planeApprox, 1)
 	}
-	if len(ix.approx) > ix.approxMax {
-		ix.st.approxPruned += uint64(ix.dropApproxWhile(func() bool { return len(ix.approx) > ix.approxMax }))
+	if ix.approx.live > ix.approxMax {
+		ix.st.approxPruned += uint64(ix.dropApproxWhile(func(int32) bool { return ix.approx.live > ix.approxMax }))
 	}
 }
 
@@ -139,22 +307,24 @@ func (ix *Index) Expire() {
 }
 
 func (ix *Index) expireLocked(now time.Time) {
-	if len(ix.approx) == 0 {
+	if ix.approx.live == 0 {
 		return
 	}
 	t := now.UnixNano()
-	ix.st.approxExpired += uint64(ix.dropApproxWhile(func() bool { return ix.approx[0].expiry <= t }))
+	ix.st.approxExpired += uint64(ix.dropApproxWhile(func(i int32) bool { return ix.approx.ents[i].expiry <= t }))
 }
 
-// dropApproxWhile pops entries off the heap while more (called with the
-// heap non-empty) holds, and clears their residencies; it returns how many
-// it dropped.
-func (ix *Index) dropApproxWhile(more func() bool) int {
-	return ix.dropApprox(func() *approxEntry {
-		if len(ix.approx) == 0 || !more() {
-			return nil
+// dropApproxWhile takes the first entries while more (called with the
+// first one) holds, and clears their residencies; it returns how many it
+// dropped.
+func (ix *Index) dropApproxWhile(more func(first int32) bool) int {
+	return ix.dropApprox(func() int32 {
+		i := ix.approx.first()
+		if i == none || !more(i) {
+			return none
 		}
-		return heap.Pop(&ix.approx).(*approxEntry)
+		ix.approx.unlink(i)
+		return i
 	})
 }
 
@@ -167,30 +337,30 @@ func (ix *Index) Unrecord(w Worker, seq []uint64) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ws := ix.workers[w]
-	if ws == nil || len(ws.approx) == 0 {
+	if ws == nil || ws.approx.Len() == 0 {
 		return
 	}
-	i := 0
-	ix.dropApprox(func() *approxEntry {
-		for ; i < len(seq); i++ {
-			if e := ws.approx[seq[i]]; e != nil {
-				i++
-				ix.approx.remove(e)
-				return e
+	k := 0
+	ix.dropApprox(func() int32 {
+		for ; k < len(seq); k++ {
+			if i, ok := ws.approx.get(seq[k]); ok {
+				k++
+				ix.approx.unlink(int32(i))
+				return int32(i)
 			}
 		}
-		return nil
+		return none
 	})
 }
 
 // dropApprox clears the residencies of the entries next yields (each
-// already off the heap) until it yields nil, and returns how many it
-// cleared. Entries leave the heap in (expiry, order) order, which for a
+// already unlinked; dropApprox releases it) until it yields none, and
+// returns how many it cleared. Entries leave the heap in (expiry, order) order, which for a
 // recorded request is its chain's order, so consecutive entries of one
 // worker are mostly adjacent blocks of one node: each such run is cleared
 // with one node update, not one per block (a session flood prunes every
 // request's blocks, issue #22).
-func (ix *Index) dropApprox(next func() *approxEntry) int {
+func (ix *Index) dropApprox(next func() int32) int {
 	var run struct {
 		ws   *workerState
 		n    *node
@@ -203,19 +373,26 @@ func (ix *Index) dropApprox(next func() *approxEntry) int {
 		}
 	}
 	dropped := 0
-	for e := next(); e != nil; e = next() {
+	for i := next(); i != none; i = next() {
 		dropped++
-		ws := e.ws
-		delete(ws.approx, e.seq)
+		seq, ws := ix.approx.ents[i].seq, ix.bySlot[ix.approx.ents[i].slot]
+		ix.approx.release(i)
+		if ws == nil {
+			continue // cannot happen: RemoveWorker drops the worker's entries
+		}
+		if j, ok := ws.approx.get(seq); !ok || j != uint64(i) {
+			continue // cannot happen: an entry is in its worker's map
+		}
+		ws.approx.del(seq)
 		ws.counts.add(planeApprox, -1)
-		n, off, ok := ix.locate(e.seq, run.n, run.b-1)
+		n, off, ok := ix.locate(seq, run.n, run.b-1)
 		if ok && n == run.n && ws == run.ws && off == run.b {
 			run.b++
 			continue
 		}
 		if run.n != nil {
-			flush() // may rewrite n: locate e again
-			n, off, ok = ix.locate(e.seq, nil, 0)
+			flush() // may rewrite n: locate the block again
+			n, off, ok = ix.locate(seq, nil, 0)
 		}
 		if ok {
 			run.ws, run.n, run.a, run.b = ws, n, off, off+1

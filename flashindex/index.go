@@ -117,8 +117,9 @@ type Index struct {
 	workers   map[Worker]*workerState
 	freeSlots []int
 	hashers   map[string]*Hasher
-	approx    approxHeap
+	approx    approxSet
 	approxSeq uint64
+	bySlot    []*workerState // by bitset slot (nil where free), for approx entries
 	st        counters
 	refs      []blockRef // scratch for one event
 	seqBuf    []uint64   // scratch: sequence hashes of one event
@@ -199,7 +200,7 @@ type workerState struct {
 	// (block, tier) (an engine that keys blocks by something the index
 	// does not hash, such as a cache salt). Allocated on first use.
 	alias  [eventPlanes]map[uint64]uint32
-	approx map[uint64]*approxEntry
+	approx u64map // sequence hash -> its entry in Index.approx
 	lastID uint64
 	seen   bool
 	gaps   uint64
@@ -260,6 +261,7 @@ func New(cfg Config) (*Index, error) {
 	if ix.approxMax == 0 {
 		ix.approxMax = DefaultApproxMaxEntries
 	}
+	ix.approx.init()
 	if ix.now == nil {
 		ix.now = time.Now
 	}
@@ -301,8 +303,13 @@ func (ix *Index) worker(w Worker) *workerState {
 	}
 	t.mask[slot>>6] |= 1 << (uint(slot) & 63)
 	// A reused slot's counters were zeroed when its worker was removed.
-	ws := &workerState{w: w, slot: slot, counts: t.count(slot)}
+	ws := &workerState{w: w, slot: slot, counts: t.count(slot), approx: u64map{double: true}}
 	ix.workers[w] = ws
+	if slot == len(ix.bySlot) {
+		ix.bySlot = append(ix.bySlot, ws)
+	} else {
+		ix.bySlot[slot] = ws
+	}
 	ix.slots.Store(t)
 	return ws
 }
@@ -708,9 +715,10 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 			ws.alias[plane][r.seq]++
 		}
 		if plane == planeDevice && r.had&(1<<planeApprox) != 0 {
-			if e := ws.approx[r.seq]; e != nil {
-				ix.approx.remove(e)
-				delete(ws.approx, r.seq)
+			if i, ok := ws.approx.get(r.seq); ok {
+				ix.approx.unlink(int32(i))
+				ix.approx.release(int32(i))
+				ws.approx.del(r.seq)
 				ws.counts.add(planeApprox, -1)
 			}
 		}
@@ -946,10 +954,11 @@ func (ix *Index) clearWorker(ws *workerState) {
 		ws.alias[p] = nil
 		ws.counts.set(p, 0)
 	}
-	for _, e := range ws.approx {
-		ix.approx.remove(e)
-	}
-	ws.approx = nil
+	ws.approx.each(func(_, i uint64) {
+		ix.approx.unlink(int32(i))
+		ix.approx.release(int32(i))
+	})
+	ws.approx = u64map{double: true}
 	ws.counts.set(planeApprox, 0)
 	op := setOp{slot: ws.slot, clear: 1<<numPlanes - 1}
 	for n := range ix.nodeSet {
@@ -977,6 +986,7 @@ func (ix *Index) RemoveWorker(w Worker) {
 	t.mask[ws.slot>>6] &^= 1 << (uint(ws.slot) & 63)
 	ix.slots.Store(t)
 	ix.freeSlots = append(ix.freeSlots, ws.slot)
+	ix.bySlot[ws.slot] = nil
 }
 
 // Workers returns the workers the index knows, sorted by ID then DP rank.
@@ -1032,7 +1042,7 @@ func (ix *Index) Stats() Stats {
 	s := Stats{
 		Blocks:         ix.blocks.n,
 		Nodes:          ix.nodes.live,
-		Approx:         len(ix.approx),
+		Approx:         ix.approx.live,
 		Applied:        ix.st.applied,
 		Rejected:       ix.st.rejected,
 		Duplicates:     ix.st.duplicates,

@@ -170,16 +170,10 @@ func (ix *Index) Snapshot(w io.Writer) error {
 		e.u(uint64(n.poff))
 	}
 
-	entries := slices.Clone(ix.approx)
-	slices.SortFunc(entries, func(a, b *approxEntry) int {
-		if c := cmp.Compare(a.expiry, b.expiry); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.order, b.order)
-	})
+	entries := ix.approx.sorted()
 	e.u(uint64(len(entries)))
 	for _, x := range entries {
-		e.u(num[x.ws.slot])
+		e.u(num[int(x.slot)])
 		e.h(x.seq)
 		e.u(uint64(x.expiry<<1) ^ uint64(x.expiry>>63))
 		e.u(x.order)
@@ -590,7 +584,7 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 	}
 	// Approximate entries.
 	na := d.count(maxCount, 11, "approximate entry")
-	var prev *approxEntry
+	var prev approxEntry
 	if na > 0 && len(wss) == 0 {
 		d.fail("approximate entries without workers")
 	}
@@ -602,23 +596,19 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 		if d.err != nil {
 			break
 		}
-		e := &approxEntry{ws: wss[wn], seq: seq, expiry: int64(z>>1) ^ -int64(z&1), order: order}
-		if prev != nil && (e.expiry < prev.expiry || (e.expiry == prev.expiry && e.order <= prev.order)) {
+		e := approxEntry{seq: seq, expiry: int64(z>>1) ^ -int64(z&1), order: order}
+		if i > 0 && (e.expiry < prev.expiry || (e.expiry == prev.expiry && e.order <= prev.order)) {
 			d.fail("approximate entries out of order")
 			break
 		}
 		prev = e
-		ws := e.ws
+		ws := wss[wn]
 		n, off, ok := ix.locate(seq, nil, 0)
-		if !ok || slotMask(n.data.Load().bitsAt(off), ws.slot)&(1<<planeApprox|1<<planeDevice) != 1<<planeApprox || ws.approx[seq] != nil {
+		if _, dup := ws.approx.get(seq); !ok || slotMask(n.data.Load().bitsAt(off), ws.slot)&(1<<planeApprox|1<<planeDevice) != 1<<planeApprox || dup {
 			d.fail("approximate entry %#x does not match the residency bits", seq)
 			break
 		}
-		if ws.approx == nil {
-			ws.approx = make(map[uint64]*approxEntry)
-		}
-		ws.approx[seq] = e
-		ix.approx.Push(e) // sorted input is a valid heap
+		ws.approx.put(seq, uint64(ix.approx.add(ws.slot, seq, e.expiry, e.order))) // in order: all queued
 		ws.counts.add(planeApprox, 1)
 	}
 	if d.err != nil {
