@@ -114,7 +114,9 @@ func (r *Router) done(d *Decision, u Usage) {
 	}
 	r.mu.Lock()
 	r.loads.finish(d.id)
-	if d.agent.Valid() && !d.agent.Final && !u.Failed {
+	// Only tick-time hint policies read acting; without policies the map
+	// stays empty, which spares every turn a map insert and delete.
+	if len(r.cfg.Hints) > 0 && d.agent.Valid() && !d.agent.Final && !u.Failed {
 		r.acting[d.agent.SessionID] = actingSession{worker: d.Worker, since: now}
 	}
 	var rel []release

@@ -1,10 +1,8 @@
 package agentkv
 
 import (
-	"container/list"
 	"crypto/rand"
 	"encoding/binary"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -41,39 +39,16 @@ type hashCache struct {
 	chunkBlocks int           // blocks per fingerprinted chunk
 	hashed      atomic.Uint64 // blocks hashed from tokens (not reused), for tests and stats
 
-	mu       sync.Mutex // guards the fields below
-	max      int        // token budget
-	tokens   int        // tokens covered by all entries
-	sessions map[hashKey]*list.Element
-	// loras lists, per session, the LoRA names it has an entry under, so
-	// forget costs O(that session's entries), not a walk of the cache.
-	loras map[string]loraSet
-	lru   list.List // of *hashEntry, most recent at the front
-}
-
-// loraSet is a session's LoRA names; the first is held inline, so the usual
-// session (one adapter) costs no allocation when its entry is re-inserted.
-type loraSet struct {
-	first string
-	more  []string
-}
-
-func (l loraSet) add(lora string) loraSet {
-	l.more = append(l.more, lora)
-	return l
-}
-
-// without removes lora; ok is false when the set is left empty.
-func (l loraSet) without(lora string) (_ loraSet, ok bool) {
-	if i := slices.Index(l.more, lora); i >= 0 {
-		l.more = slices.Delete(l.more, i, i+1)
-		return l, true
-	}
-	if len(l.more) == 0 {
-		return loraSet{}, false
-	}
-	l.first, l.more = l.more[len(l.more)-1], l.more[:len(l.more)-1]
-	return l, true
+	mu     sync.Mutex // guards the fields below
+	max    int        // token budget
+	tokens int        // tokens covered by all entries
+	n      int        // entries
+	// sessions maps a session to its entries, one per LoRA adapter, linked
+	// through hashEntry.sibling (the usual session has one): finding,
+	// adding and forgetting a session's entries cost one map probe each,
+	// never a walk of the cache.
+	sessions   map[string]*hashEntry
+	head, tail *hashEntry // LRU list, most recent at the head
 }
 
 // fingerprintTokens is the chunk size in tokens, rounded down to whole
@@ -91,6 +66,9 @@ type hashEntry struct {
 	// one possibly shorter (its final partial chunk).
 	seq []uint64
 	fps []uint64
+
+	sibling    *hashEntry // the session's next entry (another adapter)
+	prev, next *hashEntry // LRU list
 }
 
 func newHashCache(maxTokens, blockSize int) *hashCache {
@@ -101,8 +79,7 @@ func newHashCache(maxTokens, blockSize int) *hashCache {
 		seed:        binary.LittleEndian.Uint64(b[:]),
 		chunkBlocks: max(1, fingerprintTokens/blockSize),
 		max:         maxTokens,
-		sessions:    map[hashKey]*list.Element{},
-		loras:       map[string]loraSet{},
+		sessions:    map[string]*hashEntry{},
 	}
 }
 
@@ -146,10 +123,20 @@ func (c *hashCache) hash(h *flashindex.Hasher, session, lora string, tokens []ui
 func (c *hashCache) take(key hashKey) *hashEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el := c.sessions[key]; el != nil {
-		return c.removeLocked(el)
+	if e := c.findLocked(key); e != nil {
+		c.removeLocked(e)
+		return e
 	}
 	return &hashEntry{key: key}
+}
+
+// findLocked returns key's entry, or nil.
+func (c *hashCache) findLocked(key hashKey) *hashEntry {
+	e := c.sessions[key.session]
+	for e != nil && e.key.lora != key.lora {
+		e = e.sibling
+	}
+	return e
 }
 
 // verified checks the resent prefix chunk by chunk against e's
@@ -185,38 +172,64 @@ func (c *hashCache) remember(e *hashEntry, tokens []uint32, seq []uint64, rb, ke
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old := c.sessions[e.key]; old != nil { // a concurrent request of the session
+	if old := c.findLocked(e.key); old != nil { // a concurrent request of the session
 		c.removeLocked(old)
 	}
 	c.insertLocked(e)
-	for c.tokens > c.max && c.lru.Len() > 0 {
-		c.removeLocked(c.lru.Back())
+	for c.tokens > c.max && c.tail != nil {
+		c.removeLocked(c.tail)
 	}
 }
 
 // insertLocked adds e as the most recent entry; its key must be absent.
 func (c *hashCache) insertLocked(e *hashEntry) {
-	c.sessions[e.key] = c.lru.PushFront(e)
-	if l, ok := c.loras[e.key.session]; ok {
-		c.loras[e.key.session] = l.add(e.key.lora)
+	e.sibling = c.sessions[e.key.session]
+	c.sessions[e.key.session] = e
+	e.prev, e.next = nil, c.head
+	if c.head != nil {
+		c.head.prev = e
 	} else {
-		c.loras[e.key.session] = loraSet{first: e.key.lora}
+		c.tail = e
 	}
+	c.head = e
 	c.tokens += c.cost(e)
+	c.n++
 }
 
-// removeLocked drops el's entry from every index and returns it.
-func (c *hashCache) removeLocked(el *list.Element) *hashEntry {
-	e := el.Value.(*hashEntry)
-	c.lru.Remove(el)
-	delete(c.sessions, e.key)
-	c.tokens -= c.cost(e)
-	if l, ok := c.loras[e.key.session].without(e.key.lora); ok {
-		c.loras[e.key.session] = l
+// unlinkLocked takes e out of the LRU list and the budget.
+func (c *hashCache) unlinkLocked(e *hashEntry) {
+	if e.prev != nil {
+		e.prev.next = e.next
 	} else {
-		delete(c.loras, e.key.session)
+		c.head = e.next
 	}
-	return e
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		c.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+	c.tokens -= c.cost(e)
+	c.n--
+}
+
+// removeLocked drops e from every index.
+func (c *hashCache) removeLocked(e *hashEntry) {
+	c.unlinkLocked(e)
+	first := c.sessions[e.key.session]
+	switch {
+	case first == e && e.sibling == nil:
+		delete(c.sessions, e.key.session)
+	case first == e:
+		c.sessions[e.key.session] = e.sibling
+	default:
+		p := first
+		for p.sibling != e {
+			p = p.sibling
+		}
+		p.sibling = e.sibling
+	}
+	e.sibling = nil
 }
 
 // forget drops a session's entries, in O(its entries).
@@ -226,12 +239,16 @@ func (c *hashCache) forget(session string) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for {
-		l, ok := c.loras[session]
-		if !ok {
-			return
-		}
-		c.removeLocked(c.sessions[hashKey{session, l.first}])
+	e, ok := c.sessions[session]
+	if !ok {
+		return
+	}
+	delete(c.sessions, session)
+	for e != nil {
+		next := e.sibling
+		c.unlinkLocked(e)
+		e.sibling = nil
+		e = next
 	}
 }
 
@@ -239,5 +256,5 @@ func (c *hashCache) forget(session string) {
 func (c *hashCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.lru.Len()
+	return c.n
 }

@@ -58,7 +58,7 @@ func TestHashCacheMatchesFullHash(t *testing.T) {
 			h := hashers[lora]
 			key := hashKey{sid, lora}
 			prev, hadPrev := last[key]
-			_, inCache := c.sessions[key]
+			inCache := c.findLocked(key) != nil
 			appendOnly := hadPrev && inCache && len(p) <= c.max && len(p) >= len(prev) && slices.Equal(p[:len(prev)], prev)
 			if len(p) <= c.max { // longer prompts bypass the cache
 				last[key] = slices.Clone(p)
@@ -109,27 +109,39 @@ func TestHashCacheReusesAcrossTurns(t *testing.T) {
 }
 
 // checkHashCache asserts the cache's indexes agree: every entry is in the
-// LRU list, in sessions under its key and in loras under its session, and
-// tokens is the sum of the entries' costs.
+// LRU list (linked both ways) and in its session's sibling chain under its
+// adapter, once; every chained entry is in the list; n counts them and
+// tokens is the sum of their costs.
 func checkHashCache(t *testing.T, c *hashCache) {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	tokens, n := 0, 0
-	for el := c.lru.Front(); el != nil; el = el.Next() {
-		e := el.Value.(*hashEntry)
-		require.Same(t, el, c.sessions[e.key])
-		l := c.loras[e.key.session]
-		require.Contains(t, append([]string{l.first}, l.more...), e.key.lora)
+	var prev *hashEntry
+	inList := map[*hashEntry]bool{}
+	for e := c.head; e != nil; e = e.next {
+		require.Same(t, prev, e.prev)
+		require.Same(t, e, c.findLocked(e.key))
+		inList[e] = true
 		tokens += c.cost(e)
 		n++
+		prev = e
 	}
-	require.Len(t, c.sessions, n)
-	indexed := 0
-	for _, l := range c.loras {
-		indexed += 1 + len(l.more)
+	require.Same(t, prev, c.tail)
+	chained := 0
+	for session, e := range c.sessions {
+		require.NotNil(t, e)
+		loras := map[string]bool{}
+		for ; e != nil; e = e.sibling {
+			require.Equal(t, session, e.key.session)
+			require.False(t, loras[e.key.lora], "adapter %q twice in session %q", e.key.lora, session)
+			loras[e.key.lora] = true
+			require.True(t, inList[e])
+			chained++
+		}
 	}
-	require.Equal(t, n, indexed)
+	require.Equal(t, n, chained)
+	require.Equal(t, n, c.n)
 	require.Equal(t, tokens, c.tokens)
 }
 
@@ -148,16 +160,16 @@ func TestHashCacheBounded(t *testing.T) {
 		c.hash(h, "s"+strconv.Itoa(i), "", p, nil)
 		c.hash(hl, "s"+strconv.Itoa(i), "lora", p, nil)
 		require.LessOrEqual(t, c.len(), budget/prompt)
-		require.LessOrEqual(t, len(c.loras), budget/prompt)
+		require.LessOrEqual(t, len(c.sessions), budget/prompt)
 	}
 	checkHashCache(t, c)
 	last := "s99999"
-	require.Len(t, c.loras[last].more, 1)
+	require.NotNil(t, c.sessions[last].sibling, "both adapters")
 	n := c.len()
 	c.forget(last)
 	c.forget("never-seen")
 	require.Equal(t, n-2, c.len())
-	require.NotContains(t, c.loras, last)
+	require.NotContains(t, c.sessions, last)
 	checkHashCache(t, c)
 }
 

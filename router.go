@@ -61,7 +61,8 @@ type Router struct {
 	// and the request IDs held per program in arrival order.
 	held     map[string]*heldRequest
 	heldByPg map[string][]string
-	// acting holds sessions between turns (for tick-time hint policies).
+	// acting holds sessions between turns, for tick-time hint policies
+	// (empty when there are none).
 	acting map[string]actingSession
 	rr     int
 	rng    *rand.Rand

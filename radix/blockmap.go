@@ -21,6 +21,7 @@ type blockMap struct {
 	mask  uint64
 	shift uint8
 	n     int
+	sink  uint64 // keeps touch's loads alive
 }
 
 const minMapSlots = 64
@@ -48,6 +49,38 @@ func log2(n int) int {
 // home spreads keys with Fibonacci hashing: engine hashes are random, but
 // trace ids (Mooncake, tests) are small dense integers.
 func (m *blockMap) home(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> m.shift }
+
+// touchMin is the fewest keys worth a touch pass; touchBatch the most
+// touched ahead of their use (more would evict the first from the cache).
+const touchMin, touchBatch = 4, 256
+
+// touch loads the home slot of every key. The loads do not depend on one
+// another, so the CPU overlaps their cache misses (a software prefetch,
+// which Go lacks as an intrinsic): the probes that follow then mostly hit
+// the cache. A large tree's table is far bigger than the caches, and a
+// session's blocks are spread over all of it.
+func (m *blockMap) touch(keys []uint64) {
+	if len(keys) < touchMin {
+		return
+	}
+	var acc uint64
+	for _, k := range keys {
+		acc += m.slots[m.home(k)].key
+	}
+	m.sink += acc
+}
+
+// deleteAll deletes keys, touching them a batch ahead.
+func (m *blockMap) deleteAll(keys []uint64) {
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), touchBatch)]
+		keys = keys[len(chunk):]
+		m.touch(chunk)
+		for _, k := range chunk {
+			m.delete(k)
+		}
+	}
+}
 
 func (m *blockMap) get(k uint64) (loc, bool) {
 	for i := m.home(k); ; i = (i + 1) & m.mask {

@@ -431,6 +431,9 @@ func (t *RawTree) insertTail(p pos, tail []uint64) (pos, error) {
 	}
 	t.blocks.reserve(len(tail))
 	for i, h := range tail {
+		if i%touchBatch == 0 {
+			t.blocks.touch(tail[i:min(i+touchBatch, len(tail))])
+		}
 		if t.blocks.insertNoGrow(h, loc{target, p.depth + 1 + uint32(i)}) {
 			continue
 		}
@@ -551,9 +554,7 @@ func (t *RawTree) dropFrontier(s uint32, i int) {
 func (t *RawTree) release(n uint32) {
 	for n != rootID && t.nodes[n].refs == 0 {
 		nn := &t.nodes[n]
-		for _, b := range nn.blocks {
-			t.blocks.delete(b)
-		}
+		t.blocks.deleteAll(nn.blocks)
 		p := nn.parent
 		t.removeChild(p, n)
 		t.freeNode(n)
@@ -569,9 +570,7 @@ func (t *RawTree) release(n uint32) {
 			maxEnd = max(maxEnd, t.fronts[f].depth)
 		}
 		if keep := maxEnd - nn.base; int(keep) < len(nn.blocks) {
-			for _, b := range nn.blocks[keep:] {
-				t.blocks.delete(b)
-			}
+			t.blocks.deleteAll(nn.blocks[keep:])
 			nn.blocks = nn.blocks[:keep]
 		}
 	}

@@ -334,6 +334,9 @@ func subtreeHeight(e *entry, budget *int) int {
 }
 
 func (t *RawTable) link(e *entry) {
+	if e.info.Parent == "" || e.parent != nil { // no session has the empty id
+		return
+	}
 	p := t.m[e.info.Parent]
 	if p == nil || e.parent != nil || !t.canLink(e, p) {
 		return
