@@ -2,6 +2,7 @@ package flashindex
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"time"
 )
@@ -245,6 +246,7 @@ func (ix *Index) Record(w Worker, seq []uint64, ttl time.Duration) {
 	var pn *node
 	poff := 0
 	touched := 0
+	var acc uint64
 	for k, s := range seq {
 		if !ix.dupS.add(s) {
 			continue
@@ -275,7 +277,8 @@ func (ix *Index) Record(w Worker, seq []uint64, ttl time.Duration) {
 		// lookup.
 		if r.had&(1<<planeApprox) == 0 {
 			r.need = true
-			r.mapped = true // marks "new entry" for the loop below
+			r.mapped = true           // marks "new entry" for the loop below
+			acc += ws.approx.touch(s) // its slot, loaded ahead of the insert
 		} else if i, ok := ws.approx.get(s); ok {
 			ix.approx.refresh(int32(i), exp, r.order)
 		} else {
@@ -285,6 +288,7 @@ func (ix *Index) Record(w Worker, seq []uint64, ttl time.Duration) {
 		refs = append(refs, r)
 	}
 	ix.refs = refs
+	ix.blocks.sink += acc
 	ix.materialize(refs, nil, 0, setOp{slot: ws.slot, set: 1 << planeApprox})
 	for i := range refs {
 		r := &refs[i]
@@ -295,6 +299,7 @@ func (ix *Index) Record(w Worker, seq []uint64, ttl time.Duration) {
 		ws.counts.add(planeApprox, 1)
 	}
 	if ix.approx.live > ix.approxMax {
+		ix.prefetchApprox(ix.approx.live-ix.approxMax, math.MaxInt64)
 		ix.st.approxPruned += uint64(ix.dropApproxWhile(func(int32) bool { return ix.approx.live > ix.approxMax }))
 	}
 }
@@ -311,7 +316,33 @@ func (ix *Index) expireLocked(now time.Time) {
 		return
 	}
 	t := now.UnixNano()
+	ix.prefetchApprox(touchAhead, t)
 	ix.st.approxExpired += uint64(ix.dropApproxWhile(func(i int32) bool { return ix.approx.ents[i].expiry <= t }))
+}
+
+// touchAhead is how many approximate entries prefetchApprox loads ahead
+// at most.
+const touchAhead = 64
+
+// prefetchApprox loads, for up to n (at most touchAhead) queued entries
+// from the queue's head that expire by t, the slots that dropping them
+// reads: their worker map's and the block map's. The loads do not depend
+// on one another, so their cache misses overlap (see blockMap.touch);
+// dropped one by one, each entry would wait for its own.
+func (ix *Index) prefetchApprox(n int, t int64) {
+	var acc uint64
+	for i, k := ix.approx.head, min(n, touchAhead); i != none && k > 0; k-- {
+		e := &ix.approx.ents[i]
+		if e.expiry > t {
+			break
+		}
+		if ws := ix.bySlot[e.slot]; ws != nil {
+			acc += ws.approx.touch(e.seq)
+		}
+		acc += ix.blocks.firstSlot(mix(e.seq))
+		i = e.next
+	}
+	ix.blocks.sink += acc
 }
 
 // dropApproxWhile takes the first entries while more (called with the

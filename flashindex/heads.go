@@ -124,6 +124,13 @@ func newView(d *nodeData, kids *kidList) view {
 // publishes change a node's hashes or its first set, not both).
 func (s *headSlot) set(d *nodeData, kids *kidList) {
 	v := newView(d, kids)
+	s.store(&v)
+}
+
+// store stores v in s. Writer-only. Moving a slot's view (load, then
+// store) reads nothing of its node's contents, which a table shifting
+// slots on every delete would otherwise fetch from memory for each.
+func (s *headSlot) store(v *view) {
 	s.ver.Add(1)
 	s.d.Store(v.d)
 	if h, n := unsafe.SliceData(v.hashes), uint32(len(v.hashes)); s.h.Load() != h || s.n.Load() != n {
@@ -275,7 +282,7 @@ func (h *headMap) put(k uint64, d *nodeData, kids *kidList) {
 			if sk := t.slots[i].k.Load(); sk != 0 {
 				var v view
 				t.slots[i].load(&v)
-				g.insert(sk, v.d, &v.kids)
+				g.insertView(sk, &v)
 			}
 		}
 		h.tab.Store(g)
@@ -311,15 +318,21 @@ func (t *headTable) setZero(d *nodeData, kids *kidList) {
 
 // insert sets k to d and kids and reports whether k is new. Writer-only.
 func (t *headTable) insert(k uint64, d *nodeData, kids *kidList) bool {
+	v := newView(d, kids)
+	return t.insertView(k, &v)
+}
+
+// insertView sets k to v and reports whether k is new. Writer-only.
+func (t *headTable) insertView(k uint64, v *view) bool {
 	mask := uint64(len(t.slots) - 1)
 	for i := t.home(k); ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		switch s.k.Load() {
 		case k:
-			s.set(d, kids)
+			s.store(v)
 			return false
 		case 0:
-			s.set(d, kids)
+			s.store(v)
 			s.k.Store(k)
 			return true
 		}
@@ -364,7 +377,7 @@ func (h *headMap) del(k uint64) {
 		if (j > i && (hm <= i || hm > j)) || (j < i && hm <= i && hm > j) {
 			var v view
 			t.slots[j].load(&v)
-			t.slots[i].set(v.d, &v.kids)
+			t.slots[i].store(&v)
 			t.slots[i].k.Store(sk)
 			i = j
 		}

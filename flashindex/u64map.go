@@ -34,6 +34,15 @@ func (m *u64map) Len() int {
 	return m.n
 }
 
+// touch loads k's home slot and returns its key, for a caller that sums
+// the keys to keep the loads (see blockMap.touch).
+func (m *u64map) touch(k uint64) uint64 {
+	if len(m.slots) == 0 {
+		return 0
+	}
+	return m.slots[m.home(k)].k
+}
+
 func (m *u64map) get(k uint64) (uint64, bool) {
 	if k == 0 {
 		return m.zero, m.hasZero
