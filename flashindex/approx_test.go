@@ -2,6 +2,8 @@ package flashindex
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -126,4 +128,173 @@ func TestUnrecord(t *testing.T) {
 	if depth(w2) != 1 || ix.Stats().Approx != 1 || ix.Stats().Blocks != 2 {
 		t.Fatalf("after Unrecord(w2): depth %d, %+v", depth(w2), ix.Stats())
 	}
+}
+
+// TestApproxSetOrder drives the approximate-entry set with adds, refreshes,
+// removals and takes of the first entry, with expiries mostly rising (one
+// TTL, a clock moving on: the O(1) queue) and sometimes earlier than the
+// newest (another TTL, a clock stepped back: the heap), against a plain
+// list: the first entry is always the (expiry, order) minimum, and the
+// queue, the heap, the positions and the free list stay consistent.
+func TestApproxSetOrder(t *testing.T) {
+	type ref struct {
+		expiry int64
+		order  uint64
+	}
+	for seed := uint64(0); seed < 8; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 5))
+		var s approxSet
+		s.init()
+		live := map[int32]ref{}
+		var order uint64
+		now := int64(1000)
+		expiry := func() int64 {
+			switch rng.IntN(8) {
+			case 0:
+				return now - int64(rng.IntN(50)) // earlier than the newest
+			case 1:
+				return now // a tie, broken by order
+			}
+			now += int64(rng.IntN(3))
+			return now
+		}
+		heapUsed := 0
+		for step := range 2500 {
+			switch op := rng.IntN(10); {
+			case op < 5 || len(live) == 0:
+				e := expiry()
+				i := s.add(rng.IntN(4), rng.Uint64(), e, order)
+				if _, dup := live[i]; dup {
+					t.Fatalf("seed %d step %d: slot %d handed out twice", seed, step, i)
+				}
+				live[i] = ref{e, order}
+				order++
+			case op < 7:
+				for i := range live { // any entry
+					e := expiry()
+					s.refresh(i, e, order)
+					live[i] = ref{e, order}
+					order++
+					break
+				}
+			case op < 8:
+				for i := range live {
+					s.unlink(i)
+					s.release(i)
+					delete(live, i)
+					break
+				}
+			default:
+				i := s.first()
+				s.unlink(i)
+				s.release(i)
+				delete(live, i)
+			}
+			heapUsed = max(heapUsed, len(s.heap))
+			checkApproxSet(t, &s, live, func(a, b ref) bool {
+				return a.expiry < b.expiry || a.expiry == b.expiry && a.order < b.order
+			})
+		}
+		if heapUsed == 0 {
+			t.Fatalf("seed %d: the heap was never used", seed)
+		}
+	}
+}
+
+// checkApproxSet asserts s holds exactly live and that first is its
+// minimum.
+func checkApproxSet[R any](t *testing.T, s *approxSet, live map[int32]R, less func(a, b R) bool) {
+	t.Helper()
+	if s.live != len(live) {
+		t.Fatalf("live %d, want %d", s.live, len(live))
+	}
+	seen := map[int32]bool{}
+	prev := int32(none)
+	for i := s.head; i != none; i = s.ents[i].next {
+		e := &s.ents[i]
+		if e.pos != inQueue || e.prev != prev {
+			t.Fatalf("queued entry %d: pos %d, prev %d (want %d)", i, e.pos, e.prev, prev)
+		}
+		if prev != none && !s.before(prev, i) {
+			t.Fatalf("queue out of order at %d", i)
+		}
+		seen[i] = true
+		prev = i
+	}
+	if s.tail != prev {
+		t.Fatalf("tail %d, want %d", s.tail, prev)
+	}
+	for k, i := range s.heap {
+		if int(s.ents[i].pos) != k {
+			t.Fatalf("heap entry %d at %d records position %d", i, k, s.ents[i].pos)
+		}
+		if k > 0 && s.before(i, s.heap[(k-1)/2]) {
+			t.Fatalf("heap order broken at %d", k)
+		}
+		if seen[i] {
+			t.Fatalf("entry %d both queued and in the heap", i)
+		}
+		seen[i] = true
+	}
+	if len(seen) != len(live) {
+		t.Fatalf("%d entries linked, %d live", len(seen), len(live))
+	}
+	free := 0
+	for i := s.free; i != none; i = s.ents[i].next {
+		if seen[i] {
+			t.Fatalf("live entry %d on the free list", i)
+		}
+		free++
+	}
+	if free+len(live) != len(s.ents) {
+		t.Fatalf("%d free + %d live != %d slots", free, len(live), len(s.ents))
+	}
+	if len(live) == 0 {
+		if s.first() != none {
+			t.Fatal("first of an empty set")
+		}
+		return
+	}
+	var min int32 = none
+	for i := range live {
+		if !seen[i] {
+			t.Fatalf("live entry %d not linked", i)
+		}
+		if min == none || less(live[i], live[min]) {
+			min = i
+		}
+	}
+	if f := s.first(); f != min {
+		t.Fatalf("first %d, want %d", f, min)
+	}
+}
+
+// TestApproxEntriesHoldNoPointers: the approximate entries, and the maps
+// that find them, are pointer-free, so the garbage collector never scans
+// them: a session flood keeps a million of them live (issue #22), and
+// with a pointer each every GC cycle walked them all.
+func TestApproxEntriesHoldNoPointers(t *testing.T) {
+	for _, typ := range []reflect.Type{reflect.TypeFor[approxEntry](), reflect.TypeFor[u64slot]()} {
+		if p := pointerIn(typ); p != "" {
+			t.Errorf("%v holds a pointer (%s)", typ, p)
+		}
+	}
+}
+
+// pointerIn names a field of t that the garbage collector must scan, or
+// returns "".
+func pointerIn(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.String, reflect.Interface, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		return t.String()
+	case reflect.Array:
+		return pointerIn(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if p := pointerIn(t.Field(i).Type); p != "" {
+				return t.Field(i).Name + ": " + p
+			}
+		}
+	}
+	return ""
 }
