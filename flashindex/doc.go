@@ -92,7 +92,11 @@
 // Stored on device confirms (replaces) a speculative entry, and blocks a
 // worker holds on device from events are not recorded. Expiry runs at every
 // Record, Apply and [Index.Expire]; an index without writes should call
-// Expire periodically. The clock is Config.Now.
+// Expire periodically. The clock is Config.Now. Adding, refreshing, pruning
+// and expiring an entry cost O(1) (entries with one TTL and a clock that
+// does not step back are kept in a queue; others in a heap, O(log n)), and
+// the entries hold no pointers, so a million of them add nothing to a
+// garbage collection's marking.
 //
 // # Snapshots
 //
