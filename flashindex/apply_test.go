@@ -41,6 +41,7 @@ func TestNewValidates(t *testing.T) {
 		{"huge block size", Config{BlockSize: MaxBlockSize + 1}, ErrBlockSize},
 		{"negative capacity", Config{BlockSize: 16, MaxBlocksPerWorker: -1}, ErrConfig},
 		{"negative approx bound", Config{BlockSize: 16, ApproxMaxEntries: -1}, ErrConfig},
+		{"approx bound past 32-bit entry numbers", Config{BlockSize: 16, ApproxMaxEntries: MaxApproxEntries + 1}, ErrConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := New(tc.cfg); !errors.Is(err, tc.want) {

@@ -10,8 +10,12 @@ import (
 )
 
 // DefaultApproxMaxEntries bounds approximate entries when
-// Config.ApproxMaxEntries is zero.
-const DefaultApproxMaxEntries = 1 << 20
+// Config.ApproxMaxEntries is zero; MaxApproxEntries is the largest bound
+// it may set (entries are numbered with 32 bits).
+const (
+	DefaultApproxMaxEntries = 1 << 20
+	MaxApproxEntries        = 1 << 30
+)
 
 // DefaultApproxTTL is the lifetime Record gives entries when passed a ttl
 // of zero or less (Dynamo's approximate indexer uses the same 120 s).
@@ -37,7 +41,8 @@ type Config struct {
 
 	// ApproxMaxEntries bounds the approximate (Record) entries over all
 	// workers; beyond it the entries closest to expiry (the oldest, when
-	// TTLs are equal) are pruned first. 0 = DefaultApproxMaxEntries.
+	// TTLs are equal) are pruned first. 0 = DefaultApproxMaxEntries; at most
+	// MaxApproxEntries.
 	ApproxMaxEntries int
 
 	// Now is the clock for approximate-entry TTLs. nil = time.Now.
@@ -240,8 +245,8 @@ func New(cfg Config) (*Index, error) {
 	if cfg.MaxBlocksPerWorker < 0 {
 		return nil, fmt.Errorf("%w: MaxBlocksPerWorker %d < 0", ErrConfig, cfg.MaxBlocksPerWorker)
 	}
-	if cfg.ApproxMaxEntries < 0 {
-		return nil, fmt.Errorf("%w: ApproxMaxEntries %d < 0", ErrConfig, cfg.ApproxMaxEntries)
+	if cfg.ApproxMaxEntries < 0 || cfg.ApproxMaxEntries > MaxApproxEntries {
+		return nil, fmt.Errorf("%w: ApproxMaxEntries %d not in [0, %d]", ErrConfig, cfg.ApproxMaxEntries, MaxApproxEntries)
 	}
 	if cfg.MaxSnapshotBytes < 0 {
 		return nil, fmt.Errorf("%w: MaxSnapshotBytes %d < 0", ErrConfig, cfg.MaxSnapshotBytes)

@@ -588,6 +588,9 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 	if na > 0 && len(wss) == 0 {
 		d.fail("approximate entries without workers")
 	}
+	if na > MaxApproxEntries {
+		d.fail("%d approximate entries, more than %d", na, MaxApproxEntries)
+	}
 	for i := 0; i < na && d.err == nil; i++ {
 		wn := d.n(uint64(len(wss))-1, "worker number")
 		seq := d.h()
