@@ -149,7 +149,7 @@ func mockWorkersHook(fs flagSet) func(ctx context.Context, log *slog.Logger) ([]
 			servers = append(servers, s)
 			specs = append(specs, gateway.WorkerSpec{URL: s.URL(), Events: s.EventsEndpoint(), Replay: s.ReplayEndpoint(),
 				Native: native, Tokenizer: s})
-			log.Info("mock worker", "id", i, "url", s.URL(), "events", s.EventsEndpoint(), "replay", s.ReplayEndpoint(), "model", s.Model())
+			log.Info("mock worker started", "mock", i, "url", s.URL(), "events", s.EventsEndpoint(), "replay", s.ReplayEndpoint(), "model", s.Model())
 		}
 		return specs, stop, nil
 	}
