@@ -164,6 +164,7 @@ func runProxy(env *cmdEnv, args []string) error {
 	grace := fs.Duration("shutdown-timeout", defaultShutdownGrace, "how long requests in flight may finish on shutdown")
 	traceOut := fs.String("trace-out", "", "write content-free request records (JSONL; .gz or .zst compress) to this file")
 	migration := fs.Int("migration-limit", 0, "times a cut chat stream may move to another worker and continue (0: off; the client then gets the API's error event)")
+	probe := fs.Duration("probe-interval", failover.DefaultProbeInterval, "how often each worker's /health is probed while it is up (down: from 100 ms, doubling up to this)")
 	firstByte := fs.Duration("first-byte-timeout", gateway.DefaultFirstByteTimeout, "longest wait for a stream's first byte from a worker before trying another (0: none)")
 	stripBilling := fs.Bool("strip-billing-header", true, "remove Claude Code's per-request billing preamble from Messages system prompts")
 	nf := addNATSFlags(fs)
@@ -192,8 +193,8 @@ func runProxy(env *cmdEnv, args []string) error {
 		return usagef("proxy: --tick must be > 0, got %v", *tick)
 	case *refresh < 0:
 		return usagef("proxy: --refresh must be ≥ 0, got %v", *refresh)
-	case *migration < 0 || *firstByte < 0:
-		return usagef("proxy: --migration-limit and --first-byte-timeout must be ≥ 0")
+	case *migration < 0 || *firstByte < 0 || *probe <= 0:
+		return usagef("proxy: --migration-limit and --first-byte-timeout must be ≥ 0, --probe-interval > 0")
 	case *grace <= 0:
 		return usagef("proxy: --shutdown-timeout must be > 0, got %v", *grace)
 	case *metrics != "" && !strings.HasPrefix(*metrics, "/"):
@@ -231,7 +232,8 @@ func runProxy(env *cmdEnv, args []string) error {
 	cfg := gateway.StackConfig{Workers: workers, BlockSize: *blockSize, Policy: pol, Affinity: aff,
 		Admission: *adm, Tick: *tick, Refresh: *refresh, Logger: logger,
 		Gateway: gateway.Config{MaxBodyBytes: *maxBody, StripBillingHeader: *stripBilling,
-			Failover: failover.Config{MigrationLimit: *migration}, FirstByteTimeout: *firstByte}}
+			Failover:         failover.Config{MigrationLimit: *migration, Probe: failover.ProbeConfig{Interval: *probe}},
+			FirstByteTimeout: *firstByte}}
 	if *firstByte == 0 {
 		cfg.Gateway.FirstByteTimeout = -1 // Config: negative disables
 	}
