@@ -409,8 +409,10 @@ func (w *tracked) status(now time.Time) WorkerStatus {
 
 // Report records the outcome of an attempt on a worker: it feeds the
 // worker's breaker (see Breaker.Record) and the failure metrics. A connect
-// error ejects the worker at once (unless NoFastEject) and wakes its probe
-// loop, which then reprobes with backoff and brings it back when it answers.
+// error ejects the worker at once (unless NoFastEject). A connect error or
+// a cut stream wakes its probe loop, which probes it at once and then, while
+// it fails, with backoff (MinWait doubling): a dead worker goes down after
+// FailureThreshold quick probes, and comes back when it answers.
 func (t *Tracker) Report(id uint64, o Outcome) {
 	now := t.cfg.Now()
 	t.mu.Lock()
@@ -430,11 +432,15 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 	opened := w.br.Opens() != opens
 	if opened {
 		w.byConnect = o.Kind == Connect
-		if w.byConnect {
-			select {
-			case w.kick <- struct{}{}:
-			default:
-			}
+	}
+	if o.Kind == Connect || o.Kind == Cut {
+		// The worker may be dead: probe it now rather than at the next
+		// interval, so a worker killed under its streams (cuts alone do
+		// not open the breaker until FailureThreshold) is down within
+		// a probe or two, not a probe interval or two.
+		select {
+		case w.kick <- struct{}{}:
+		default:
 		}
 	}
 	if before != after {

@@ -180,6 +180,45 @@ func TestTrackerFastEjectAndReturn(t *testing.T) {
 	_, _, _ = a, a0, a1
 }
 
+// A stream cut mid-way wakes the worker's probe loop at once: a worker
+// killed under its streams (cuts alone, fewer than FailureThreshold, do not
+// open its breaker) is down after two quick probes, not a probe interval
+// or two later. A cut on a worker that still answers its probes changes
+// nothing.
+func TestTrackerCutProbesAtOnce(t *testing.T) {
+	clk := newStepClock()
+	tr, _ := newTracker(t, clk, Config{})
+	var code atomic.Int32
+	code.Store(200)
+	_ = tr.Add(0, healthServer(t, &code))
+	a := clk.next(t)
+	if a.d != DefaultProbeInterval || !tr.Routable(0) {
+		t.Fatalf("after a good probe: wait %v, routable %v", a.d, tr.Routable(0))
+	}
+	tr.Report(0, Outcome{Kind: Cut, Started: true, Err: errors.New("unexpected EOF")})
+	a = clk.next(t) // woken without its 5 s timer: the probe passed
+	if a.d != DefaultProbeInterval || !tr.Routable(0) {
+		t.Fatalf("a cut on a live worker: wait %v, %+v", a.d, tr.Status()[0])
+	}
+	code.Store(503) // the worker dies
+	start := clk.Now()
+	tr.Report(0, Outcome{Kind: Cut, Started: true, Err: errors.New("unexpected EOF")})
+	a = clk.next(t)
+	if a.d != DefaultProbeMinWait {
+		t.Fatalf("after the cut and a failed probe the next probe waits %v, want %v", a.d, DefaultProbeMinWait)
+	}
+	clk.fire(a)
+	a = clk.next(t)
+	st := tr.Status()[0]
+	if st.Routable || st.Health != Down || st.Breaker != Closed {
+		t.Fatalf("two failed probes after the cut: %+v", st)
+	}
+	if took := clk.Now().Sub(start); took > DefaultProbeMinWait {
+		t.Fatalf("down %v after the cut, want ≤ %v", took, DefaultProbeMinWait)
+	}
+	_ = a
+}
+
 // A sick worker (5xx while /health is fine) stays out for OpenFor: the
 // probes do not cut the open period short.
 func TestTrackerSickWorkerWaitsOutOpenFor(t *testing.T) {

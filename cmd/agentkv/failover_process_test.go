@@ -1,0 +1,603 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go"
+	aoption "github.com/anthropics/anthropic-sdk-go/option"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv/engine/mock"
+)
+
+// These tests meet worker failures the way a user of "agentkv proxy"
+// does: real "agentkv mock-worker" processes (KV events on ZeroMQ) behind
+// a real "agentkv proxy" process, driven by the official OpenAI and
+// Anthropic SDKs, the workers killed with SIGKILL and restarted on their
+// ports. Every wait polls with a deadline; nothing sleeps to synchronise.
+
+// Reply lengths of the mock workers: at --speedup 1 a token takes about
+// 12 ms, so a stream runs for about half a second to a second and a half,
+// long enough to be killed in the middle.
+const (
+	pfMinOutput = 40
+	pfMaxOutput = 110
+	pfModel     = "agentkv-mock"
+)
+
+// mockProc is an "agentkv mock-worker" process on fixed ports, so it can
+// be killed and started again where the proxy expects it.
+type mockProc struct {
+	t          *testing.T
+	port, zmq  int
+	p          *cliProcess
+	startedAt  time.Time
+	restarting bool
+}
+
+func newMockProc(t *testing.T) *mockProc {
+	return &mockProc{t: t, port: freeTCPPort(t), zmq: freeTCPPort(t)}
+}
+
+func (m *mockProc) url() string { return "http://127.0.0.1:" + strconv.Itoa(m.port) }
+
+// spec is the proxy's --worker value for it.
+func (m *mockProc) spec() string {
+	return m.url() + ",events=tcp://127.0.0.1:" + strconv.Itoa(m.zmq)
+}
+
+// start runs the worker and waits for its startup line (it serves then).
+func (m *mockProc) start() {
+	m.t.Helper()
+	m.p = startProcess(m.t, "mock-worker", "--listen", "127.0.0.1:"+strconv.Itoa(m.port),
+		"--events", "tcp://127.0.0.1:"+strconv.Itoa(m.zmq), "--speedup", "1",
+		"--min-output", strconv.Itoa(pfMinOutput), "--max-output", strconv.Itoa(pfMaxOutput))
+	m.p.line(m.t, "mock worker "+m.url())
+	m.startedAt = time.Now()
+}
+
+// kill ends the worker with SIGKILL (no goodbye: its sockets are reset by
+// the kernel) and reaps it.
+func (m *mockProc) kill() {
+	m.t.Helper()
+	require.NoError(m.t, m.p.cmd.Process.Signal(syscall.SIGKILL))
+	_ = m.p.cmd.Wait()
+}
+
+// proxyProc is an "agentkv proxy" process.
+type proxyProc struct {
+	p    *cliProcess
+	base string
+}
+
+// startProxyProc starts "agentkv proxy" on a free port with args; it does
+// not wait for it.
+func startProxyProc(t *testing.T, args ...string) *proxyProc {
+	t.Helper()
+	base := "127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+	p := startProcess(t, append([]string{"proxy", "--listen", base}, args...)...)
+	return &proxyProc{p: p, base: "http://" + base}
+}
+
+// listening waits for the proxy's "listening" line.
+func (pp *proxyProc) listening(t *testing.T) string {
+	t.Helper()
+	return pp.p.line(t, "agentkv proxy listening on "+pp.base)
+}
+
+// get GETs path on the proxy: its status and body (0 when it does not
+// answer).
+func (pp *proxyProc) get(path string) (int, string) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(pp.base + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// metrics scrapes the proxy's /metrics into series → value ("name{labels}"
+// exactly as exposed).
+func (pp *proxyProc) metrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	code, body := pp.get("/metrics")
+	require.Equal(t, http.StatusOK, code, body)
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		require.NoError(t, err, line)
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// routable reads agentkv_failover_worker_routable of worker id: 1, 0, or
+// -1 when the series is absent.
+func (pp *proxyProc) routable(t *testing.T, id int) float64 {
+	v, ok := pp.metrics(t)[`agentkv_failover_worker_routable{worker="`+strconv.Itoa(id)+`"}`]
+	if !ok {
+		return -1
+	}
+	return v
+}
+
+// pollUntil polls cond every 10 ms until it holds or d has passed; it
+// returns how long it took and whether it held.
+func pollUntil(d time.Duration, cond func() bool) (time.Duration, bool) {
+	start := time.Now()
+	for {
+		if cond() {
+			return time.Since(start), true
+		}
+		if time.Since(start) > d {
+			return time.Since(start), false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// replyOracle is an in-process mock worker configured like the worker
+// processes: a mock's reply is a function of the prompt's tokens alone,
+// so it tells what any worker answers to a conversation, fast (its clock
+// runs 10,000 times faster).
+type replyOracle struct {
+	url string
+}
+
+func newReplyOracle(t *testing.T) *replyOracle {
+	t.Helper()
+	s, err := mock.Start(mock.Config{Speedup: 1e4, MinOutput: pfMinOutput, MaxOutput: pfMaxOutput, Aliases: []string{"*"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return &replyOracle{url: s.URL()}
+}
+
+// reply is the text a worker answers to msgs; with cont, the last
+// message is the assistant's, continued (vLLM's continue_final_message,
+// what the proxy sends when it migrates a stream).
+func (o *replyOracle) reply(t *testing.T, msgs []chatMsg, cont bool) string {
+	t.Helper()
+	req := map[string]any{"model": pfModel, "messages": msgs}
+	if cont {
+		req["continue_final_message"], req["add_generation_prompt"] = true, false
+	}
+	b, err := json.Marshal(req)
+	require.NoError(t, err)
+	resp, err := http.Post(o.url+"/v1/chat/completions", "application/json", bytes.NewReader(b))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(rb))
+	var out struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	require.NoError(t, json.Unmarshal(rb, &out))
+	require.Len(t, out.Choices, 1)
+	return out.Choices[0].Message.Content
+}
+
+// continuity checks that got is what a client must see for msgs: the
+// whole reply, or (migrated) the first k words of the reply, as a cut
+// worker sent them, then exactly what a worker answers when asked to
+// continue those k words: nothing lost, nothing repeated. It returns
+// whether got was migrated, and k.
+func (o *replyOracle) continuity(t *testing.T, msgs []chatMsg, got string) (bool, int) {
+	t.Helper()
+	whole := o.reply(t, msgs, false)
+	if got == whole {
+		return false, 0
+	}
+	ww, gw := strings.Fields(whole), strings.Fields(got)
+	j := 0
+	for j < len(ww) && j < len(gw) && ww[j] == gw[j] {
+		j++
+	}
+	// The cut came after word k ≤ j (the continuation may happen to
+	// begin with the reply's next words).
+	for k := j; k >= 1 && k > j-4; k-- {
+		sent := strings.Join(ww[:k], " ")
+		rest := o.reply(t, append(append([]chatMsg(nil), msgs...), chatMsg{"assistant", sent}), true)
+		if got == sent+rest {
+			return true, k
+		}
+	}
+	t.Errorf("the stream is neither the whole reply nor a continuous migration:\n got  %q\n want %q (or its first words, then their continuation)", got, whole)
+	return false, 0
+}
+
+// turnResult is one turn of a session as its SDK client saw it.
+type turnResult struct {
+	session, turn int
+	api           string // chat or messages
+	msgs          []chatMsg
+	worker        string // X-Agentkv-Worker
+	status        int
+	chunks        int // text deltas received
+	text          string
+	finish        string
+	err           error
+	start, end    time.Time
+}
+
+// liveStream is a stream in flight, for the test to pick its victim.
+type liveStream struct {
+	worker string
+	chunks int
+}
+
+// sessionDriver runs multi-turn streamed sessions through the proxy:
+// chat completions with the OpenAI SDK (OpenCode's session header) and
+// Messages with the Anthropic SDK (Claude Code's).
+type sessionDriver struct {
+	base string
+
+	mu      sync.Mutex // guards the fields below
+	live    map[int]*liveStream
+	results []*turnResult
+}
+
+func newSessionDriver(base string) *sessionDriver {
+	return &sessionDriver{base: base, live: map[int]*liveStream{}}
+}
+
+func (d *sessionDriver) progress(s int, worker string, chunks int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if worker == "" {
+		delete(d.live, s)
+		return
+	}
+	d.live[s] = &liveStream{worker: worker, chunks: chunks}
+}
+
+// inFlight counts, per worker, the streams in flight with at least
+// minChunks text deltas received.
+func (d *sessionDriver) inFlight(minChunks int) map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]int{}
+	for _, l := range d.live {
+		if l.chunks >= minChunks {
+			out[l.worker]++
+		}
+	}
+	return out
+}
+
+func (d *sessionDriver) record(r *turnResult) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.results = append(d.results, r)
+}
+
+func (d *sessionDriver) all() []*turnResult {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*turnResult(nil), d.results...)
+}
+
+const pfSystem = "You are a careful coding agent."
+
+// firstPrompt is session s's opening request: unique words, so sessions
+// share no KV blocks and spread over the workers.
+func firstPrompt(tag string, s int) string {
+	return fmt.Sprintf("%s session %d please refactor parser module number %d and explain each change briefly", tag, s, s*7919)
+}
+
+// chatTurn streams one chat completion with the OpenAI SDK.
+func (d *sessionDriver) chatTurn(ctx context.Context, s, turn int, msgs []chatMsg) *turnResult {
+	r := &turnResult{session: s, turn: turn, api: "chat", msgs: msgs, start: time.Now()}
+	oc := openai.NewClient(option.WithBaseURL(d.base+"/v1/"), option.WithAPIKey("sk-local"), option.WithMaxRetries(0),
+		option.WithHeader("X-Session-Id", "oc-"+strconv.Itoa(s)))
+	var params []openai.ChatCompletionMessageParamUnion
+	for _, m := range msgs {
+		switch m.Role {
+		case "system":
+			params = append(params, openai.SystemMessage(m.Content))
+		case "user":
+			params = append(params, openai.UserMessage(m.Content))
+		case "assistant":
+			params = append(params, openai.AssistantMessage(m.Content))
+		}
+	}
+	var resp *http.Response
+	st := oc.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: pfModel, Messages: params},
+		option.WithResponseInto(&resp))
+	if resp != nil {
+		r.status, r.worker = resp.StatusCode, resp.Header.Get(headerWorker)
+	}
+	var text strings.Builder
+	for st.Next() {
+		ch := st.Current()
+		for _, c := range ch.Choices {
+			if c.Delta.Content != "" {
+				text.WriteString(c.Delta.Content)
+				r.chunks++
+			}
+			if c.FinishReason != "" {
+				r.finish = c.FinishReason
+			}
+		}
+		d.progress(s, r.worker, r.chunks)
+	}
+	d.progress(s, "", 0)
+	r.err, r.text, r.end = st.Err(), text.String(), time.Now()
+	_ = st.Close()
+	return r
+}
+
+// messagesTurn streams one Messages request with the Anthropic SDK; the
+// proxy translates it to chat completions (the workers are given without
+// apis=), which it can migrate.
+func (d *sessionDriver) messagesTurn(ctx context.Context, s, turn int, msgs []chatMsg) *turnResult {
+	r := &turnResult{session: s, turn: turn, api: "messages", msgs: msgs, start: time.Now()}
+	ac := anthropic.NewClient(aoption.WithBaseURL(d.base), aoption.WithAPIKey("sk-local"), aoption.WithMaxRetries(0),
+		aoption.WithHeader("X-Claude-Code-Session-Id", "cc-"+strconv.Itoa(s)))
+	p := anthropic.MessageNewParams{Model: pfModel, MaxTokens: 1024}
+	for _, m := range msgs {
+		switch m.Role {
+		case "system":
+			p.System = []anthropic.TextBlockParam{{Text: m.Content}}
+		case "user":
+			p.Messages = append(p.Messages, anthropic.NewUserMessage(anthropic.NewTextBlock(m.Content)))
+		case "assistant":
+			p.Messages = append(p.Messages, anthropic.NewAssistantMessage(anthropic.NewTextBlock(m.Content)))
+		}
+	}
+	var resp *http.Response
+	st := ac.Messages.NewStreaming(ctx, p, aoption.WithResponseInto(&resp))
+	if resp != nil {
+		r.status, r.worker = resp.StatusCode, resp.Header.Get(headerWorker)
+	}
+	var text strings.Builder
+	for st.Next() {
+		ev := st.Current()
+		switch ev.Type {
+		case "content_block_delta":
+			if ev.Delta.Text != "" {
+				text.WriteString(ev.Delta.Text)
+				r.chunks++
+			}
+		case "message_delta":
+			r.finish = string(ev.Delta.StopReason)
+		}
+		d.progress(s, r.worker, r.chunks)
+	}
+	d.progress(s, "", 0)
+	r.err, r.text, r.end = st.Err(), text.String(), time.Now()
+	_ = st.Close()
+	return r
+}
+
+// runSession runs session s (Messages when anth, else chat) turn after
+// turn until done says stop. A turn whose stream broke off is sent again
+// (what an agent does), so a session goes on through a failure.
+func (d *sessionDriver) runSession(ctx context.Context, s int, anth bool, done func(s, okTurns int) bool) {
+	tag := "opencode"
+	if anth {
+		tag = "claude"
+	}
+	msgs := []chatMsg{{"system", pfSystem}, {"user", firstPrompt(tag, s)}}
+	for turn, ok := 0, 0; !done(s, ok) && ctx.Err() == nil; turn++ {
+		var r *turnResult
+		if anth {
+			r = d.messagesTurn(ctx, s, turn, msgs)
+		} else {
+			r = d.chatTurn(ctx, s, turn, msgs)
+		}
+		d.record(r)
+		if r.err != nil {
+			continue // the same turn again
+		}
+		ok++
+		msgs = append(append([]chatMsg(nil), msgs...), chatMsg{"assistant", r.text},
+			chatMsg{"user", fmt.Sprintf("%s turn %d of session %d: the tests pass, go on with step %d", tag, ok, s, ok+1)})
+	}
+}
+
+// TestProcessFailoverWorkerKilled runs three mock-worker processes behind
+// a proxy process and sends nine concurrent multi-turn sessions through
+// it (six chat completions with the OpenAI SDK, three Messages with the
+// Anthropic SDK, all streamed). While streams are in flight, the worker
+// serving the most of them is killed with SIGKILL. No request fails
+// before its first byte; every cut stream either continues on another
+// worker as one continuous text (--migration-limit 1) or ends with an
+// error the SDK reports (migration off); the sessions continue on the
+// two surviving workers; /readyz stays 200; the proxy's metrics show the
+// dead worker not routable within 2 s of the kill. Started again on the
+// same ports, the worker becomes routable again and gets new sessions.
+func TestProcessFailoverWorkerKilled(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		migration bool
+	}{{"migration", true}, {"no_migration", false}} {
+		t.Run(tc.name, func(t *testing.T) { testWorkerKilled(t, tc.migration) })
+	}
+}
+
+func testWorkerKilled(t *testing.T, migration bool) {
+	t0 := time.Now()
+	oracle := newReplyOracle(t)
+	workers := []*mockProc{newMockProc(t), newMockProc(t), newMockProc(t)}
+	var args []string
+	for _, w := range workers {
+		w.start()
+		args = append(args, "--worker", w.spec())
+	}
+	if migration {
+		args = append(args, "--migration-limit", "1")
+	}
+	px := startProxyProc(t, args...)
+	px.listening(t)
+	_, ok := pollUntil(15*time.Second, func() bool {
+		return px.routable(t, 0) == 1 && px.routable(t, 1) == 1 && px.routable(t, 2) == 1
+	})
+	require.True(t, ok, "the three workers never became routable; proxy log:\n%s", px.p.stderr.String())
+	tUp := time.Since(t0)
+
+	// Nine sessions; each runs until the worker was killed and it has
+	// then finished two turns.
+	const sessions, anthSessions, afterKill = 9, 3, 2
+	d := newSessionDriver(px.base)
+	var killedAt atomic.Int64 // unix nanos; 0 before the kill
+	var okBefore sync.Map     // session → turns finished before its first turn sent after the kill
+	done := func(s, ok int) bool {
+		if killedAt.Load() == 0 {
+			return false
+		}
+		base, _ := okBefore.LoadOrStore(s, ok)
+		return ok-base.(int) >= afterKill
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for s := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.runSession(ctx, s, s < anthSessions, done)
+		}()
+	}
+
+	// The victim: the worker with the most streams well under way (at
+	// least two, each with 3 words sent, so the kill cuts them mid-way).
+	victim := -1
+	_, ok = pollUntil(20*time.Second, func() bool {
+		best := 0
+		for u, n := range d.inFlight(3) {
+			for i, w := range workers {
+				if w.url() == u && n >= 2 && n > best {
+					victim, best = i, n
+				}
+			}
+		}
+		return victim >= 0
+	})
+	require.True(t, ok, "never two streams in flight on one worker")
+	cut := d.inFlight(1)[workers[victim].url()]
+	kill := time.Now()
+	workers[victim].kill()
+	killedAt.Store(kill.UnixNano())
+
+	// /readyz stays 200 from the kill on.
+	var notReady atomic.Int64
+	var readyChecks atomic.Int64
+	stopReady := make(chan struct{})
+	readyDone := make(chan struct{})
+	go func() {
+		defer close(readyDone)
+		for {
+			select {
+			case <-stopReady:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if code, _ := px.get("/readyz"); code != http.StatusOK {
+				notReady.Add(1)
+			}
+			readyChecks.Add(1)
+		}
+	}()
+
+	// The proxy sees it within 2 s: the worker is not routable (its
+	// breaker open, or its health down).
+	ejected, ok := pollUntil(2*time.Second, func() bool { return px.routable(t, victim) == 0 })
+	require.True(t, ok, "the killed worker is still routable 2 s after the kill; proxy log:\n%s", px.p.stderr.String())
+	m := px.metrics(t)
+	vl := `{worker="` + strconv.Itoa(victim) + `"}`
+	t.Logf("worker %d killed with %d streams in flight; not routable after %v (breaker state %v, health %v, breaker opens %v)",
+		victim, cut, ejected, m["agentkv_failover_breaker_state"+vl], m["agentkv_failover_worker_health"+vl],
+		m["agentkv_failover_breaker_opens_total"+vl])
+
+	wg.Wait()
+	require.NoError(t, ctx.Err(), "the sessions did not finish in time")
+	close(stopReady)
+	<-readyDone
+	require.Zero(t, notReady.Load(), "/readyz answered other than 200 %d of %d times after the kill", notReady.Load(), readyChecks.Load())
+	tSessions := time.Since(kill)
+
+	// What the clients saw.
+	results := d.all()
+	var cutSeen, migrated int
+	for _, r := range results {
+		where := fmt.Sprintf("session %d (%s) turn %d on %s", r.session, r.api, r.turn, r.worker)
+		require.Equal(t, http.StatusOK, r.status, "%s: no request fails before its first byte (%v)", where, r.err)
+		if r.start.After(kill) {
+			require.NotEqual(t, workers[victim].url(), r.worker, "%s: a turn sent after the kill is served by a live worker", where)
+		}
+		if r.err != nil {
+			// Only a stream cut by the kill ends in an error, and only
+			// with migration off; it had started.
+			require.False(t, migration, "%s: with migration on no stream fails: %v", where, r.err)
+			require.Equal(t, workers[victim].url(), r.worker, "%s: %v", where, r.err)
+			require.Greater(t, r.chunks, 0, "%s: the stream had started", where)
+			require.True(t, r.start.Before(kill), where)
+			require.Contains(t, r.err.Error(), "broke off", "%s: the API's own error event", where)
+			cutSeen++
+			continue
+		}
+		require.NotEmpty(t, r.finish, "%s: the stream ended properly", where)
+		wasMigrated, k := oracle.continuity(t, r.msgs, r.text)
+		if wasMigrated {
+			require.True(t, migration, "%s: migrated with migration off", where)
+			require.Equal(t, workers[victim].url(), r.worker, where)
+			t.Logf("%s: migrated after %d words", where, k)
+			migrated++
+		}
+	}
+	if migration {
+		require.Equal(t, cut, migrated, "every stream cut by the kill continued on another worker")
+		m = px.metrics(t)
+		require.Equal(t, float64(migrated), m[`agentkv_failover_migrations_total`+vl])
+	} else {
+		require.Equal(t, cut, cutSeen, "every stream cut by the kill ended with an error the SDK reports")
+	}
+
+	// Start it again on the same ports: routable again, and new sessions
+	// reach it.
+	workers[victim].start()
+	back, ok := pollUntil(15*time.Second, func() bool { return px.routable(t, victim) == 1 })
+	require.True(t, ok, "the restarted worker never became routable; proxy log:\n%s", px.p.stderr.String())
+	reached := -1
+	for i := 0; i < 60 && reached < 0; i++ {
+		hdr := map[string]string{"X-Session-Id": "new-" + strconv.Itoa(i)}
+		body, _ := json.Marshal(map[string]any{"model": pfModel, "max_tokens": 1,
+			"messages": []chatMsg{{"user", firstPrompt("fresh", 1000+i)}}})
+		resp, b := post(t, px.base+"/v1/chat/completions", hdr, body)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+		if resp.Header.Get(headerWorker) == workers[victim].url() {
+			reached = i + 1
+		}
+	}
+	require.Positive(t, reached, "no new session reached the restarted worker")
+	t.Logf("up in %v; %d turns by %d sessions (%d cut, %d migrated); sessions done %v after the kill; restarted worker routable after %v, new session #%d reached it; total %v",
+		tUp, len(results), sessions, cutSeen, migrated, tSessions, back, reached, time.Since(t0))
+}
