@@ -262,9 +262,19 @@ func (g *Gateway) Ready() error {
 		return nil
 	}
 	var b strings.Builder
-	for i, st := range g.tracker.Status() {
+	tracked := map[uint64]failover.WorkerStatus{}
+	for _, st := range g.tracker.Status() {
+		tracked[st.ID] = st
+	}
+	for i, wk := range g.order {
 		if i > 0 {
 			b.WriteString("; ")
+		}
+		st, ok := tracked[wk.ID]
+		if !ok {
+			// A Stack tracks a worker once it joined the router.
+			fmt.Fprintf(&b, "worker %d %s: not joined yet (waiting for it to answer)", wk.ID, wk.URL)
+			continue
 		}
 		fmt.Fprintf(&b, "worker %d %s: health %s, breaker %s", st.ID, st.URL, st.Health, st.Breaker)
 		if st.LastError != "" {

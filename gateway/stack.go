@@ -288,6 +288,10 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	}
 	for _, w := range s.workers {
 		if !w.connected() {
+			// Not routable (nor probed) until it joined the router: its
+			// probes could find it up before await connects it, and /readyz
+			// would say 200 with no worker to route to.
+			s.gw.tracker.Remove(w.id)
 			s.wg.Add(1)
 			go s.await(bg, w)
 		}
@@ -403,6 +407,10 @@ func (s *Stack) await(ctx context.Context, w *stackWorker) {
 			if err := s.join(ctx, w); err != nil {
 				s.log.Error("gateway: worker answered but cannot join", "worker", w.spec.URL, "err", err)
 				return
+			}
+			// Tracked from now on: routable from its first good probe.
+			if err := s.gw.tracker.Add(w.id, w.spec.URL); err != nil {
+				return // the gateway is closing
 			}
 			s.log.Info("gateway: worker joined", "worker", w.spec.URL)
 			return

@@ -601,3 +601,183 @@ func testWorkerKilled(t *testing.T, migration bool) {
 	t.Logf("up in %v; %d turns by %d sessions (%d cut, %d migrated); sessions done %v after the kill; restarted worker routable after %v, new session #%d reached it; total %v",
 		tUp, len(results), sessions, cutSeen, migrated, tSessions, back, reached, time.Since(t0))
 }
+
+// TestProcessFailoverWorkersDownAtStart starts the proxy in front of two
+// worker processes that are not running yet: with --block-size it serves
+// at once; without, it must wait for a first worker to learn the block
+// size, and answers /healthz and /readyz meanwhile. Either way /readyz is
+// 503 until a worker is up, then requests succeed; the second worker,
+// started later, joins and gets sessions. With --block-size, every
+// worker is then killed: /readyz is 503 and requests get a clean 503 or
+// 502 in their API's shape. Without, a client that leaves mid-stream is
+// logged and counted as 499.
+func TestProcessFailoverWorkersDownAtStart(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		blockSize bool
+	}{{"block_size", true}, {"no_block_size", false}} {
+		t.Run(tc.name, func(t *testing.T) { testWorkersDownAtStart(t, tc.blockSize) })
+	}
+}
+
+func testWorkersDownAtStart(t *testing.T, blockSize bool) {
+	t0 := time.Now()
+	a, b := newMockProc(t), newMockProc(t)
+	args := []string{"--worker", a.spec(), "--worker", b.spec()}
+	if blockSize {
+		args = append(args, "--block-size", "16")
+	}
+	px := startProxyProc(t, args...)
+	if blockSize {
+		px.listening(t) // it does not wait for a worker
+	} else {
+		_, ok := pollUntil(15*time.Second, func() bool {
+			return strings.Contains(px.p.stderr.String(), "waiting for a worker to answer")
+		})
+		require.True(t, ok, "the proxy does not say it waits; log:\n%s", px.p.stderr.String())
+	}
+	// It answers while no worker is up: live, not ready.
+	_, ok := pollUntil(10*time.Second, func() bool { code, _ := px.get("/healthz"); return code == http.StatusOK })
+	require.True(t, ok, "/healthz never answered 200 while the workers are down; log:\n%s", px.p.stderr.String())
+	code, body := px.get("/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code, body)
+	tWaiting := time.Since(t0)
+
+	a.start()
+	if !blockSize {
+		px.listening(t) // it learnt the block size from a
+	}
+	up, ok := pollUntil(15*time.Second, func() bool { code, _ := px.get("/readyz"); return code == http.StatusOK })
+	require.True(t, ok, "/readyz never 200 with worker a up; log:\n%s", px.p.stderr.String())
+	// Requests succeed at once, through both SDKs.
+	d := newSessionDriver(px.base)
+	ctx := context.Background()
+	for i, r := range []*turnResult{
+		d.chatTurn(ctx, 100, 0, []chatMsg{{"system", pfSystem}, {"user", firstPrompt("opencode", 100)}}),
+		d.messagesTurn(ctx, 101, 0, []chatMsg{{"system", pfSystem}, {"user", firstPrompt("claude", 101)}}),
+	} {
+		require.NoError(t, r.err, "request %d", i)
+		require.Equal(t, http.StatusOK, r.status)
+		require.Equal(t, a.url(), r.worker)
+		require.NotEmpty(t, r.finish)
+		require.NotEmpty(t, r.text)
+	}
+
+	// The second worker comes up later: it joins and gets new sessions.
+	b.start()
+	joined, ok := pollUntil(15*time.Second, func() bool { return px.routable(t, 1) == 1 })
+	require.True(t, ok, "worker b never became routable; log:\n%s", px.p.stderr.String())
+	reached := -1
+	for i := 0; i < 60 && reached < 0; i++ {
+		body, _ := json.Marshal(map[string]any{"model": pfModel, "max_tokens": 1,
+			"messages": []chatMsg{{"user", firstPrompt("later", 2000+i)}}})
+		resp, rb := post(t, px.base+"/v1/chat/completions", map[string]string{"X-Session-Id": "later-" + strconv.Itoa(i)}, body)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(rb))
+		if resp.Header.Get(headerWorker) == b.url() {
+			reached = i + 1
+		}
+	}
+	require.Positive(t, reached, "no new session reached worker b")
+	t.Logf("answering (worker-less) after %v; ready %v after worker a started; worker b routable %v after it started, new session #%d reached it",
+		tWaiting, up, joined, reached)
+
+	if !blockSize {
+		clientLeaves(t, px)
+		return
+	}
+	// Every worker dies: not ready, and requests get a clean error in
+	// their API's shape (503: no healthy worker; 502: the last worker
+	// tried failed).
+	a.kill()
+	b.kill()
+	down, ok := pollUntil(10*time.Second, func() bool { code, _ := px.get("/readyz"); return code == http.StatusServiceUnavailable })
+	require.True(t, ok, "/readyz still 200 with every worker dead")
+	_, body = px.get("/readyz")
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	raws := make([]struct {
+		code int
+		body []byte
+	}, 2)
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		errs[0] = d.chatTurn(ctx, 102, 0, []chatMsg{{"user", firstPrompt("opencode", 102)}}).err
+	}()
+	go func() {
+		defer wg.Done()
+		errs[1] = d.messagesTurn(ctx, 103, 0, []chatMsg{{"user", firstPrompt("claude", 103)}}).err
+	}()
+	for i, path := range []string{"/v1/chat/completions", "/v1/messages"} {
+		go func() {
+			defer wg.Done()
+			b, _ := json.Marshal(map[string]any{"model": pfModel, "max_tokens": 16, "stream": true,
+				"messages": []chatMsg{{"user", firstPrompt("raw", 104+i)}}})
+			resp, rb := post(t, px.base+path, map[string]string{"anthropic-version": "2023-06-01"}, b)
+			raws[i].code, raws[i].body = resp.StatusCode, rb
+		}()
+	}
+	wg.Wait()
+	var oe *openai.Error
+	require.ErrorAs(t, errs[0], &oe)
+	require.Contains(t, []int{http.StatusBadGateway, http.StatusServiceUnavailable}, oe.StatusCode, "%v", errs[0])
+	var ae *anthropic.Error
+	require.ErrorAs(t, errs[1], &ae)
+	require.Contains(t, []int{http.StatusBadGateway, http.StatusServiceUnavailable}, ae.StatusCode, "%v", errs[1])
+	for i, r := range raws {
+		require.Contains(t, []int{http.StatusBadGateway, http.StatusServiceUnavailable}, r.code, string(r.body))
+		var shape struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal(r.body, &shape), string(r.body))
+		require.NotEmpty(t, shape.Error.Message, string(r.body))
+		require.NotEmpty(t, shape.Error.Type, string(r.body))
+		if i == 1 {
+			require.Equal(t, "error", shape.Type, "Anthropic's shape: %s", r.body)
+		} else {
+			require.Empty(t, shape.Type, "OpenAI's shape: %s", r.body)
+		}
+	}
+	t.Logf("every worker killed: /readyz 503 after %v (%q); chat %d, messages %d; total %v",
+		down, strings.TrimSpace(body), raws[0].code, raws[1].code, time.Since(t0))
+}
+
+// clientLeaves opens a chat stream through the proxy, reads its first
+// event and hangs up: the proxy logs the request as 499 and counts it.
+func clientLeaves(t *testing.T, px *proxyProc) {
+	t.Helper()
+	const series = `agentkv_gateway_responses_total{api="chat",code="499"}`
+	before := px.metrics(t)[series]
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body, _ := json.Marshal(map[string]any{"model": pfModel, "stream": true,
+		"messages": []chatMsg{{"user", firstPrompt("leaver", 1)}}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, px.base+"/v1/chat/completions", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Session-Id", "leaver")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(line, "data: "), line)
+	cancel()
+	resp.Body.Close()
+	took, ok := pollUntil(10*time.Second, func() bool {
+		return px.metrics(t)[series] == before+1 && strings.Contains(px.p.stderr.String(), "status=499")
+	})
+	require.True(t, ok, "no 499 in the proxy's log and metrics (%v → %v); log:\n%s", before, px.metrics(t)[series], px.p.stderr.String())
+	var logLine string
+	for _, l := range strings.Split(px.p.stderr.String(), "\n") {
+		if strings.Contains(l, "status=499") {
+			logLine = l
+		}
+	}
+	require.Contains(t, logLine, "session=leaver")
+	t.Logf("client gone: 499 logged and counted %v after it hung up: %s", took, logLine)
+}

@@ -10,8 +10,13 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/gateway"
@@ -64,8 +69,15 @@ error kind; .gz/.zst compress) that "agentkv trace inspect", "simulate" and
 "replay" read back.
 
 KV capacity and block size are read from each worker's /metrics
-(vllm:cache_config_info) at startup, where an unreadable worker is an error,
-and every --refresh after. A control-loop tick runs every --tick. SIGINT or
+(vllm:cache_config_info) at startup, and every --refresh after. A worker
+that does not answer at startup is waited for in the background, with
+backoff, and joins when it answers; without --block-size the proxy waits
+for a first worker to learn it from, answering /healthz (200, live),
+/readyz (503) and API requests (503) meanwhile. /readyz is 200 while at
+least one worker is routable: health probes (GET /health) and a circuit
+breaker per worker take a dead or failing worker out, retries move a
+request that failed before its first byte, and --migration-limit lets a
+cut chat stream continue on another worker. A control-loop tick runs every --tick. SIGINT or
 SIGTERM shuts the server down cleanly: held requests get 503, requests in
 flight finish (up to --shutdown-timeout), event subscribers close.`,
 		run: runProxy,
@@ -105,6 +117,12 @@ func serveStack(ctx context.Context, s *gateway.Stack, h http.Handler, ln net.Li
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	return runServer(ctx, s, srv, errc, grace, log)
+}
+
+// runServer waits until ctx ends or srv stops serving (errc), then shuts
+// srv and the stack down as serveStack says.
+func runServer(ctx context.Context, s *gateway.Stack, srv *http.Server, errc <-chan error, grace time.Duration, log *slog.Logger) error {
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -124,6 +142,51 @@ func serveStack(ctx context.Context, s *gateway.Stack, h http.Handler, ln net.Li
 		return serveErr
 	}
 	return nil
+}
+
+// lateHandler serves starting until the stack's handler is set: the
+// proxy listens before its stack is built, which waits for a first worker
+// when no --block-size is given, so /healthz, /readyz and /metrics answer
+// (and API requests get a clean 503) meanwhile, instead of a refused
+// connection that a liveness probe or a load balancer takes for a dead
+// proxy.
+type lateHandler struct {
+	h        atomic.Pointer[http.Handler]
+	starting http.Handler
+}
+
+func (l *lateHandler) set(h http.Handler) { l.h.Store(&h) }
+
+func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := l.h.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	l.starting.ServeHTTP(w, r)
+}
+
+// startingMessage is what the proxy answers while its stack starts.
+const startingMessage = "agentkv proxy: starting: waiting for a worker to answer (its KV block size and capacity)"
+
+// startingHandler answers while the stack starts: /healthz 200 (live),
+// /readyz 503, metrics at metricsPath, every other request 503 in its
+// API's error shape with Retry-After.
+func startingHandler(metricsPath string, reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	if metricsPath != "" {
+		mux.Handle("GET "+metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok: live; "+strings.TrimPrefix(startingMessage, "agentkv proxy: "))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "not ready: "+startingMessage, http.StatusServiceUnavailable)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "1")
+		gateway.WriteError(w, r, http.StatusServiceUnavailable, startingMessage)
+	})
+	return mux
 }
 
 // proxySignals are the signals that stop "agentkv proxy".
@@ -246,8 +309,27 @@ func runProxy(env *cmdEnv, args []string) error {
 		defer tw.Close() // after the stack: the last records are flushed
 		cfg.Trace = tw
 	}
+	// Listen first: while the stack starts (it waits for a first worker
+	// when the block size is not given) the proxy answers /healthz,
+	// /readyz and /metrics, and API requests get 503.
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	cfg.Registry = prometheus.NewRegistry()
+	cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	late := &lateHandler{starting: startingHandler(*metrics, cfg.Registry)}
+	srv, err := gateway.NewServer(late, gateway.ServerConfig{MaxBodyBytes: *maxBody, BodyReadTimeout: *bodyTimeout,
+		MaxHeaderBytes: *maxHeader, MaxBodyBytesInFlight: *maxInFlight, Logger: logger, Registerer: cfg.Registry})
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
 	nr, err := nf.prepare(ctx, &cfg, *listen, logger, env.stdout)
 	if err != nil {
+		_ = srv.Close()
 		return err
 	}
 	defer nr.stop()
@@ -255,21 +337,18 @@ func runProxy(env *cmdEnv, args []string) error {
 	// block size is known), never fatal; only a signal ends the wait.
 	s, err := gateway.NewStack(ctx, cfg)
 	if err != nil {
+		_ = srv.Close()
 		return err
 	}
 	handler := s.Handler(*metrics)
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		_ = s.Close()
-		return err
-	}
 	if nr != nil {
 		if handler, err = nr.start(s, handler, "http://"+ln.Addr().String(), *adm, *maxBody); err != nil {
 			_ = s.Close()
-			_ = ln.Close()
+			_ = srv.Close()
 			return err
 		}
 	}
+	late.set(handler)
 	mode := "KV events"
 	if s.Approximate() {
 		mode = "approximate (no KV events from some workers)"
@@ -277,8 +356,7 @@ func runProxy(env *cmdEnv, args []string) error {
 	affName := map[agentkv.AffinityMode]string{agentkv.AffinityOff: "off", agentkv.AffinitySoft: "soft", agentkv.AffinityHard: "hard"}[aff]
 	fmt.Fprintf(env.stdout, "agentkv proxy listening on http://%s: %d workers, block size %d, policy %s, affinity %s, admission %v, index %s\n",
 		ln.Addr(), s.Workers(), s.BlockSize(), pol, affName, *adm, mode)
-	err = serveStack(ctx, s, handler, ln, *grace, gateway.ServerConfig{MaxBodyBytes: *maxBody,
-		BodyReadTimeout: *bodyTimeout, MaxHeaderBytes: *maxHeader, MaxBodyBytesInFlight: *maxInFlight}, logger)
+	err = runServer(ctx, s, srv, errc, *grace, logger)
 	fmt.Fprintln(env.stdout, "agentkv proxy stopped")
 	return err
 }
