@@ -197,15 +197,21 @@ func (res *AttemptResult) failoverOutcome() failover.Outcome {
 // call or reasoning cannot be continued), and its token budget is not
 // spent. The continuation is the chat request with the text sent so far
 // as the assistant's message to continue (vLLM's continue_final_message),
-// its max_tokens reduced by the tokens sent.
+// its max_tokens reduced by the tokens sent; when no text was sent yet
+// (the worker died in prefill, after the stream's first event), the chat
+// request itself.
 func (g *Gateway) canMigrate(c *call, sv *streamSoFar, wk *worker, u Usage) bool {
-	if sv.migrations >= g.migrationLimit || sv.noResume || sv.text.Len() == 0 || !c.stream {
+	if sv.migrations >= g.migrationLimit || sv.noResume || !c.stream {
 		return false
 	}
 	if !(c.api == Chat || (c.api != Completions && sv.tr != nil)) {
 		return false // native Responses and Messages streams cannot be continued
 	}
 	base := c.chatB
+	if sv.text.Len() == 0 {
+		sv.continuation = base
+		return true
+	}
 	sent := max(sv.chunks, u.CompletionTokens)
 	b, ok := continueChat(base, sv.text.String(), sent)
 	if !ok {
