@@ -685,14 +685,12 @@ func testWorkersDownAtStart(t *testing.T, blockSize bool) {
 		clientLeaves(t, px)
 		return
 	}
-	// Every worker dies: not ready, and requests get a clean error in
-	// their API's shape (503: no healthy worker; 502: the last worker
-	// tried failed).
+	// Every worker dies: requests get a clean error in their API's shape
+	// (502: every worker tried failed; 503: none is routable any more, after
+	// the proxy waited a moment for one), and /readyz is 503.
 	a.kill()
 	b.kill()
-	down, ok := pollUntil(10*time.Second, func() bool { code, _ := px.get("/readyz"); return code == http.StatusServiceUnavailable })
-	require.True(t, ok, "/readyz still 200 with every worker dead")
-	_, body = px.get("/readyz")
+	killed := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	raws := make([]struct {
@@ -718,6 +716,10 @@ func testWorkersDownAtStart(t *testing.T, blockSize bool) {
 		}()
 	}
 	wg.Wait()
+	answered := time.Since(killed)
+	down, ok := pollUntil(10*time.Second, func() bool { code, _ := px.get("/readyz"); return code == http.StatusServiceUnavailable })
+	require.True(t, ok, "/readyz still 200 with every worker dead")
+	_, body = px.get("/readyz")
 	var oe *openai.Error
 	require.ErrorAs(t, errs[0], &oe)
 	require.Contains(t, []int{http.StatusBadGateway, http.StatusServiceUnavailable}, oe.StatusCode, "%v", errs[0])
@@ -742,8 +744,8 @@ func testWorkersDownAtStart(t *testing.T, blockSize bool) {
 			require.Empty(t, shape.Type, "OpenAI's shape: %s", r.body)
 		}
 	}
-	t.Logf("every worker killed: /readyz 503 after %v (%q); chat %d, messages %d; total %v",
-		down, strings.TrimSpace(body), raws[0].code, raws[1].code, time.Since(t0))
+	t.Logf("every worker killed: requests answered within %v (SDKs: chat %d, messages %d; raw: chat %d, messages %d), then /readyz 503 after %v (%q); total %v",
+		answered, oe.StatusCode, ae.StatusCode, raws[0].code, raws[1].code, down, strings.TrimSpace(body), time.Since(t0))
 }
 
 // clientLeaves opens a chat stream through the proxy, reads its first
