@@ -198,7 +198,8 @@ func (w *stackWorker) Info() agentkv.WorkerInfo {
 // NewStack connects to every worker (reading its capacity from /metrics),
 // builds the router and the gateway, starts the event subscribers and the
 // loops. Workers get IDs 0, 1, ... in order. A worker that does not answer
-// is not fatal: it joins the router, with backoff, once it does (with no
+// is not fatal: it joins the router, with backoff, once it does, and is
+// health-probed and routable (counted by /readyz) only from then (with no
 // BlockSize configured, NewStack waits until ctx ends for a first worker
 // to learn it from). A worker whose health probes fail leaves the router
 // and rejoins when it is up again.

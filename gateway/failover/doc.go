@@ -51,6 +51,9 @@
 // Tracker probes GET {base}/health (ProbeConfig.Path) on each worker: every
 // Interval (5 s) while it is up; while it is down, unknown or just ejected,
 // after MinWait (100 ms), doubling after each failure, up to Interval. A
+// Connect or Cut report probes the worker at once, so a worker killed
+// under its streams (cuts alone open its breaker only at the fifth) is
+// down within a MinWait or so of the first cut. A
 // worker is routable from its first good probe (Unknown before: a worker
 // down at start is simply waited for, never fatal) and goes down after
 // FailureThreshold (2) failed probes in a row, or its first if it was never
