@@ -109,7 +109,8 @@
 // Responses or Messages request) continues on another worker when
 // Config.Failover.MigrationLimit allows: the text sent so far becomes the
 // assistant message to continue (continue_final_message, max_tokens
-// reduced), the continuation's role chunk is dropped and its chunks go on
+// reduced; a stream cut before its first word sends the request again
+// whole), the continuation's role chunk is dropped and its chunks go on
 // the same client stream. Native streams are passed on whole events at a
 // time, so a cut leaves the client at an event boundary. Otherwise a cut
 // stream ends with the API's error event (OpenAI error chunk, Responses
