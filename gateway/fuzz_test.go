@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -135,8 +136,10 @@ func FuzzGatewayRequest(f *testing.F) {
 		req.Header.Set("X-Session-Id", "fuzz")
 		rec := httptest.NewRecorder()
 		g.ServeHTTP(rec, req)
-		switch rec.Code {
-		case http.StatusOK, http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		switch {
+		case rec.Code == http.StatusOK, rec.Code == http.StatusBadRequest, rec.Code == http.StatusRequestEntityTooLarge:
+		case rec.Code == http.StatusNotFound && a == Completions && strings.Contains(rec.Body.String(), "NotFoundError"):
+			// The chat-only engine's own 404 for text completions, passed through.
 		default:
 			t.Fatalf("%s: status %d for %q: %s", a, rec.Code, body, rec.Body.String())
 		}
