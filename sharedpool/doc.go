@@ -101,6 +101,21 @@
 // worker's exclusive tier depths. [Hits.RunFrom] gives the stricter run of
 // consecutive hits an engine can actually prefetch from a position.
 //
+// # Snapshots
+//
+// [Index.Snapshot] writes the index's state (layout, last batch sequence
+// number, media names, every tracked page with the media of each object)
+// as a versioned, canonical, zstd-compressed stream; [Index.Restore] reads
+// it back into an index, keeping that index's Config. Two indexes that
+// applied the same batches write the same bytes whatever their table seeds,
+// and a restored index continues exactly as the original would (the next
+// batch is judged against the saved sequence number). The event plane
+// stores these beside the router's index snapshot, so a restarted replica
+// has the pool at once. Snapshots are untrusted input: bad ones fail with
+// [ErrSnapshotFormat] or [ErrSnapshotVersion], leave the index unchanged
+// and never panic; the page count is bounded by MaxPages and the body by
+// 256 times the compressed bytes (fuzzed).
+//
 // # Thread safety and ownership
 //
 // [Index] is a synchronous core and is not safe for concurrent use. [Pool]

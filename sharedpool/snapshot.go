@@ -1,0 +1,441 @@
+package sharedpool
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/agentkv/agentkv/internal/limitio"
+)
+
+// Snapshot format, version 1:
+//
+//	magic "SPIX" | version byte | zstd frame of the body
+//
+// The body is unsigned varints (u), strings (s: u length, then the bytes)
+// and little-endian 64-bit words (h):
+//
+//	u flags: 1 a layout follows, 2 a batch sequence number follows
+//	layout: s backend, u page size, u tp, u pp, u tp_lcm,
+//	        u bits (1 MLA, 2 Eagle, 4 split heads), s extra backend tag, s key prefix
+//	u last batch sequence number
+//	u media, then each s name, in the order the index first saw them
+//	u pages, then per page in ascending digest order (its four words):
+//	  4 h digest, then one byte per object of the page: its media bits
+//	  (0 absent; bit 0 stored without a medium, bit i+1 the i-th name,
+//	  bit 7 any further name)
+//
+// The layout is the normalized one. Pages are the tracked ones, complete
+// or not, so a restored index continues exactly as the original would.
+// Encoding is canonical: two indexes that applied the same batches write
+// the same bytes whatever their table seeds, and Snapshot of a restored
+// index reproduces its input.
+const (
+	snapshotMagic   = "SPIX"
+	snapshotVersion = 1
+	snapshotWindow  = 1 << 22 // zstd window: bounds decoder memory on hostile input
+	// snapshotExpansion bounds how far the body may expand the compressed
+	// bytes (plus snapshotSlack): a small hostile frame cannot make
+	// Restore read, or allocate for, gigabytes.
+	snapshotExpansion = 256
+	snapshotSlack     = 1 << 20
+	maxSnapshotString = 1 << 12
+)
+
+// Snapshot errors.
+var (
+	// ErrSnapshotFormat: the input is not a shared-pool snapshot, or it is
+	// damaged, or it does not fit the index (more pages than MaxPages).
+	ErrSnapshotFormat = errors.New("sharedpool: bad snapshot")
+	// ErrSnapshotVersion: a snapshot of a version this build cannot read.
+	ErrSnapshotVersion = errors.New("sharedpool: unsupported snapshot version")
+)
+
+var encoders, decoders sync.Pool
+
+// Snapshot writes the index's state — its layout, the last batch sequence
+// number, and every tracked page with the media of each object — to w,
+// zstd-compressed (see the format above). Counters in Stats are not saved.
+func (ix *Index) Snapshot(w io.Writer) error {
+	if _, err := w.Write([]byte(snapshotMagic + string(rune(snapshotVersion)))); err != nil {
+		return err
+	}
+	zw, _ := encoders.Get().(*zstd.Encoder)
+	if zw == nil {
+		var err error
+		zw, err = zstd.NewWriter(w, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(snapshotWindow), zstd.WithLowerEncoderMem(true))
+		if err != nil {
+			return err
+		}
+	} else {
+		zw.Reset(w)
+	}
+	defer encoders.Put(zw)
+	bw := bufio.NewWriterSize(zw, 1<<16)
+	e := snapEncoder{w: bw}
+
+	var flags uint64
+	if ix.sch != nil {
+		flags |= 1
+	}
+	if ix.hasSeq {
+		flags |= 2
+	}
+	e.u(flags)
+	if ix.sch != nil {
+		l := ix.sch.layout
+		e.s(l.Backend)
+		e.u(uint64(l.PageSize))
+		e.u(uint64(l.TPSize))
+		e.u(uint64(l.PPSize))
+		e.u(uint64(l.TPLCMSize))
+		e.u(b2u(l.MLA) | b2u(l.Eagle)<<1 | b2u(l.SplitHeads)<<2)
+		e.s(l.ExtraBackendTag)
+		e.s(l.KeyPrefix)
+	}
+	if ix.hasSeq {
+		e.u(ix.lastSeq)
+	}
+	e.u(uint64(ix.nMedia))
+	for _, name := range ix.mediumNames[:ix.nMedia] {
+		e.s(name)
+	}
+	order := make([]int, 0, ix.pages)
+	for i := range ix.slots {
+		if ix.slots[i].have != 0 {
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return compareDigest(&ix.slots[a].d, &ix.slots[b].d) })
+	e.u(uint64(len(order)))
+	n := 0
+	if ix.sch != nil {
+		n = ix.sch.n()
+	}
+	for _, i := range order {
+		s := &ix.slots[i]
+		for _, w := range s.d {
+			e.h(w)
+		}
+		e.b(ix.media[int(s.rec)*n : int(s.rec)*n+n])
+	}
+	if e.err != nil {
+		return e.err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	return zw.Close()
+}
+
+func compareDigest(a, b *[4]uint64) int {
+	for k := range a {
+		if c := cmp.Compare(a[k], b[k]); c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+// Restore replaces the index's state with a snapshot written by Snapshot:
+// layout, last batch sequence number, media names and pages. The index's
+// Config (tenant, backend, MaxPages) stays; the snapshot's pages were
+// filtered by the writer's. Counters continue. A snapshot without a layout
+// leaves the index without one (ErrNoLayout until SetLayout). Bad input
+// fails with an error wrapping ErrSnapshotFormat or ErrSnapshotVersion and
+// leaves the index as it was; Restore never panics, and what it reads and
+// allocates is bounded by its input (the body may expand the compressed
+// bytes at most 256-fold, plus 1 MiB) and by MaxPages.
+func (ix *Index) Restore(r io.Reader) error {
+	tmp, err := restore(r, ix.cfg, ix.seed)
+	if err != nil {
+		return err
+	}
+	ix.adopt(tmp)
+	return nil
+}
+
+// restore decodes a snapshot into a new index with cfg and seed.
+func restore(r io.Reader, cfg Config, seed uint64) (*Index, error) {
+	in := &limitio.Counter{R: r}
+	var head [len(snapshotMagic) + 1]byte
+	if _, err := io.ReadFull(in, head[:]); err != nil {
+		return nil, fmt.Errorf("%w: header: %v", ErrSnapshotFormat, err)
+	}
+	if string(head[:len(snapshotMagic)]) != snapshotMagic {
+		return nil, fmt.Errorf("%w: bad magic %q", ErrSnapshotFormat, head[:len(snapshotMagic)])
+	}
+	if v := head[len(snapshotMagic)]; v != snapshotVersion {
+		return nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrSnapshotVersion, v, snapshotVersion)
+	}
+	zr, _ := decoders.Get().(*zstd.Decoder)
+	if zr == nil {
+		var err error
+		zr, err = zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(snapshotWindow), zstd.WithDecoderLowmem(true))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrSnapshotFormat, err)
+		}
+	} else if err := zr.Reset(in); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSnapshotFormat, err)
+	}
+	defer func() { _ = zr.Reset(nil); decoders.Put(zr) }()
+	lim := &limitio.Reader{R: zr, In: in, Ratio: snapshotExpansion, Slack: snapshotSlack, Err: ErrSnapshotFormat}
+	d := &snapDecoder{r: bufio.NewReaderSize(lim, 1<<16)}
+	cfg.Layout, cfg.Seed = Layout{}, seed
+	tmp, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	restoreBody(d, tmp)
+	if d.err == nil {
+		if _, rerr := d.r.ReadByte(); rerr == nil {
+			d.fail("trailing data")
+		} else if !errors.Is(rerr, io.EOF) {
+			d.readErr(rerr)
+		}
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return tmp, nil
+}
+
+// restoreBody decodes the body into tmp, a new empty index; errors are
+// left in d.err.
+func restoreBody(d *snapDecoder, tmp *Index) {
+	flags := d.u()
+	if flags > 3 {
+		d.fail("flags %d", flags)
+	}
+	if d.err == nil && flags&1 != 0 {
+		var l Layout
+		l.Backend = d.s("backend")
+		l.PageSize = d.n(1<<20, "page size")
+		l.TPSize = d.n(1<<16, "tp")
+		l.PPSize = d.n(1<<16, "pp")
+		l.TPLCMSize = d.n(1<<16, "tp_lcm")
+		bits := d.n(7, "layout bits")
+		l.MLA, l.Eagle, l.SplitHeads = bits&1 != 0, bits&2 != 0, bits&4 != 0
+		l.ExtraBackendTag = d.s("extra backend tag")
+		l.KeyPrefix = d.s("key prefix")
+		if d.err != nil {
+			return
+		}
+		if _, err := tmp.SetLayout(l); err != nil {
+			d.err = fmt.Errorf("%w: layout: %w", ErrSnapshotFormat, err)
+			return
+		}
+	}
+	if flags&2 != 0 {
+		tmp.hasSeq, tmp.lastSeq = true, d.u()
+	}
+	nm := d.n(uint64(len(tmp.mediumNames)), "media")
+	for i := 0; i < nm && d.err == nil; i++ {
+		name := d.s("medium")
+		if name == "" || slices.Contains(tmp.mediumNames[:tmp.nMedia], name) {
+			d.fail("medium %d %q empty or repeated", i, name)
+		}
+		tmp.mediumNames[i] = name
+		tmp.nMedia++
+	}
+	valid := uint8(mediumNone)
+	for i := range tmp.nMedia {
+		valid |= 2 << i
+	}
+	if tmp.nMedia == len(tmp.mediumNames) {
+		valid |= mediumOther
+	}
+	pages := d.n(uint64(tmp.maxPg), "pages (beyond this index's MaxPages)")
+	if pages > 0 && tmp.sch == nil {
+		d.fail("%d pages without a layout", pages)
+	}
+	if d.err != nil {
+		return
+	}
+	var prev [4]uint64
+	objs := make([]byte, 0, MaxObjectsPerPage)
+	for p := 0; p < pages && d.err == nil; p++ {
+		var dg [4]uint64
+		for k := range dg {
+			dg[k] = d.h()
+		}
+		if p > 0 && compareDigest(&prev, &dg) >= 0 {
+			d.fail("pages out of order at %d", p)
+			break
+		}
+		prev = dg
+		objs = d.b(objs[:0], tmp.sch.n())
+		present := false
+		for _, m := range objs {
+			if m&^valid != 0 {
+				d.fail("page %d: media bits %#x outside %#x", p, m, valid)
+			}
+			present = present || m != 0
+		}
+		if !present {
+			d.fail("page %d has no object", p)
+		}
+		if d.err != nil {
+			break
+		}
+		for s, m := range objs {
+			if m != 0 {
+				tmp.store(&dg, s, m)
+			}
+		}
+	}
+}
+
+// adopt takes over tmp's state, keeping ix's counters.
+func (ix *Index) adopt(tmp *Index) {
+	stats := ix.stats
+	*ix = *tmp
+	ix.stats = stats
+}
+
+// Snapshot is [Index.Snapshot] under the read lock: batches wait, queries
+// do not.
+func (p *Pool) Snapshot(w io.Writer) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.ix.Snapshot(w)
+}
+
+// Restore is [Index.Restore]; the snapshot is decoded before the write
+// lock is taken, so queries wait only for the swap.
+func (p *Pool) Restore(r io.Reader) error {
+	p.mu.RLock()
+	cfg, seed := p.ix.cfg, p.ix.seed
+	p.mu.RUnlock()
+	tmp, err := restore(r, cfg, seed)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ix.adopt(tmp)
+	return nil
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+type snapEncoder struct {
+	w   *bufio.Writer
+	buf [binary.MaxVarintLen64]byte
+	err error
+}
+
+func (e *snapEncoder) u(v uint64) {
+	if e.err == nil {
+		n := binary.PutUvarint(e.buf[:], v)
+		_, e.err = e.w.Write(e.buf[:n])
+	}
+}
+
+func (e *snapEncoder) h(v uint64) {
+	if e.err == nil {
+		binary.LittleEndian.PutUint64(e.buf[:8], v)
+		_, e.err = e.w.Write(e.buf[:8])
+	}
+}
+
+func (e *snapEncoder) b(p []byte) {
+	if e.err == nil {
+		_, e.err = e.w.Write(p)
+	}
+}
+
+func (e *snapEncoder) s(v string) {
+	e.u(uint64(len(v)))
+	if e.err == nil {
+		_, e.err = e.w.WriteString(v)
+	}
+}
+
+type snapDecoder struct {
+	r   *bufio.Reader
+	buf [8]byte
+	err error
+}
+
+func (d *snapDecoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{ErrSnapshotFormat}, args...)...)
+	}
+}
+
+func (d *snapDecoder) readErr(err error) {
+	if d.err == nil && errors.Is(err, ErrSnapshotFormat) {
+		d.err = err // the expansion cap
+		return
+	}
+	d.fail("truncated (%v)", err)
+}
+
+func (d *snapDecoder) u() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, err := binary.ReadUvarint(d.r)
+	if err != nil {
+		d.readErr(err)
+	}
+	return v
+}
+
+func (d *snapDecoder) n(limit uint64, what string) int {
+	v := d.u()
+	if v > limit {
+		d.fail("%s: %d exceeds %d", what, v, limit)
+		return 0
+	}
+	return int(v)
+}
+
+func (d *snapDecoder) h() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	if _, err := io.ReadFull(d.r, d.buf[:]); err != nil {
+		d.readErr(err)
+		return 0
+	}
+	return binary.LittleEndian.Uint64(d.buf[:])
+}
+
+// b reads n bytes into dst (n is bounded by the layout, MaxObjectsPerPage).
+func (d *snapDecoder) b(dst []byte, n int) []byte {
+	if d.err != nil {
+		return dst
+	}
+	dst = slices.Grow(dst, n)[:n]
+	if _, err := io.ReadFull(d.r, dst); err != nil {
+		d.readErr(err)
+	}
+	return dst
+}
+
+func (d *snapDecoder) s(what string) string {
+	n := d.n(maxSnapshotString, what)
+	if d.err != nil || n == 0 {
+		return ""
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(d.r, b); err != nil {
+		d.readErr(err)
+		return ""
+	}
+	return string(b)
+}
