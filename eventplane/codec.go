@@ -27,9 +27,12 @@ import (
 //
 // Local hashes replace token ids (8 bytes instead of 4 per token), so a
 // stored block costs about 18 bytes. A shared-pool message carries one
-// store batch:
+// store batch and, when the relay was given one, the pool's layout (so
+// every replica reads the object keys alike, and a layout change takes
+// effect at the same point of the stream on all of them):
 //
-//	[1, batch seq, ts millis, dp rank, [[kind, key, group, tenant, backend, medium, id, [seq hash, ...]], ...]]
+//	[1, batch seq, ts millis, dp rank, [[kind, key, group, tenant, backend, medium, id, [seq hash, ...]], ...] (, layout)]
+//	layout: [backend, page size, tp, pp, tp_lcm, bits (1 MLA, 2 Eagle, 4 split heads), extra backend tag, key prefix]
 const wireVersion = 1
 
 // Decoder bounds: a message larger than these is malformed, never a large
@@ -192,9 +195,20 @@ func DecodeKV(data []byte, b *KVBatch) error {
 	return d.err
 }
 
-// AppendPool appends the encoding of a shared-pool store batch to dst.
-// Rejected events are not carried (the relay counted them).
-func AppendPool(dst []byte, b *sharedpool.Batch) ([]byte, error) {
+// PoolBatch is the decoded form of one shared-pool message: a Mooncake
+// store batch and the pool layout the relay was given (the zero Layout
+// when the message carries none).
+type PoolBatch struct {
+	Batch  sharedpool.Batch
+	Layout sharedpool.Layout
+}
+
+// AppendPool appends the encoding of a shared-pool store batch to dst,
+// with the pool's layout unless it is the zero Layout. A rejected event
+// whose object key is known is carried, in its place, as a remove of that
+// object on every medium (what the index does with a rejection: a lost
+// event may have removed it); one without a key is not carried.
+func AppendPool(dst []byte, b *sharedpool.Batch, layout sharedpool.Layout) ([]byte, error) {
 	buf := bytes.NewBuffer(dst)
 	e := msgpack.NewEncoder(buf)
 	e.UseCompactInts(true)
@@ -204,14 +218,20 @@ func AppendPool(dst []byte, b *sharedpool.Batch) ([]byte, error) {
 			err = f
 		}
 	}
-	put(e.EncodeArrayLen(5))
+	hasLayout := layout != (sharedpool.Layout{})
+	put(e.EncodeArrayLen(5 + b2i(hasLayout)))
 	put(e.EncodeUint(wireVersion))
 	put(e.EncodeUint(b.Seq))
 	put(e.EncodeInt(b.TimestampMillis))
 	put(e.EncodeInt(b.DPRank))
-	put(e.EncodeArrayLen(len(b.Events)))
-	for i := range b.Events {
-		ev := &b.Events[i]
+	n := len(b.Events)
+	for i := range b.Rejected {
+		if b.Rejected[i].Key != "" {
+			n++
+		}
+	}
+	put(e.EncodeArrayLen(n))
+	event := func(ev *sharedpool.Event) {
 		put(e.EncodeArrayLen(8))
 		put(e.EncodeUint(uint64(ev.Kind)))
 		put(e.EncodeString(ev.Key))
@@ -225,24 +245,60 @@ func AppendPool(dst []byte, b *sharedpool.Batch) ([]byte, error) {
 			put(e.EncodeUint(h))
 		}
 	}
+	// Events and rejections interleave in publisher order: a rejection
+	// with Index i stood at position i of the original list.
+	ri := 0
+	for pos, ei := 0, 0; ei < len(b.Events) || ri < len(b.Rejected); pos++ {
+		if ri < len(b.Rejected) && (b.Rejected[ri].Index <= pos || ei == len(b.Events)) {
+			if k := b.Rejected[ri].Key; k != "" {
+				event(&sharedpool.Event{Kind: sharedpool.Remove, Key: k})
+			}
+			ri++
+			continue
+		}
+		event(&b.Events[ei])
+		ei++
+	}
+	if hasLayout {
+		l := layout
+		put(e.EncodeArrayLen(8))
+		put(e.EncodeString(l.Backend))
+		put(e.EncodeUint(uint64(max(l.PageSize, 0))))
+		put(e.EncodeUint(uint64(max(l.TPSize, 0))))
+		put(e.EncodeUint(uint64(max(l.PPSize, 0))))
+		put(e.EncodeUint(uint64(max(l.TPLCMSize, 0))))
+		put(e.EncodeUint(uint64(b2i(l.MLA) | b2i(l.Eagle)<<1 | b2i(l.SplitHeads)<<2)))
+		put(e.EncodeString(l.ExtraBackendTag))
+		put(e.EncodeString(l.KeyPrefix))
+	}
 	if err != nil {
 		return dst, fmt.Errorf("eventplane: encode: %w", err)
 	}
 	return buf.Bytes(), nil
 }
 
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // DecodePool decodes one shared-pool message into b, reusing its slices.
-func DecodePool(data []byte, b *sharedpool.Batch) error {
+// A malformed message returns an error wrapping ErrMalformed.
+func DecodePool(data []byte, pb *PoolBatch) error {
 	d := reader{d: msgpack.NewDecoder(bytes.NewReader(data))}
-	d.arrayLen(5, 5, "message")
+	fields := d.arrayLen(5, 6, "message")
 	if v := d.uint("version"); d.err == nil && v != wireVersion {
 		d.fail("version %d", v)
 	}
+	b := &pb.Batch
 	b.Topic = ""
 	b.Seq = d.uint("seq")
 	b.TimestampMillis = d.int("ts")
 	b.DPRank = d.int("dp rank")
 	b.Rejected = b.Rejected[:0]
+	pb.Layout = sharedpool.Layout{}
 	n := d.arrayLen(0, maxPoolEvents, "events")
 	if d.err != nil {
 		return d.err
@@ -265,6 +321,22 @@ func DecodePool(data []byte, b *sharedpool.Batch) error {
 		ev.SeqHashes = hashes
 	}
 	b.Events = evs
+	if fields == 6 {
+		d.arrayLen(8, 8, "layout")
+		l := &pb.Layout
+		l.Backend = d.str("backend")
+		l.PageSize = int(d.bounded(flashindex.MaxBlockSize, "page size"))
+		l.TPSize = int(d.bounded(1<<16, "tp"))
+		l.PPSize = int(d.bounded(1<<16, "pp"))
+		l.TPLCMSize = int(d.bounded(1<<16, "tp_lcm"))
+		bits := d.bounded(7, "layout bits")
+		l.MLA, l.Eagle, l.SplitHeads = bits&1 != 0, bits&2 != 0, bits&4 != 0
+		l.ExtraBackendTag = d.str("extra backend tag")
+		l.KeyPrefix = d.str("key prefix")
+		if d.err == nil && *l == (sharedpool.Layout{}) {
+			d.fail("empty layout")
+		}
+	}
 	d.end()
 	return d.err
 }

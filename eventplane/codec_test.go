@@ -1,6 +1,7 @@
 package eventplane
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
@@ -50,17 +51,64 @@ func TestPoolRoundTrip(t *testing.T) {
 		{Kind: sharedpool.Store, Key: "k1", GroupID: "g", Tenant: "t", Backend: "b", Medium: "cpu", ID: 3, SeqHashes: []uint64{1, 2}},
 		{Kind: sharedpool.Clear},
 	}}
-	data, err := AppendPool(nil, &in)
-	require.NoError(t, err)
-	var out sharedpool.Batch
-	require.NoError(t, DecodePool(data, &out))
-	require.Equal(t, in.Seq, out.Seq)
-	require.Equal(t, in.DPRank, out.DPRank)
-	require.Equal(t, in.Events[0], out.Events[0])
-	require.Equal(t, sharedpool.Clear, out.Events[1].Kind)
-	for i := range data {
-		require.ErrorIs(t, DecodePool(data[:i], &out), ErrMalformed)
+	layouts := []sharedpool.Layout{{}, {PageSize: 16, MLA: true},
+		{Backend: "mooncake", PageSize: 64, TPSize: 2, PPSize: 2, TPLCMSize: 4, SplitHeads: true, Eagle: true, ExtraBackendTag: "tag", KeyPrefix: "tag_m"}}
+	for _, l := range layouts {
+		data, err := AppendPool(nil, &in, l)
+		require.NoError(t, err)
+		var out PoolBatch
+		require.NoError(t, DecodePool(data, &out))
+		require.Equal(t, in.Seq, out.Batch.Seq)
+		require.Equal(t, in.TimestampMillis, out.Batch.TimestampMillis)
+		require.Equal(t, in.DPRank, out.Batch.DPRank)
+		require.Equal(t, in.Events[0], out.Batch.Events[0])
+		require.Equal(t, sharedpool.Clear, out.Batch.Events[1].Kind)
+		require.Equal(t, l, out.Layout)
+		for i := range data {
+			require.ErrorIs(t, DecodePool(data[:i], &out), ErrMalformed)
+		}
+		require.ErrorIs(t, DecodePool(append(data, 0), &out), ErrMalformed)
 	}
+}
+
+// A rejected event with a key travels as a remove of that object on
+// every medium, in its place; the replica's pool then equals a pool fed
+// the original batch.
+func TestPoolRejectionsTravelAsRemoves(t *testing.T) {
+	l := sharedpool.Layout{PageSize: 4, MLA: true}
+	pages := sharedpool.PageHashes(make([]uint32, 12), 4, false, nil)
+	key := func(i int) string { return l.AppendObjectKeys(nil, pages[i])[0] }
+	first := sharedpool.Batch{Seq: 1, Events: []sharedpool.Event{
+		{Kind: sharedpool.Store, Key: key(0), Medium: "cpu"}, {Kind: sharedpool.Store, Key: key(0), Medium: "disk"},
+		{Kind: sharedpool.Store, Key: key(1)}, {Kind: sharedpool.Store, Key: key(2)},
+	}}
+	second := sharedpool.Batch{Seq: 2,
+		Events: []sharedpool.Event{{Kind: sharedpool.Store, Key: key(1)}, {Kind: sharedpool.Store, Key: key(2)}},
+		Rejected: []sharedpool.Rejection{
+			{Index: 0, Key: key(0), Err: sharedpool.ErrMalformedEvent}, // drops page 0 on both media
+			{Index: 2, Err: sharedpool.ErrMalformedEvent},              // no key: nothing to drop
+			{Index: 4, Key: key(2), Err: sharedpool.ErrMalformedEvent}, // after its re-store: page 2 goes
+		}}
+	ref, err := sharedpool.NewPool(sharedpool.Config{Layout: l})
+	require.NoError(t, err)
+	got, err := sharedpool.NewPool(sharedpool.Config{})
+	require.NoError(t, err)
+	for _, b := range []*sharedpool.Batch{&first, &second} {
+		ref.Apply(b)
+		data, err := AppendPool(nil, b, l)
+		require.NoError(t, err)
+		var pb PoolBatch
+		require.NoError(t, DecodePool(data, &pb))
+		_, err = got.SetLayout(pb.Layout)
+		require.NoError(t, err)
+		got.Apply(&pb.Batch)
+	}
+	var a, b bytes.Buffer
+	require.NoError(t, ref.Snapshot(&a))
+	require.NoError(t, got.Snapshot(&b))
+	require.Equal(t, a.Bytes(), b.Bytes())
+	require.Equal(t, 1, got.Len())
+	require.True(t, got.Contains(pages[1]))
 }
 
 func FuzzDecodeKV(f *testing.F) {
@@ -100,10 +148,12 @@ func FuzzDecodeKV(f *testing.F) {
 }
 
 func FuzzDecodePool(f *testing.F) {
-	seed, _ := AppendPool(nil, &sharedpool.Batch{Seq: 1, Events: []sharedpool.Event{{Kind: sharedpool.Store, Key: "x"}}})
+	seed, _ := AppendPool(nil, &sharedpool.Batch{Seq: 1, Events: []sharedpool.Event{{Kind: sharedpool.Store, Key: "x"}}}, sharedpool.Layout{})
+	f.Add(seed)
+	seed, _ = AppendPool(nil, &sharedpool.Batch{Seq: 2}, sharedpool.Layout{PageSize: 16, TPSize: 2})
 	f.Add(seed)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var b sharedpool.Batch
+		var b PoolBatch
 		if err := DecodePool(data, &b); err != nil && !errors.Is(err, ErrMalformed) {
 			t.Fatalf("error %v does not wrap ErrMalformed", err)
 		}

@@ -9,9 +9,11 @@
 //
 //	engine ──ZMQ──► relay (Publisher) ──► stream <prefix>.kv.<model>.<worker>.<rank>
 //	                                                   │  (one subject per worker rank, in order)
+//	Mooncake master ──ZMQ──► relay ──► stream <prefix>.pool.<model>.<pool>
+//	                                                   │  (store batches, with the pool's layout)
 //	             replica A (Replica) ◄── durable consumer, acks ──┤
 //	             replica B (Replica) ◄────────────────────────────┘
-//	             replicas ──► object store: index snapshots + the sequence they cover
+//	             replicas ──► object store: index + shared-pool snapshots, the sequence they cover
 //	             replicas ◄─► core NATS <prefix>.load.<model>.<replica>: own active load
 //	             replicas ◄─► KV bucket sessions: session → worker rank (compare-and-set, TTL)
 //	             relays   ──► KV bucket workers: presence heartbeats (TTL); gone → removed
@@ -49,8 +51,28 @@
 // events of one worker rank with token ids reduced to the block's local
 // hash by the relay, about 18 bytes per stored block; a shared-pool
 // message carries one Mooncake store batch ([sharedpool.Batch]) on
-// <prefix>.pool.<model>.<pool>. DecodeKV and DecodePool never panic and
-// bound every length (fuzzed).
+// <prefix>.pool.<model>.<pool>, with the pool's layout
+// (PublisherConfig.PoolLayout), so every replica reads object keys alike
+// and a layout change lands at the same stream position on all of them.
+// DecodeKV and DecodePool never panic and bound every length (fuzzed).
+//
+// # The shared pool
+//
+// A model has one shared pool (SGLang HiCache on a Mooncake store). Its
+// master publishes object events on ZMQ; a relay (`agentkv relay --store`,
+// a Publisher whose ApplyPool is fed by engine/sglang's StoreSubscriber)
+// carries each batch into the stream. A relay may carry the pool alone (a
+// Publisher without a worker: PublisherConfig.Worker.BlockSize 0) or
+// beside its worker's events. Mooncake keeps no replay buffer, so what a
+// relay misses shows as a gap in the batch sequence numbers, and every
+// replica's sharedpool.Index clears on it as a single router would; two
+// relays carrying the same master publish each batch under the same
+// message id (pool, sequence number, batch time), and the stream keeps one
+// copy. A rejected event (malformed in Mooncake's message) travels as a
+// remove of its object on every medium, which is what the index does with
+// it. Replicas apply pool messages in stream order with the KV events
+// (ReplicaConfig.Pool), so two replicas hold identical pools after the
+// same sequence.
 //
 // # Consuming
 //
@@ -71,12 +93,15 @@
 // # Snapshots
 //
 // Every Config.SnapshotEvery each replica serialises its index (the
-// flashindex zstd format) between two messages, so the snapshot covers
-// exactly the stream sequence it records, and stores it in the object
-// store as "replica.<name>" with that sequence in its metadata. A new or
-// restarted replica calls LoadSnapshot (the newest snapshot by sequence),
-// builds its router with Config.IndexSnapshot and starts its Replica at
-// StartSeq = Snapshot.Seq+1. The stream keeps Config.Retention of events,
+// flashindex zstd format) and its shared pool (the sharedpool zstd
+// format) between two messages, so the snapshot covers exactly the stream
+// sequence it records, and stores both as one object in the object store,
+// "replica.<name>", with that sequence and the index's length in its
+// metadata. A new or restarted replica calls LoadSnapshot (the newest
+// snapshot by sequence), builds its router with Config.IndexSnapshot,
+// restores Snapshot.Pool into its pool (sharedpool.Pool.Restore) and
+// starts its Replica at StartSeq = Snapshot.Seq+1: it routes with the
+// cache and the pool of the moment of the snapshot at once. The stream keeps Config.Retention of events,
 // four snapshot periods by default, so the events after the newest
 // snapshot are always there.
 //
@@ -84,8 +109,8 @@
 //
 //	state                        where                      consistency
 //	KV block index               stream → every replica     identical after the same sequence
-//	shared-pool index            stream → every replica     identical (not in snapshots: rebuilt
-//	                                                        from the retained stream)
+//	shared-pool index            stream → every replica     identical after the same sequence;
+//	                                                        in the snapshots
 //	active load (per worker)     core NATS, every change    each replica adds the others' latest
 //	                                                        report to its own; lost with its sender
 //	session bindings             KV bucket, CAS, TTL        authoritative; local table mirrors it

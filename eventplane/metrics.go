@@ -13,6 +13,7 @@ type Metrics struct {
 	events        prometheus.Counter
 	applied       prometheus.Gauge
 	snapshotBytes prometheus.Gauge
+	poolPages     prometheus.GaugeFunc
 	bindFallbacks prometheus.Counter
 	connected     prometheus.GaugeFunc
 	degraded      prometheus.GaugeFunc
@@ -39,6 +40,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 		return 0
 	})
+	m.poolPages = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentkv_eventplane_pool_pages",
+		Help: "Complete pages in the replica's shared-pool (Mooncake) index."}, func() float64 {
+		if rp := m.rp.Load(); rp != nil && rp.cfg.Pool != nil {
+			return float64(rp.cfg.Pool.Len())
+		}
+		return 0
+	})
 	m.degraded = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentkv_eventplane_degraded",
 		Help: "1 while the replica routes on local state only (see /readyz)."}, func() float64 {
 		if rp := m.rp.Load(); rp == nil || rp.Ready() != nil {
@@ -47,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return 0
 	})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.events, m.applied, m.snapshotBytes, m.bindFallbacks, m.connected, m.degraded} {
+		for _, c := range []prometheus.Collector{m.events, m.applied, m.snapshotBytes, m.poolPages, m.bindFallbacks, m.connected, m.degraded} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -29,9 +29,21 @@ type WorkerInfo struct {
 // PublisherConfig configures a Publisher. Zero fields mean the documented
 // defaults.
 type PublisherConfig struct {
-	// Worker is the engine whose events this relay publishes. ID and
-	// BlockSize are required.
+	// Worker is the engine whose events this relay publishes; its
+	// BlockSize is required unless the relay publishes only shared-pool
+	// batches: a Worker with BlockSize 0 makes such a pool-only Publisher
+	// (Apply fails with ErrPoolOnly, and it announces no worker).
 	Worker WorkerInfo
+	// PoolLayout is the layout of the shared pool whose batches ApplyPool
+	// publishes (how SGLang writes a page into Mooncake); every pool
+	// message carries it, so every replica reads the object keys alike.
+	// The zero Layout sends none: replicas then need theirs from
+	// elsewhere (sharedpool.Pool.SetLayout).
+	PoolLayout sharedpool.Layout
+	// MaxPendingPool bounds the shared-pool batches buffered while NATS is
+	// unreachable or behind (default 16384). Beyond it they are dropped: the next
+	// batch's sequence number shows the gap and replicas clear the pool.
+	MaxPendingPool int
 	// MaxPending bounds the events buffered per DP rank while NATS is
 	// unreachable (default 1<<20). Beyond it the buffer is dropped and the
 	// rank's next message starts with a Cleared event, so replicas
@@ -47,14 +59,15 @@ type PublisherConfig struct {
 
 // PublisherStats are a Publisher's counters.
 type PublisherStats struct {
-	Events     uint64 // events accepted by Apply
-	Published  uint64 // events stored in the stream
-	Messages   uint64 // messages stored
-	Duplicates uint64 // messages the stream had already (a retried publish)
-	Retries    uint64 // failed publish attempts (retried)
-	Dropped    uint64 // events dropped on buffer overflow
-	Conflicts  uint64 // another writer published on a rank's subject
-	Pending    int    // events buffered now
+	Events      uint64 // events accepted by Apply
+	Published   uint64 // events stored in the stream
+	Messages    uint64 // messages stored
+	Duplicates  uint64 // messages the stream had already (a retried publish)
+	Retries     uint64 // failed publish attempts (retried)
+	Dropped     uint64 // events dropped on buffer overflow (KV events, and pool batches' events)
+	PoolBatches uint64 // shared-pool batches stored
+	Conflicts   uint64 // another writer published on a rank's subject
+	Pending     int    // events buffered now
 }
 
 // Publisher is the relay's half of the event plane: it takes a worker's
@@ -81,6 +94,7 @@ type Publisher struct {
 	idle   *sync.Cond // signalled when nothing is pending
 
 	hashers map[string]*flashindex.Hasher // used under mu
+	nonce   string                        // this process's pool message ids when batches carry no time
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -96,18 +110,33 @@ type rankState struct {
 }
 
 type poolMsg struct {
-	pool string
-	data []byte
-	id   string
+	pool   string
+	data   []byte
+	id     string
+	events int
 }
+
+// ErrPoolOnly is what Apply returns on a pool-only Publisher.
+var ErrPoolOnly = errors.New("eventplane: pool-only relay: no worker to publish KV events of")
 
 // NewPublisher validates cfg.
 func NewPublisher(p *Plane, cfg PublisherConfig) (*Publisher, error) {
-	if cfg.Worker.BlockSize < 1 || cfg.Worker.BlockSize > flashindex.MaxBlockSize {
+	if cfg.Worker.BlockSize < 0 || cfg.Worker.BlockSize > flashindex.MaxBlockSize {
 		return nil, fmt.Errorf("%w: Worker.BlockSize %d", ErrConfig, cfg.Worker.BlockSize)
 	}
-	if cfg.MaxPending < 0 || cfg.MaxBatch < 0 {
-		return nil, fmt.Errorf("%w: negative MaxPending or MaxBatch", ErrConfig)
+	if cfg.Worker.BlockSize == 0 {
+		cfg.NoAnnounce = true // pool only: there is no worker to announce
+	}
+	if cfg.PoolLayout != (sharedpool.Layout{}) {
+		if err := cfg.PoolLayout.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: PoolLayout: %w", ErrConfig, err)
+		}
+	}
+	if cfg.MaxPending < 0 || cfg.MaxBatch < 0 || cfg.MaxPendingPool < 0 {
+		return nil, fmt.Errorf("%w: negative MaxPending, MaxBatch or MaxPendingPool", ErrConfig)
+	}
+	if cfg.MaxPendingPool == 0 {
+		cfg.MaxPendingPool = 1 << 14
 	}
 	if cfg.MaxPending == 0 {
 		cfg.MaxPending = 1 << 20
@@ -116,7 +145,7 @@ func NewPublisher(p *Plane, cfg PublisherConfig) (*Publisher, error) {
 		cfg.MaxBatch = 4096
 	}
 	pb := &Publisher{p: p, cfg: cfg, wake: make(chan struct{}, 1), ranks: map[uint32]*rankState{},
-		hashers: map[string]*flashindex.Hasher{}}
+		hashers: map[string]*flashindex.Hasher{}, nonce: strconv.FormatInt(time.Now().UnixNano(), 36)}
 	pb.idle = sync.NewCond(&pb.mu)
 	return pb, nil
 }
@@ -139,6 +168,9 @@ func (pb *Publisher) Start(ctx context.Context) {
 func (pb *Publisher) Apply(ev *flashindex.Event) error {
 	if ev == nil {
 		return flashindex.ErrNilEvent
+	}
+	if pb.cfg.Worker.BlockSize == 0 {
+		return ErrPoolOnly
 	}
 	if ev.Worker.ID != pb.cfg.Worker.ID {
 		return fmt.Errorf("eventplane: event of worker %v on the relay of worker %d", ev.Worker, pb.cfg.Worker.ID)
@@ -166,18 +198,38 @@ func (pb *Publisher) Apply(ev *flashindex.Event) error {
 }
 
 // ApplyPool buffers one shared-pool store batch of the named pool for
-// publishing. b is encoded before ApplyPool returns.
+// publishing, with PoolLayout. b is encoded before ApplyPool returns, so
+// the caller may reuse it. A model has one pool (one Mooncake master);
+// several relays may carry the same one: the copies of a batch have the
+// same message id (pool, sequence number and time), and the stream keeps
+// the first within its duplicate window.
 func (pb *Publisher) ApplyPool(pool string, b *sharedpool.Batch) error {
-	data, err := AppendPool(nil, b)
+	if b == nil {
+		return fmt.Errorf("eventplane: nil pool batch")
+	}
+	data, err := AppendPool(nil, b, pb.cfg.PoolLayout)
 	if err != nil {
 		return err
+	}
+	// The batch's time tells a restarted Mooncake master's batch 1 from
+	// the one before; without it only this process's nonce can.
+	id := "pool." + token(pool) + "." + strconv.FormatUint(b.Seq, 10) + "." + strconv.FormatInt(b.TimestampMillis, 10)
+	if b.TimestampMillis == 0 {
+		id = "pool." + token(pool) + "." + pb.nonce + "." + strconv.FormatUint(b.Seq, 10)
 	}
 	pb.mu.Lock()
 	if pb.closed {
 		pb.mu.Unlock()
 		return ErrClosed
 	}
-	pb.pools = append(pb.pools, poolMsg{pool: pool, data: data, id: "pool." + token(pool) + "." + strconv.FormatUint(b.Seq, 10) + "." + strconv.FormatInt(b.TimestampMillis, 10)})
+	if len(pb.pools) >= pb.cfg.MaxPendingPool {
+		for _, pm := range pb.pools {
+			pb.st.Dropped += uint64(pm.events)
+		}
+		pb.pools = nil // a new array: the flusher may be reading the old one
+		pb.p.log.Warn("eventplane: relay pool buffer full; dropped batches, replicas will clear the shared pool", "pool", pool)
+	}
+	pb.pools = append(pb.pools, poolMsg{pool: pool, data: data, id: id, events: len(b.Events)})
 	pb.mu.Unlock()
 	pb.signal()
 	return nil
@@ -350,8 +402,11 @@ func (pb *Publisher) flushOnce(ctx context.Context, buf *[]byte) (progress bool,
 			return progress, err
 		}
 		pb.mu.Lock()
-		pb.pools = pb.pools[1:]
+		if len(pb.pools) > 0 && pb.pools[0].id == pm.id {
+			pb.pools = pb.pools[1:] // (unless an overflow dropped it meanwhile)
+		}
 		pb.st.Messages++
+		pb.st.PoolBatches++
 		if ack.Duplicate {
 			pb.st.Duplicates++
 		}

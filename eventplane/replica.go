@@ -28,7 +28,9 @@ type ReplicaConfig struct {
 	// Config.IndexSnapshot from LoadSnapshot and set StartSeq to start warm.
 	Router *agentkv.Router
 	// Pool, if set, receives the shared-pool store events (the same pool
-	// the router's Config.SharedPool credits).
+	// the router's Config.SharedPool credits), with the layout the relay
+	// sends, and is saved in this replica's snapshots. Restore
+	// Snapshot.Pool into it before Start when starting from a snapshot.
 	Pool *sharedpool.Pool
 	// StartSeq is the first stream sequence to apply: Snapshot.Seq+1 after
 	// restoring a snapshot, 0 or 1 for the whole retained stream.
@@ -67,7 +69,8 @@ type ReplicaStats struct {
 	Messages     uint64 // messages applied
 	Events       uint64 // KV events applied to the router
 	Rejected     uint64 // KV events the index rejected
-	PoolBatches  uint64
+	PoolBatches  uint64 // shared-pool batches applied
+	PoolCleared  uint64 // of them, batches that cleared the pool (sequence gap, clear event, overflow, new layout)
 	Duplicates   uint64 // messages at or below Applied (redeliveries)
 	Reordered    uint64 // messages held until an earlier one arrived
 	Malformed    uint64
@@ -112,7 +115,7 @@ type Replica struct {
 	stash    map[uint64]jetstream.Msg // out-of-order messages, by stream sequence
 	gapSince time.Time
 	batch    KVBatch
-	pbatch   sharedpool.Batch
+	pbatch   PoolBatch
 	st       ReplicaStats
 	consErr  error
 	restart  chan struct{}
@@ -459,8 +462,21 @@ func (rp *Replica) applyLocked(msg jetstream.Msg, s uint64) {
 			rp.log.Warn("eventplane: dropped malformed pool message", "seq", s, "err", err)
 			return
 		}
-		rp.cfg.Pool.Apply(&rp.pbatch)
+		changed := false
+		if l := rp.pbatch.Layout; l != (sharedpool.Layout{}) {
+			var err error
+			if changed, err = rp.cfg.Pool.SetLayout(l); err != nil {
+				rp.st.Malformed++
+				rp.log.Warn("eventplane: pool message with an invalid layout dropped", "seq", s, "err", err)
+				return
+			}
+		}
+		rep := rp.cfg.Pool.Apply(&rp.pbatch.Batch)
 		rp.st.PoolBatches++
+		if changed || rep.Cleared() {
+			rp.st.PoolCleared++
+		}
+
 	}
 	if rp.cfg.Metrics != nil {
 		rp.cfg.Metrics.applied.Set(float64(s))
@@ -526,6 +542,9 @@ func (rp *Replica) truncated(applied, first uint64) {
 		for _, w := range ix.Workers() {
 			ix.RemoveWorker(w)
 		}
+		if rp.cfg.Pool != nil {
+			rp.cfg.Pool.Reset() // the lost batches may have removed anything
+		}
 	}
 	rp.mu.Lock()
 	rp.applied = first - 1
@@ -541,6 +560,9 @@ func (rp *Replica) reset(last uint64) {
 	ix := rp.r.Index()
 	for _, w := range ix.Workers() {
 		ix.RemoveWorker(w)
+	}
+	if rp.cfg.Pool != nil {
+		rp.cfg.Pool.Reset()
 	}
 	rp.mu.Lock()
 	rp.applied = last
@@ -576,20 +598,28 @@ func (p *Plane) LastSeq(ctx context.Context) (uint64, error) {
 
 // Snapshot is an index snapshot with the stream sequence it covers.
 type Snapshot struct {
-	Data    []byte // flashindex snapshot (zstd)
+	Data []byte // flashindex snapshot (zstd)
+	// Pool is the shared-pool index (sharedpool snapshot, zstd) at the
+	// same sequence; nil when the writer had no pool.
+	Pool    []byte
 	Seq     uint64 // every event up to this stream sequence is in it
 	Replica string // who wrote it
 	Taken   time.Time
 }
 
-// Snapshot writes the router's index to the object store, named after the
-// replica, with the stream sequence it covers, and returns its size. The
-// apply loop pauses while the index is serialised (in memory), not while
-// it is uploaded.
+// Snapshot writes the router's index, and the shared pool's if the
+// replica has one, to the object store as one object named after the
+// replica, with the stream sequence both cover, and returns its size. The
+// apply loop pauses while they are serialised (in memory), not while the
+// object is uploaded.
 func (rp *Replica) Snapshot(ctx context.Context) (int, error) {
 	var buf bytes.Buffer
 	rp.mu.Lock()
 	err := rp.r.Index().Snapshot(&buf)
+	indexBytes := buf.Len()
+	if err == nil && rp.cfg.Pool != nil {
+		err = rp.cfg.Pool.Snapshot(&buf)
+	}
 	seq := rp.applied
 	rp.mu.Unlock()
 	if err != nil {
@@ -599,14 +629,16 @@ func (rp *Replica) Snapshot(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	_, err = obs.Put(ctx, jetstream.ObjectMeta{
-		Name: "replica." + rp.cfg.Name,
-		Metadata: map[string]string{
-			"seq":     strconv.FormatUint(seq, 10),
-			"replica": rp.cfg.Name,
-			"taken":   time.Now().UTC().Format(time.RFC3339Nano),
-		},
-	}, bytes.NewReader(buf.Bytes()))
+	meta := map[string]string{
+		"seq":     strconv.FormatUint(seq, 10),
+		"replica": rp.cfg.Name,
+		"taken":   time.Now().UTC().Format(time.RFC3339Nano),
+	}
+	if rp.cfg.Pool != nil {
+		// The object is the index snapshot, then the pool's.
+		meta["index_bytes"] = strconv.Itoa(indexBytes)
+	}
+	_, err = obs.Put(ctx, jetstream.ObjectMeta{Name: "replica." + rp.cfg.Name, Metadata: meta}, bytes.NewReader(buf.Bytes()))
 	if err != nil {
 		return 0, err
 	}
@@ -677,7 +709,15 @@ func LoadSnapshot(ctx context.Context, p *Plane) (*Snapshot, error) {
 		return nil, err
 	}
 	taken, _ := time.Parse(time.RFC3339Nano, best.Metadata["taken"])
-	return &Snapshot{Data: data, Seq: bestSeq, Replica: best.Metadata["replica"], Taken: taken}, nil
+	snap := &Snapshot{Data: data, Seq: bestSeq, Replica: best.Metadata["replica"], Taken: taken}
+	if v, ok := best.Metadata["index_bytes"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > len(data) {
+			return nil, fmt.Errorf("eventplane: snapshot %s: index_bytes %q of %d bytes", best.Name, v, len(data))
+		}
+		snap.Data, snap.Pool = data[:n:n], data[n:]
+	}
+	return snap, nil
 }
 
 // removeWorkerRanks drops every rank of worker id from the index (used
