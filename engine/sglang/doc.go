@@ -40,4 +40,7 @@
 // master keeps no replay buffer, so a sequence gap clears the pool's state
 // (reported through StoreConfig.OnReport and counted) and the pool refills
 // as pages are stored again. Undecodable messages are counted and skipped.
+// With StoreConfig.OnBatch the decoded batches are handed on instead of
+// (or before) being applied: "agentkv relay --store" forwards them to the
+// event plane, so every router replica indexes the same pool.
 package sglang

@@ -25,9 +25,17 @@ type StoreConfig struct {
 	Endpoint string
 	// Topic is the subscription prefix; "" receives every topic.
 	Topic string
-	// Pool receives the events. Required. The subscriber is its only
-	// writer; routers query it concurrently (Pool is safe for that).
+	// Pool receives the events. Required unless OnBatch is set. The
+	// subscriber is its only writer; routers query it concurrently (Pool
+	// is safe for that).
 	Pool *sharedpool.Pool
+	// OnBatch, if set, receives every decoded batch, before Pool (if any)
+	// applies it; a relay forwards the batches to the event plane with it
+	// (eventplane.Publisher.ApplyPool). It runs on the subscriber's
+	// goroutine; the batch is valid only during the call. Without a Pool,
+	// Gaps and Overflows stay 0 (the pools applying the batches see them)
+	// and Applied counts the store and remove events forwarded.
+	OnBatch func(*sharedpool.Batch)
 	// OnReport, if set, is called after each applied batch with what it
 	// did (gaps and overflows clear the pool; see sharedpool.Report). It
 	// runs on the subscriber's goroutine and must not block.
@@ -79,15 +87,15 @@ type StoreSubscriber struct {
 	connected                             atomic.Bool
 }
 
-// ErrNoPool means StoreConfig.Pool is nil.
-var ErrNoPool = errors.New("sglang: StoreConfig.Pool is required")
+// ErrNoPool means StoreConfig has neither a Pool nor an OnBatch.
+var ErrNoPool = errors.New("sglang: StoreConfig.Pool or OnBatch is required")
 
 // NewStoreSubscriber validates cfg.
 func NewStoreSubscriber(cfg StoreConfig) (*StoreSubscriber, error) {
 	if cfg.Endpoint == "" {
 		return nil, errors.New("sglang: StoreConfig.Endpoint is required")
 	}
-	if cfg.Pool == nil {
+	if cfg.Pool == nil && cfg.OnBatch == nil {
 		return nil, ErrNoPool
 	}
 	if cfg.ReconnectMin <= 0 {
@@ -156,7 +164,23 @@ func (s *StoreSubscriber) Stats() StoreStats {
 // can feed frames directly. A message that cannot be decoded is counted and
 // skipped: the next batch's sequence number reveals what was lost.
 func (s *StoreSubscriber) Handle(frames [][]byte) {
-	rep, err := s.cfg.Pool.ApplyFrames(frames)
+	var rep sharedpool.Report
+	var err error
+	switch {
+	case s.cfg.OnBatch == nil:
+		rep, err = s.cfg.Pool.ApplyFrames(frames)
+	default:
+		var b sharedpool.Batch
+		if b, err = sharedpool.DecodeFrames(frames); err != nil {
+			break
+		}
+		s.cfg.OnBatch(&b)
+		if s.cfg.Pool != nil {
+			rep = s.cfg.Pool.Apply(&b)
+		} else {
+			rep = sharedpool.Report{Seq: b.Seq, Applied: len(b.Events), Rejected: len(b.Rejected)}
+		}
+	}
 	if err != nil {
 		s.malformed.Add(1)
 		s.cfg.Logger.Warn("sglang: malformed store event message skipped", "err", err)

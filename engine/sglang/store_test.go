@@ -132,3 +132,40 @@ func TestStoreSubscriberOverZMQ(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close())
 }
+
+// With OnBatch and no Pool (a relay), every decoded batch is handed on in
+// order; undecodable messages are counted and skipped.
+func TestStoreOnBatchForwards(t *testing.T) {
+	_, err := NewStoreSubscriber(StoreConfig{Endpoint: "tcp://127.0.0.1:1"})
+	require.ErrorIs(t, err, ErrNoPool)
+	var got []sharedpool.Batch
+	s, err := NewStoreSubscriber(StoreConfig{Endpoint: "tcp://127.0.0.1:1", OnBatch: func(b *sharedpool.Batch) {
+		got = append(got, *b)
+	}})
+	require.NoError(t, err)
+	toks := make([]uint32, 8)
+	pages := sharedpool.PageHashes(toks, 4, false, nil)
+	keys := pageKeys(pages)
+	s.Handle(storeFrames(t, 7, "stored", keys[:3]))
+	s.Handle([][]byte{[]byte("x")})
+	s.Handle(storeFrames(t, 8, "removed", keys[:1]))
+	require.Len(t, got, 2)
+	require.Equal(t, uint64(7), got[0].Seq)
+	require.Len(t, got[0].Events, 3)
+	require.Equal(t, keys[1], got[0].Events[1].Key)
+	require.Equal(t, sharedpool.Store, got[0].Events[1].Kind)
+	require.Equal(t, sharedpool.Remove, got[1].Events[0].Kind)
+	st := s.Stats()
+	require.Equal(t, uint64(2), st.Batches)
+	require.Equal(t, uint64(4), st.Applied)
+	require.Equal(t, uint64(1), st.Malformed)
+
+	// With a Pool as well, the pool applies what was handed on.
+	pool := newPool(t)
+	n := 0
+	s, err = NewStoreSubscriber(StoreConfig{Endpoint: "tcp://127.0.0.1:1", Pool: pool, OnBatch: func(*sharedpool.Batch) { n++ }})
+	require.NoError(t, err)
+	s.Handle(storeFrames(t, 1, "stored", keys))
+	require.Equal(t, 1, n)
+	require.Equal(t, 2, pool.Len())
+}
