@@ -186,6 +186,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 		h.Set(HeaderWorker, wk.URL)
 		h.Set(HeaderWorkerID, wk.idStr+"/"+strconv.FormatUint(uint64(d.Worker.DPRank), 10))
 		h.Set(HeaderCachedTokens, strconv.Itoa(d.Cached.Device+d.Cached.Host+d.Cached.Disk))
+		if d.SharedBlocks > 0 {
+			h.Set(HeaderSharedTokens, strconv.Itoa(d.SharedBlocks*g.router.Index().BlockSize()))
+		}
 		h.Set(HeaderWaited, strconv.FormatFloat(float64(d.Waited)/float64(time.Millisecond), 'f', 3, 64))
 	}
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")

@@ -37,6 +37,11 @@ const (
 	// HeaderCachedTokens is how many prompt tokens the router expected the
 	// worker to hold (all tiers).
 	HeaderCachedTokens = "X-Agentkv-Cached-Tokens"
+	// HeaderSharedTokens is how many more prompt tokens the router
+	// credited the worker with from the shared KV pool (StackConfig
+	// SharedPool: Mooncake pages beyond everything the worker holds
+	// itself); absent when none.
+	HeaderSharedTokens = "X-Agentkv-Shared-Tokens"
 	// HeaderWaited is how long admission control held the request before
 	// it was routed, in milliseconds ("0" when it was not held).
 	HeaderWaited = "X-Agentkv-Waited-Ms"

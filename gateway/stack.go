@@ -21,6 +21,7 @@ import (
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/sharedpool"
 )
 
 // Defaults of StackConfig.
@@ -134,6 +135,11 @@ type StackConfig struct {
 	// IndexSnapshot, if set, is the router's Config.IndexSnapshot (a
 	// replica starting warm).
 	IndexSnapshot io.Reader
+	// SharedPool, if set, is the router's Config.SharedPool: the shared
+	// KV pool (SGLang HiCache on Mooncake) whose pages credit every
+	// worker. Something else feeds it (the event plane's replica, or an
+	// engine/sglang StoreSubscriber).
+	SharedPool *sharedpool.Pool
 }
 
 // Stack is a complete router in front of vLLM-compatible workers: the
@@ -248,7 +254,7 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	s.blockSize = blockSize
 	var ts *TraceSink
 	rc := agentkv.Config{BlockSize: blockSize, Policy: cfg.Policy, Affinity: cfg.Affinity, Approximate: approximate,
-		Logger: s.log, Metrics: rm, IndexSnapshot: cfg.IndexSnapshot, TickInterval: cfg.Tick}
+		Logger: s.log, Metrics: rm, IndexSnapshot: cfg.IndexSnapshot, TickInterval: cfg.Tick, SharedPool: cfg.SharedPool}
 	if cfg.Trace != nil {
 		ts = NewTraceSink(cfg.Trace)
 		rc.Trace = ts

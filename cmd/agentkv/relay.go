@@ -6,19 +6,22 @@ import (
 	"log/slog"
 	"net/http"
 	"os/signal"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/agentkv/agentkv/engine/sglang"
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/eventplane"
 	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/sharedpool"
 )
 
 func init() {
 	register(&command{
 		name:    "relay",
 		summary: "bridge one worker's KV events from ZMQ into NATS JetStream for router replicas",
-		usage:   "--nats URL --worker-id N --url http://WORKER --events tcp://HOST:5557 [--replay tcp://HOST:5558] [flags]",
+		usage:   "--nats URL [--worker-id N --url http://WORKER --events tcp://HOST:5557 [--replay tcp://HOST:5558]] [--store tcp://MOONCAKE:PORT --pool-layout page=N,...] [flags]",
 		help: `
 Run one relay beside each worker when several "agentkv proxy --nats URL"
 replicas share the workers. The relay subscribes to the worker's KV events
@@ -33,7 +36,18 @@ workers bucket. When the relay stops, or its worker fails --health-fails
 health probes in a row (GET /health every --health-every), the relay exits
 and the record goes: every replica removes the worker. A relay restarted
 for the same worker continues its event numbering and first publishes a
-Cleared event, then the engine's replay buffer.`,
+Cleared event, then the engine's replay buffer.
+
+--store carries a shared KV pool's events too: the object events the
+Mooncake master behind SGLang HiCache publishes on ZMQ, batch by batch, to
+the model's stream, where every replica indexes the pool and credits each
+worker with the pages it could load from it. --pool-layout says how SGLang
+writes a page into the store (the same on every worker sharing the pool):
+page=N (the page size, equal to the routers' block size), tp=N, pp=N,
+tp-lcm=N, split-heads, mla, eagle, tag=T (extra_backend_tag), key-prefix=P.
+Run one relay with --store per pool, beside a worker or alone (without
+--url and --events); a second one for the same master is harmless (the
+stream keeps one copy of each batch).`,
 		run: runRelay,
 	})
 }
@@ -51,14 +65,37 @@ func runRelay(env *cmdEnv, args []string) error {
 	blockSize := fs.Int("block-size", 0, "KV block size (0: read from /metrics)")
 	healthEvery := fs.Duration("health-every", time.Second, "health probe period (0: no probes)")
 	healthFails := fs.Int("health-fails", 3, "consecutive failed probes after which the relay exits")
+	store := fs.String("store", "", "the Mooncake master's KV event endpoint, tcp://HOST:PORT: carry the shared pool's events too (or only them, without --url and --events)")
+	storeTopic := fs.String("store-topic", "", "with --store: the ZMQ subscription prefix (empty: every topic)")
+	poolName := fs.String("pool", "mooncake", "with --store: the pool's name (its subject)")
+	poolLayout := fs.String("pool-layout", "", "with --store: how SGLang writes a page into the pool: page=N[,tp=N][,pp=N][,tp-lcm=N][,split-heads][,mla][,eagle][,tag=T][,key-prefix=P]. Required with --store")
 	if err := parseFlags(env, c, fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return usagef("relay: unexpected argument %q", fs.Arg(0))
+	}
+	hasWorker := *url != "" || *events != ""
 	switch {
-	case *natsURL == "" || *url == "" || *events == "":
-		return usagef("relay: --nats, --url and --events are required")
+	case *natsURL == "":
+		return usagef("relay: --nats is required")
+	case !hasWorker && *store == "":
+		return usagef("relay: give a worker (--url and --events), a shared pool (--store), or both")
+	case hasWorker && (*url == "" || *events == ""):
+		return usagef("relay: --url and --events go together")
 	case *dp < 1 || *blockSize < 0 || *healthEvery < 0 || *healthFails < 1:
 		return usagef("relay: --dp and --health-fails must be ≥ 1, --block-size and --health-every ≥ 0")
+	case *store == "" && (*poolLayout != "" || *storeTopic != ""):
+		return usagef("relay: --pool-layout and --store-topic need --store")
+	case *store != "" && *poolLayout == "":
+		return usagef("relay: --store needs --pool-layout (how the workers write pages into the pool)")
+	}
+	var layout sharedpool.Layout
+	if *store != "" {
+		var err error
+		if layout, err = parsePoolLayout(*poolLayout); err != nil {
+			return usagef("relay: --pool-layout: %v", err)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), proxySignals...)
 	defer stop()
@@ -69,6 +106,23 @@ func runRelay(env *cmdEnv, args []string) error {
 	}
 	defer plane.Close()
 
+	if !hasWorker {
+		pub, err := eventplane.NewPublisher(plane, eventplane.PublisherConfig{PoolLayout: layout})
+		if err != nil {
+			return err
+		}
+		pub.Start(ctx)
+		defer pub.Close()
+		sub, err := startStoreRelay(ctx, pub, *store, *storeTopic, *poolName, log)
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		fmt.Fprintf(env.stdout, "agentkv relay: pool %s (%s, page size %d) → %s model %s\n", *poolName, *store, layout.PageSize, *natsURL, *model)
+		<-ctx.Done()
+		return nil
+	}
+
 	var pub *eventplane.Publisher
 	sink := vllm.SinkFunc(func(ev *flashindex.Event) error { return pub.Apply(ev) })
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -78,8 +132,13 @@ func runRelay(env *cmdEnv, args []string) error {
 	if err != nil {
 		return fmt.Errorf("relay: worker %s: %w", *url, err)
 	}
+	if *store != "" {
+		if err := layout.CheckPageSize(vw.BlockSize()); err != nil {
+			return usagef("relay: --pool-layout: %v (the worker's block size)", err)
+		}
+	}
 	pub, err = eventplane.NewPublisher(plane, eventplane.PublisherConfig{Worker: eventplane.WorkerInfo{
-		ID: *id, DPRanks: *dp, BlockSize: vw.BlockSize(), KVCapacityTokens: vw.KVCapacityTokens(), URL: *url}})
+		ID: *id, DPRanks: *dp, BlockSize: vw.BlockSize(), KVCapacityTokens: vw.KVCapacityTokens(), URL: *url}, PoolLayout: layout})
 	if err != nil {
 		return err
 	}
@@ -90,6 +149,14 @@ func runRelay(env *cmdEnv, args []string) error {
 	}
 	defer vw.Close()
 	fmt.Fprintf(env.stdout, "agentkv relay: worker %d (%s, block size %d) → %s model %s\n", *id, *url, vw.BlockSize(), *natsURL, *model)
+	if *store != "" {
+		sub, err := startStoreRelay(ctx, pub, *store, *storeTopic, *poolName, log)
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		fmt.Fprintf(env.stdout, "agentkv relay: pool %s (%s, page size %d) → %s model %s\n", *poolName, *store, layout.PageSize, *natsURL, *model)
+	}
 
 	if *healthEvery == 0 {
 		<-ctx.Done()
@@ -123,4 +190,81 @@ func runRelay(env *cmdEnv, args []string) error {
 			return fmt.Errorf("relay: worker %d failed %d health probes; leaving so the replicas remove it", *id, fails)
 		}
 	}
+}
+
+// startStoreRelay subscribes to a Mooncake master's store events and
+// publishes each batch to the event plane.
+func startStoreRelay(ctx context.Context, pub *eventplane.Publisher, endpoint, topic, pool string, log *slog.Logger) (*sglang.StoreSubscriber, error) {
+	sub, err := sglang.NewStoreSubscriber(sglang.StoreConfig{Endpoint: endpoint, Topic: topic, Logger: log,
+		OnBatch: func(b *sharedpool.Batch) {
+			if err := pub.ApplyPool(pool, b); err != nil {
+				log.Warn("relay: pool batch not published", "seq", b.Seq, "err", err)
+			}
+		}})
+	if err != nil {
+		return nil, err
+	}
+	if err := sub.Start(ctx); err != nil {
+		return nil, err
+	}
+	return sub, nil
+}
+
+// parsePoolLayout reads --pool-layout: comma-separated page=N, tp=N, pp=N,
+// tp-lcm=N, split-heads, mla, eagle, tag=T, key-prefix=P, backend=B.
+func parsePoolLayout(spec string) (sharedpool.Layout, error) {
+	var l sharedpool.Layout
+	for _, f := range strings.Split(spec, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		k, v, hasValue := strings.Cut(f, "=")
+		num := func() (int, error) {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || !hasValue {
+				return 0, fmt.Errorf("%s wants a number ≥ 0, got %q", k, v)
+			}
+			return n, nil
+		}
+		flag := func(b *bool) error {
+			if hasValue {
+				return fmt.Errorf("%s takes no value", k)
+			}
+			*b = true
+			return nil
+		}
+		var err error
+		switch k {
+		case "page", "page-size":
+			l.PageSize, err = num()
+		case "tp":
+			l.TPSize, err = num()
+		case "pp":
+			l.PPSize, err = num()
+		case "tp-lcm":
+			l.TPLCMSize, err = num()
+		case "split-heads":
+			err = flag(&l.SplitHeads)
+		case "mla":
+			err = flag(&l.MLA)
+		case "eagle":
+			err = flag(&l.Eagle)
+		case "tag":
+			l.ExtraBackendTag = v
+		case "key-prefix":
+			l.KeyPrefix = v
+		case "backend":
+			l.Backend = v
+		default:
+			return l, fmt.Errorf("unknown field %q (want page, tp, pp, tp-lcm, split-heads, mla, eagle, tag, key-prefix, backend)", k)
+		}
+		if err != nil {
+			return l, err
+		}
+	}
+	if l.PageSize == 0 {
+		return l, fmt.Errorf("page=N is required")
+	}
+	return l, l.Validate()
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/gateway"
 	"github.com/agentkv/agentkv/session"
+	"github.com/agentkv/agentkv/sharedpool"
 )
 
 // natsFlags are the proxy's event-plane flags (--nats and friends).
@@ -45,6 +46,7 @@ type natsReplica struct {
 	srv   *embedded.Server
 	plane *eventplane.Plane
 	rp    *eventplane.Replica
+	pool  *sharedpool.Pool // the shared KV pool, fed from the stream (relays with --store)
 	seq   uint64
 	name  string
 	log   *slog.Logger
@@ -91,15 +93,34 @@ func (f *natsFlags) prepare(ctx context.Context, cfg *gateway.StackConfig, liste
 		return nil, err
 	}
 	nr.plane = plane
+	// Every replica indexes the shared pool from the stream (its layout
+	// comes with the relay's batches); without a relay with --store it
+	// stays empty and credits nothing.
+	if nr.pool, err = sharedpool.NewPool(sharedpool.Config{}); err != nil {
+		nr.stop()
+		return nil, err
+	}
+	cfg.SharedPool = nr.pool
 	c, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := plane.Ensure(c); err != nil {
 		// NATS down at start: route on local state, the replica catches up later.
 		log.Warn("proxy: NATS not reachable; starting cold on local state", "err", err)
 	} else if snap, err := eventplane.LoadSnapshot(c, plane); err == nil {
-		cfg.IndexSnapshot = bytes.NewReader(snap.Data)
-		nr.seq = snap.Seq
-		log.Info("proxy: starting warm from snapshot", "replica", snap.Replica, "seq", snap.Seq, "bytes", len(snap.Data))
+		if snap.Pool != nil {
+			if err := nr.pool.Restore(bytes.NewReader(snap.Pool)); err != nil {
+				// The index without the pool would skip the pool batches
+				// before the snapshot: start cold instead.
+				log.Warn("proxy: shared-pool snapshot not restored; starting cold", "err", err)
+				snap = nil
+			}
+		}
+		if snap != nil {
+			cfg.IndexSnapshot = bytes.NewReader(snap.Data)
+			nr.seq = snap.Seq
+			log.Info("proxy: starting warm from snapshot", "replica", snap.Replica, "seq", snap.Seq, "bytes", len(snap.Data),
+				"pool_bytes", len(snap.Pool), "pool_pages", nr.pool.Len())
+		}
 	} else if !errors.Is(err, eventplane.ErrNoSnapshot) {
 		log.Warn("proxy: snapshot not loaded; starting cold", "err", err)
 	}
@@ -126,7 +147,7 @@ func (nr *natsReplica) start(s *gateway.Stack, h http.Handler, self string, admi
 		return nil, err
 	}
 	r := s.Router()
-	rp, err := eventplane.NewReplica(nr.plane, eventplane.ReplicaConfig{Name: nr.name, Router: r,
+	rp, err := eventplane.NewReplica(nr.plane, eventplane.ReplicaConfig{Name: nr.name, Router: r, Pool: nr.pool,
 		StartSeq: nr.seq + 1, Metrics: m, URL: self,
 		// A worker whose relay went is removed; when its relay comes back
 		// the worker (one of --worker, by ID) is routed to again.

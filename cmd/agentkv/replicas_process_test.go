@@ -2,14 +2,19 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,21 +24,55 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/eventplane/embedded"
-	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/gateway"
+	"github.com/agentkv/agentkv/sharedpool"
 )
 
-// The test binary doubles as the agentkv command when this variable is
-// set, so tests can run real agentkv processes without building one.
-const runAsCLI = "AGENTKV_TEST_RUN_AS_CLI"
+// The agentkv binary the process tests run, built once per test run.
+var agentkvBin struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
 
 func TestMain(m *testing.M) {
-	if os.Getenv(runAsCLI) == "1" {
-		os.Exit(run(&cmdEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:]))
+	code := m.Run()
+	if agentkvBin.dir != "" {
+		_ = os.RemoveAll(agentkvBin.dir)
 	}
-	os.Exit(m.Run())
+	os.Exit(code)
+}
+
+// agentkvBinary builds this command ("go build", without the test's
+// instrumentation) into a temporary directory, once.
+func agentkvBinary(t *testing.T) string {
+	t.Helper()
+	agentkvBin.once.Do(func() {
+		dir, err := os.MkdirTemp("", "agentkv-bin-")
+		if err != nil {
+			agentkvBin.err = err
+			return
+		}
+		agentkvBin.dir, agentkvBin.path = dir, filepath.Join(dir, "agentkv")
+		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goTool); err != nil {
+			goTool = "go"
+		}
+		t0 := time.Now()
+		out, err := exec.Command(goTool, "build", "-o", agentkvBin.path, ".").CombinedOutput()
+		if err != nil {
+			agentkvBin.err = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		t.Logf("built %s in %v", agentkvBin.path, time.Since(t0).Round(time.Millisecond))
+	})
+	require.NoError(t, agentkvBin.err)
+	return agentkvBin.path
 }
 
 // cliProcess is an agentkv subprocess.
@@ -45,8 +84,7 @@ type cliProcess struct {
 
 func startProcess(t *testing.T, args ...string) *cliProcess {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), runAsCLI+"=1")
+	cmd := exec.Command(agentkvBinary(t), args...)
 	p := &cliProcess{cmd: cmd, stderr: &lockedBuffer{}, lines: make(chan string, 64)}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()
@@ -84,155 +122,401 @@ func (p *cliProcess) line(t *testing.T, prefix string) string {
 	}
 }
 
-// TestReplicaProcessesSurviveAKill runs three "agentkv proxy --nats"
-// processes in front of the same two workers, with an "agentkv relay"
-// process bridging one worker's KV events. Sessions are sent round-robin
-// over the live replicas; one replica is killed (SIGKILL) mid-run and the
-// sessions continue through the others without an error, every turn on
-// its session's worker; restarted, it is ready within seconds, starts
-// from the newest snapshot and routes like the others.
+// mooncakeFrames encodes one Mooncake master batch (Dynamo's
+// {event_type, object_key, tenant_id, group_id} shape).
+func mooncakeFrames(t *testing.T, seq uint64, keys []string) [][]byte {
+	evs := make([]map[string]any, len(keys))
+	for i, k := range keys {
+		evs[i] = map[string]any{"event_type": "stored", "object_key": k, "tenant_id": "default", "group_id": ""}
+	}
+	payload, err := msgpack.Marshal([]any{time.Now().UnixMilli(), evs})
+	require.NoError(t, err)
+	s := make([]byte, 8)
+	binary.BigEndian.PutUint64(s, seq)
+	return [][]byte{[]byte("mooncake"), s, payload}
+}
+
+// balancer sends each request to the next live replica, round-robin; a
+// request that cannot reach its replica (killed: connection refused or
+// reset) marks it down and goes to the next, as a load balancer's health
+// check and retry would.
+type balancer struct {
+	bases []string
+	mu    sync.Mutex
+	up    []bool
+	next  int
+	// counts
+	retries int
+	served  []int
+}
+
+func newBalancer(bases []string) *balancer {
+	b := &balancer{bases: bases, up: make([]bool, len(bases)), served: make([]int, len(bases))}
+	for i := range b.up {
+		b.up[i] = true
+	}
+	return b
+}
+
+func (b *balancer) pick() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for k := 0; k < len(b.bases); k++ {
+		i := (b.next + k) % len(b.bases)
+		if b.up[i] {
+			b.next = i + 1
+			return i
+		}
+	}
+	return -1
+}
+
+func (b *balancer) set(i int, up bool) {
+	b.mu.Lock()
+	b.up[i] = up
+	b.mu.Unlock()
+}
+
+// post sends a chat request; it returns the replica that answered, the
+// response and its body.
+func (b *balancer) post(hdr map[string]string, body []byte) (int, *http.Response, []byte, error) {
+	for attempt := 0; attempt < 2*len(b.bases); attempt++ {
+		i := b.pick()
+		if i < 0 {
+			return -1, nil, nil, errors.New("no replica up")
+		}
+		req, err := http.NewRequest(http.MethodPost, b.bases[i]+vllm.ChatPath, bytes.NewReader(body))
+		if err != nil {
+			return i, nil, nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.mu.Lock()
+			b.up[i] = false
+			b.retries++
+			b.mu.Unlock()
+			continue
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return i, resp, data, err
+		}
+		b.mu.Lock()
+		b.served[i]++
+		b.mu.Unlock()
+		return i, resp, data, nil
+	}
+	return -1, nil, nil, errors.New("every replica failed")
+}
+
+// agentSession is a multi-turn conversation: each turn resends the whole
+// history plus a new user message.
+type agentSession struct {
+	id     string
+	msgs   []chatMsg
+	worker string
+}
+
+func (s *agentSession) body(n int) []byte {
+	s.msgs = append(s.msgs, chatMsg{"user", fmt.Sprintf("session %s turn %d: read the file, run the tests, fix what fails, explain", s.id, n)})
+	b, _ := json.Marshal(map[string]any{"model": "agentkv-mock", "messages": s.msgs, "max_tokens": 8})
+	return b
+}
+
+func (s *agentSession) reply(data []byte) error {
+	var r struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil || len(r.Choices) == 0 {
+		return fmt.Errorf("reply %q: %v", data, err)
+	}
+	s.msgs = append(s.msgs, chatMsg{"assistant", r.Choices[0].Message.Content})
+	return nil
+}
+
+func readyz(base string) string {
+	r, err := http.Get(base + "/readyz")
+	if err != nil {
+		return ""
+	}
+	defer r.Body.Close()
+	body, _ := io.ReadAll(r.Body)
+	return string(body)
+}
+
+// TestReplicaProcessesSurviveAKill is the issue's end-to-end check with
+// processes: three "agentkv proxy --nats URL --worker ..." replicas in
+// front of the same two "agentkv mock-worker" processes, an "agentkv
+// relay" beside each worker (the first also carrying a fake Mooncake
+// master's shared-pool events), all separate processes of the agentkv
+// binary built once for the test, on an in-process NATS JetStream server.
+//
+// Concurrent multi-turn sessions go round-robin over the replicas; one
+// replica is SIGKILLed mid-run and the sessions continue through the
+// others without an error, every turn on its session's worker. Restarted,
+// it is ready within seconds, warm from the newest snapshot (index and
+// shared pool), and routes as the others do: probes of every session's
+// prompt get the same worker and cached tokens from all three replicas.
+// Then a relay stops (its worker going away): every replica drops that
+// worker, and takes it back when the relay returns.
 func TestReplicaProcessesSurviveAKill(t *testing.T) {
 	const bs = 16
 	ns, err := embedded.Start(embedded.Config{Dir: t.TempDir()})
 	require.NoError(t, err)
 	defer ns.Stop()
-	a, b := newFakeVLLM(t, bs, 1000), newFakeVLLM(t, bs, 1000)
-	ep := fmt.Sprintf("tcp://127.0.0.1:%d", freeTCPPort(t))
-	pub := zmq4.NewPub(context.Background(), zmq4.WithLogger(log.New(io.Discard, "", 0)))
-	require.NoError(t, pub.Listen(ep))
-	defer pub.Close()
+
+	// Two mock vLLM workers, their KV events on ZMQ with replay sockets.
+	var workers, events, replays []string
+	for range 2 {
+		ev, rep := fmt.Sprintf("tcp://127.0.0.1:%d", freeTCPPort(t)), fmt.Sprintf("tcp://127.0.0.1:%d", freeTCPPort(t))
+		p := startProcess(t, "mock-worker", "--listen", "127.0.0.1:"+strconv.Itoa(freeTCPPort(t)), "--events", ev, "--replay", rep,
+			"--speedup", "1000", "--min-output", "4", "--max-output", "8")
+		url, _, _ := strings.Cut(strings.TrimPrefix(p.line(t, "mock worker "), "mock worker "), " ")
+		workers, events, replays = append(workers, url), append(events, ev), append(replays, rep)
+	}
+	// A fake Mooncake master: SGLang HiCache pages as MLA objects, one per page.
+	poolLayout := sharedpool.Layout{PageSize: bs, MLA: true}
+	master := fmt.Sprintf("tcp://127.0.0.1:%d", freeTCPPort(t))
+	mpub := zmq4.NewPub(context.Background(), zmq4.WithLogger(log.New(io.Discard, "", 0)))
+	require.NoError(t, mpub.Listen(master))
+	defer mpub.Close()
+
+	relayArgs := func(i int) []string {
+		a := []string{"relay", "--nats", ns.URL(), "--worker-id", strconv.Itoa(i), "--url", workers[i], "--events", events[i], "--replay", replays[i]}
+		if i == 0 {
+			a = append(a, "--store", master, "--pool-layout", "page=16,mla")
+		}
+		return a
+	}
+	relays := []*cliProcess{startProcess(t, relayArgs(0)...), startProcess(t, relayArgs(1)...)}
+	for i, r := range relays {
+		r.line(t, "agentkv relay: worker "+strconv.Itoa(i))
+	}
+	relays[0].line(t, "agentkv relay: pool mooncake")
 
 	ports := []int{freeTCPPort(t), freeTCPPort(t), freeTCPPort(t)}
+	bases := make([]string, 3)
 	startReplica := func(i int) *cliProcess {
-		p := startProcess(t, "proxy", "--listen", "127.0.0.1:"+strconv.Itoa(ports[i]), "--worker", a.URL(), "--worker", b.URL(),
-			"--nats", ns.URL(), "--replica", "r"+strconv.Itoa(i), "--affinity", "hard", "--snapshot-every", "300ms")
+		p := startProcess(t, "proxy", "--listen", "127.0.0.1:"+strconv.Itoa(ports[i]), "--worker", workers[0], "--worker", workers[1],
+			"--nats", ns.URL(), "--replica", "r"+strconv.Itoa(i), "--snapshot-every", "500ms")
 		p.line(t, "agentkv proxy listening on ")
 		return p
 	}
-	base := func(i int) string { return "http://127.0.0.1:" + strconv.Itoa(ports[i]) }
-	procs := []*cliProcess{startReplica(0), startReplica(1), startReplica(2)}
-	relay := startProcess(t, "relay", "--nats", ns.URL(), "--worker-id", "1", "--url", b.URL(), "--events", ep, "--health-every", "0")
-	relay.line(t, "agentkv relay: worker 1")
-
-	// Worker 1 publishes the system prompt's blocks.
-	msgs := []chatMsg{{"system", systemPrompt}, {"user", "which worker has me?"}}
-	toks := tokensOf(renderChat(toMaps(msgs)))
-	nb := 8
-	hashes := make([]uint64, nb)
-	for i := range hashes {
-		hashes[i] = 0xabc000 + uint64(i)
+	procs := make([]*cliProcess, 3)
+	for i := range procs {
+		bases[i] = "http://127.0.0.1:" + strconv.Itoa(ports[i])
+		procs[i] = startReplica(i)
 	}
-	payload, err := vllm.Encoding{MapEvents: true}.Append(nil, 1, []vllm.WireEvent{{
-		Kind: flashindex.Stored, Hashes: hashes, Tokens: toks[:nb*bs], BlockSize: bs, Medium: "GPU"}})
-	require.NoError(t, err)
-	seq := uint64(0)
-	eventually(t, "KV events to reach every replica", func() bool {
-		frame := make([]byte, 8)
-		binary.BigEndian.PutUint64(frame, seq)
-		seq++
-		require.NoError(t, pub.SendMulti(zmq4.NewMsgFrom([]byte("kv"), frame, payload)))
-		for i := range procs {
-			if metricValue(t, base(i), "agentkv_eventplane_events_applied_total") == 0 {
+	for i := range procs {
+		eventually(t, "replica "+strconv.Itoa(i)+" ready", func() bool { return strings.HasPrefix(readyz(bases[i]), "ok:") })
+	}
+
+	// Shared pool: the Mooncake master announces every page of three
+	// documents no worker has seen, one per replica.
+	docs := make([][]byte, 3)
+	var keys []string
+	poolPages := make([]int, 3)
+	for i := range docs {
+		msgs := []chatMsg{{"system", strings.Repeat(fmt.Sprintf("Pool document %d holds the design notes of module %d. ", i, i), 20)}, {"user", "summarise"}}
+		b, err := json.Marshal(map[string]any{"model": "agentkv-mock", "messages": msgs, "max_tokens": 8})
+		require.NoError(t, err)
+		docs[i] = b
+		resp, body := post(t, workers[0]+"/tokenize", nil, b)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		var tok struct{ Tokens []uint32 }
+		require.NoError(t, json.Unmarshal(body, &tok))
+		pages := sharedpool.PageHashes(tok.Tokens, bs, false, nil)
+		poolPages[i] = len(pages)
+		for _, pg := range pages {
+			keys = poolLayout.AppendObjectKeys(keys, pg)
+		}
+	}
+	var mseq uint64
+	eventually(t, "the shared pool on every replica", func() bool {
+		mseq++ // a batch the relay's SUB missed (slow joiner) is a gap the pool absorbs
+		require.NoError(t, mpub.SendMulti(zmq4.NewMsgFrom(mooncakeFrames(t, mseq, keys)...)))
+		time.Sleep(20 * time.Millisecond)
+		for i := range bases {
+			if int(metricValue(t, bases[i], "agentkv_eventplane_pool_pages")) != len(keys) {
 				return false
 			}
 		}
 		return true
 	})
+	for i := range bases {
+		resp, body := post(t, bases[i]+vllm.ChatPath, nil, docs[i])
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		require.Equal(t, strconv.Itoa(poolPages[i]*bs), resp.Header.Get(gateway.HeaderSharedTokens),
+			"replica %d credits the worker with the document's pages in the shared pool", i)
+		require.Equal(t, "0", resp.Header.Get(headerCachedTokens))
+	}
 
-	alive := []bool{true, true, true}
-	var mu sync.Mutex
-	worker := map[int]string{}
-	lb := 0
-	turn := func(s, n int) {
-		t.Helper()
-		for !alive[lb%3] {
-			lb++
-		}
-		i := lb % 3
-		lb++
-		hdr := map[string]string{"X-Claude-Code-Session-Id": "proc-sess-" + strconv.Itoa(s)}
-		resp, body := post(t, base(i)+vllm.ChatPath, hdr, chatBody(t, false, chatMsg{"user", "session " + strconv.Itoa(s) + " turn " + strconv.Itoa(n)}))
-		require.Equal(t, http.StatusOK, resp.StatusCode, "replica %d: %s", i, body)
-		w := resp.Header.Get(headerWorker)
-		mu.Lock()
-		defer mu.Unlock()
-		if prev, ok := worker[s]; ok {
-			require.Equal(t, prev, w, "session %d turn %d through replica %d moved", s, n, i)
-		}
-		worker[s] = w
+	lb := newBalancer(bases)
+	const nSessions, turnsPerPhase = 24, 3
+	sessions := make([]*agentSession, nSessions)
+	for s := range sessions {
+		sessions[s] = &agentSession{id: strconv.Itoa(s), msgs: []chatMsg{{"system", systemPrompt}}}
 	}
-	const sessions = 30
-	for n := 0; n < 3; n++ {
-		for s := 0; s < sessions; s++ {
-			turn(s, n)
+	var done sync.WaitGroup
+	errs := make(chan error, nSessions*8)
+	// phase runs turns [from, from+turnsPerPhase) of every session
+	// concurrently (each session's turns in order); midway calls back
+	// once half of the phase's turns are done.
+	phase := func(from int, midway func()) {
+		var half sync.Once
+		var count int
+		var cmu sync.Mutex
+		for _, s := range sessions {
+			done.Add(1)
+			go func() {
+				defer done.Done()
+				for n := from; n < from+turnsPerPhase; n++ {
+					i, resp, data, err := lb.post(map[string]string{"X-Claude-Code-Session-Id": "proc-sess-" + s.id}, s.body(n))
+					switch {
+					case err != nil:
+						errs <- fmt.Errorf("session %s turn %d: %v", s.id, n, err)
+						return
+					case resp.StatusCode != http.StatusOK:
+						errs <- fmt.Errorf("session %s turn %d through replica %d: %d %s", s.id, n, i, resp.StatusCode, data)
+						return
+					}
+					w := resp.Header.Get(headerWorker)
+					if s.worker == "" {
+						s.worker = w
+					} else if w != s.worker {
+						errs <- fmt.Errorf("session %s turn %d through replica %d moved from %s to %s", s.id, n, i, s.worker, w)
+						return
+					}
+					if err := s.reply(data); err != nil {
+						errs <- err
+						return
+					}
+					cmu.Lock()
+					count++
+					c := count
+					cmu.Unlock()
+					if midway != nil && c == nSessions*turnsPerPhase/2 {
+						half.Do(midway)
+					}
+				}
+			}()
+		}
+		done.Wait()
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		default:
 		}
 	}
-	// Kill replica 1 mid-run; the balancer takes it out of rotation.
-	require.NoError(t, procs[1].cmd.Process.Signal(syscall.SIGKILL))
-	_ = procs[1].cmd.Wait()
-	alive[1] = false
-	for n := 3; n < 6; n++ {
-		for s := 0; s < sessions; s++ {
-			turn(s, n)
-		}
+	phase(0, nil)
+	// Every replica has stored a snapshot (every 500 ms) by now.
+	for i := range bases {
+		eventually(t, "replica "+strconv.Itoa(i)+" to store a snapshot", func() bool {
+			return metricValue(t, bases[i], "agentkv_eventplane_snapshot_bytes") > 0
+		})
 	}
-	// Restart it: ready within seconds, warm, routing like the others.
+	// Kill replica 1 while the next turns are in flight.
+	phase(turnsPerPhase, func() {
+		if err := procs[1].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			errs <- err
+		}
+		_ = procs[1].cmd.Wait()
+		lb.set(1, false)
+	})
+	servedBefore := lb.served[1]
+
+	// Restart it: ready, warm (index and pool from the newest snapshot),
+	// caught up with the others, within seconds.
 	t0 := time.Now()
 	procs[1] = startReplica(1)
-	eventually(t, "the restarted replica to be ready", func() bool {
-		r, err := http.Get(base(1) + "/readyz")
-		if err != nil {
-			return false
-		}
-		body, _ := io.ReadAll(r.Body)
-		r.Body.Close()
-		return strings.HasPrefix(string(body), "ok:")
-	})
+	eventually(t, "the restarted replica to be ready", func() bool { return strings.HasPrefix(readyz(bases[1]), "ok:") })
 	ready := time.Since(t0)
-	require.Less(t, ready, 10*time.Second)
-	alive[1] = true
-	resp, body := post(t, base(1)+vllm.ChatPath, nil, chatBody(t, false, msgs...))
-	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
-	require.Equal(t, b.URL(), resp.Header.Get(headerWorker), "the restarted replica knows worker 1's blocks")
-	require.Equal(t, strconv.Itoa(nb*bs), resp.Header.Get(headerCachedTokens))
-	for n := 6; n < 9; n++ {
-		for s := 0; s < sessions; s++ {
-			turn(s, n)
-		}
-	}
-	t.Logf("restarted replica ready in %v; %d sessions × 9 turns, every turn on its session's worker", ready, sessions)
+	poolAtStart := metricValue(t, bases[1], "agentkv_eventplane_pool_pages")
+	eventually(t, "the restarted replica to catch up", func() bool {
+		want := metricValue(t, bases[0], "agentkv_eventplane_applied_sequence")
+		return metricValue(t, bases[1], "agentkv_eventplane_applied_sequence") >= want && want > 0
+	})
+	caughtUp := time.Since(t0)
+	require.Less(t, caughtUp, 10*time.Second)
 	require.Contains(t, procs[1].stderr.String(), "starting warm from snapshot")
+	require.Equal(t, float64(len(keys)), poolAtStart, "the shared pool came with the snapshot, before any new pool event")
+
+	// It routes as the others do: every session's last prompt, sent
+	// without its session (KV-aware routing alone), gets the same worker
+	// and cached tokens from each replica, and that worker is the
+	// session's.
+	lb.set(1, true)
+	agree := 0
+	for _, s := range sessions {
+		b, err := json.Marshal(map[string]any{"model": "agentkv-mock", "messages": s.msgs[:len(s.msgs)-1], "max_tokens": 8})
+		require.NoError(t, err)
+		var got [3][2]string
+		for i := range bases {
+			// The same state on all: the previous probe's end and its
+			// load report reached every replica (a replica that still
+			// counts it against the worker weighs the prefix against it,
+			// as it should).
+			time.Sleep(50 * time.Millisecond)
+			resp, body := post(t, bases[i]+vllm.ChatPath, nil, b)
+			require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+			got[i] = [2]string{resp.Header.Get(headerWorker), resp.Header.Get(headerCachedTokens)}
+		}
+		require.Equal(t, got[0], got[1], "session %s: replica 1 (restarted) vs replica 0", s.id)
+		require.Equal(t, got[0], got[2], "session %s: replica 2 vs replica 0", s.id)
+		require.Equal(t, s.worker, got[1][0], "session %s: KV-aware routing finds its worker", s.id)
+		require.NotEqual(t, "0", got[1][1])
+		agree++
+	}
+	// The shared pool credit too, on the restarted replica.
+	resp, body := post(t, bases[1]+vllm.ChatPath, nil, docs[1])
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	// Document 1 was sent once (to replica 1 before the kill): its pages
+	// are now on that worker's device, so nothing is credited twice.
+	require.Empty(t, resp.Header.Get(gateway.HeaderSharedTokens))
+	require.Equal(t, strconv.Itoa(poolPages[1]*bs), resp.Header.Get(headerCachedTokens))
+
+	phase(2*turnsPerPhase, nil)
+	require.Greater(t, lb.served[1], servedBefore, "the restarted replica serves again")
+	t.Logf("restarted replica ready in %v, caught up in %v (pool %v pages from the snapshot); %d sessions × %d turns, every turn on its session's worker; "+
+		"%d requests retried by the balancer after the kill; %d/%d probes agree on all three replicas; served per replica %v",
+		ready.Round(time.Millisecond), caughtUp.Round(time.Millisecond), poolAtStart, nSessions, 3*turnsPerPhase, lb.retries, agree, nSessions, lb.served)
 
 	// The relay of worker 1 stops (its worker is going away): every
 	// replica removes worker 1; its sessions move to worker 0 by
 	// compare-and-set and stay there.
-	require.NoError(t, relay.cmd.Process.Signal(os.Interrupt))
-	require.NoError(t, relay.cmd.Wait())
-	for i := range procs {
+	require.NoError(t, relays[1].cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, relays[1].cmd.Wait())
+	for i := range bases {
 		eventually(t, "replica "+strconv.Itoa(i)+" to drop worker 1", func() bool {
-			resp, _ := post(t, base(i)+vllm.ChatPath, nil, chatBody(t, false, msgs...))
-			return resp.StatusCode == http.StatusOK && resp.Header.Get(headerWorker) == a.URL()
+			resp, _ := post(t, bases[i]+vllm.ChatPath, nil, docs[0])
+			return resp.StatusCode == http.StatusOK && resp.Header.Get(headerWorker) == workers[0]
 		})
 	}
-	mu.Lock()
-	clear(worker) // sessions on worker 1 move once
-	mu.Unlock()
-	for n := 9; n < 11; n++ {
-		for s := 0; s < sessions; s++ {
-			turn(s, n)
-		}
+	for _, s := range sessions {
+		s.worker = "" // sessions on worker 1 move once
 	}
-	for s := 0; s < sessions; s++ {
-		require.Equal(t, a.URL(), worker[s], "session %d", s)
+	phase(3*turnsPerPhase, nil)
+	for _, s := range sessions {
+		require.Equal(t, workers[0], s.worker, "session %s", s.id)
 	}
 	// The relay comes back: worker 1 is routed to again.
-	relay = startProcess(t, "relay", "--nats", ns.URL(), "--worker-id", "1", "--url", b.URL(), "--events", ep, "--health-every", "0")
-	relay.line(t, "agentkv relay: worker 1")
-	for i := range procs {
+	relays[1] = startProcess(t, relayArgs(1)...)
+	relays[1].line(t, "agentkv relay: worker 1")
+	for i := range bases {
 		eventually(t, "replica "+strconv.Itoa(i)+" to route to worker 1 again", func() bool {
 			hdr := map[string]string{"X-Claude-Code-Session-Id": "new-" + strconv.FormatInt(time.Now().UnixNano(), 10)}
-			resp, _ := post(t, base(i)+vllm.ChatPath, hdr, chatBody(t, false, chatMsg{"user", "fresh"}))
-			return resp.StatusCode == http.StatusOK && resp.Header.Get(headerWorker) == b.URL()
+			fresh, _ := json.Marshal(map[string]any{"model": "agentkv-mock", "messages": []chatMsg{{"user", "fresh"}}, "max_tokens": 4})
+			resp, _ := post(t, bases[i]+vllm.ChatPath, hdr, fresh)
+			return resp.StatusCode == http.StatusOK && resp.Header.Get(headerWorker) == workers[1]
 		})
 	}
 }

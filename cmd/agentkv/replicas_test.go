@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/sharedpool"
 )
 
 // startCmd runs an agentkv command in-process and returns a reader of its
@@ -176,4 +177,53 @@ func TestProxyReplicasOwnPrograms(t *testing.T) {
 	require.NoError(t, self.Signal(os.Interrupt))
 	require.Equal(t, 0, <-doneB, errB.String())
 	require.Equal(t, 0, <-doneA, errA.String())
+}
+
+func TestParsePoolLayout(t *testing.T) {
+	for _, tc := range []struct {
+		spec string
+		want sharedpool.Layout
+	}{
+		{"page=16,mla", sharedpool.Layout{PageSize: 16, MLA: true}},
+		{"page=64, tp=2, pp=2", sharedpool.Layout{PageSize: 64, TPSize: 2, PPSize: 2}},
+		{"page=16,tp=2,tp-lcm=4,split-heads,eagle,tag=t,key-prefix=t_org-m,backend=mooncake",
+			sharedpool.Layout{PageSize: 16, TPSize: 2, TPLCMSize: 4, SplitHeads: true, Eagle: true, ExtraBackendTag: "t", KeyPrefix: "t_org-m", Backend: "mooncake"}},
+	} {
+		got, err := parsePoolLayout(tc.spec)
+		require.NoError(t, err, tc.spec)
+		require.Equal(t, tc.want, got, tc.spec)
+	}
+	for spec, want := range map[string]string{
+		"":                                  "page=N is required",
+		"tp=2":                              "page=N is required",
+		"page=x":                            "page wants a number",
+		"page=-3":                           "page wants a number",
+		"page":                              "page wants a number",
+		"page=16,mla=1":                     "mla takes no value",
+		"page=16,shards=2":                  "unknown field",
+		"page=16,backend=x":                 "unsupported HiCache backend",
+		"page=16,tp=3,tp-lcm=4,split-heads": "not a multiple",
+	} {
+		_, err := parsePoolLayout(spec)
+		require.ErrorContains(t, err, want, spec)
+	}
+}
+
+func TestRelayCLIUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"relay"}, "--nats is required"},
+		{[]string{"relay", "--nats", "nats://127.0.0.1:1"}, "give a worker"},
+		{[]string{"relay", "--nats", "nats://127.0.0.1:1", "--url", "http://127.0.0.1:1"}, "--url and --events go together"},
+		{[]string{"relay", "--nats", "nats://127.0.0.1:1", "--store", "tcp://127.0.0.1:1"}, "--store needs --pool-layout"},
+		{[]string{"relay", "--nats", "nats://127.0.0.1:1", "--store", "tcp://127.0.0.1:1", "--pool-layout", "tp=2"}, "page=N is required"},
+		{[]string{"relay", "--nats", "nats://127.0.0.1:1", "--url", "http://127.0.0.1:1", "--events", "tcp://127.0.0.1:2", "--pool-layout", "page=16"}, "need --store"},
+		{[]string{"relay", "--nats", "nats://127.0.0.1:1", "--store", "tcp://127.0.0.1:1", "--pool-layout", "page=16", "extra"}, "unexpected argument"},
+	} {
+		code, _, stderr := runCLI(t, "", tc.args...)
+		require.Equal(t, 2, code, "%v: %s", tc.args, stderr)
+		require.Contains(t, stderr, tc.want, tc.args)
+	}
 }
