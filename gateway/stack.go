@@ -557,10 +557,11 @@ func (s *Stack) Refresh(ctx context.Context, i int) {
 	}
 }
 
-// Approximate reports whether some worker publishes no KV events.
+// Approximate reports whether some worker publishes no KV events (and
+// they do not come another way: StackConfig.ExternalEvents).
 func (s *Stack) Approximate() bool {
 	for _, w := range s.workers {
-		if w.spec.Events == "" {
+		if w.spec.Events == "" && !s.cfg.ExternalEvents {
 			return true
 		}
 	}

@@ -70,7 +70,11 @@ func (ix *Index) Snapshot(w io.Writer) error {
 	zw, _ := encoders.Get().(*zstd.Encoder)
 	if zw == nil {
 		var err error
-		zw, err = zstd.NewWriter(w, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(snapshotWindow), zstd.WithLowerEncoderMem(true))
+		// The fastest level: page digests (most of the body) are SHA-256
+		// output, which no level compresses; the media bytes compress
+		// well at any.
+		zw, err = zstd.NewWriter(w, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(snapshotWindow), zstd.WithLowerEncoderMem(true),
+			zstd.WithEncoderLevel(zstd.SpeedFastest))
 		if err != nil {
 			return err
 		}
@@ -107,24 +111,30 @@ func (ix *Index) Snapshot(w io.Writer) error {
 	for _, name := range ix.mediumNames[:ix.nMedia] {
 		e.s(name)
 	}
-	order := make([]int, 0, ix.pages)
+	// Sort copies of the (digest, record) pairs, not slot indices: the
+	// comparisons then read contiguous memory.
+	type entry struct {
+		d   [4]uint64
+		rec uint32
+	}
+	order := make([]entry, 0, ix.pages)
 	for i := range ix.slots {
-		if ix.slots[i].have != 0 {
-			order = append(order, i)
+		if s := &ix.slots[i]; s.have != 0 {
+			order = append(order, entry{s.d, s.rec})
 		}
 	}
-	slices.SortFunc(order, func(a, b int) int { return compareDigest(&ix.slots[a].d, &ix.slots[b].d) })
+	slices.SortFunc(order, func(a, b entry) int { return compareDigest(&a.d, &b.d) })
 	e.u(uint64(len(order)))
 	n := 0
 	if ix.sch != nil {
 		n = ix.sch.n()
 	}
-	for _, i := range order {
-		s := &ix.slots[i]
-		for _, w := range s.d {
+	for i := range order {
+		for _, w := range order[i].d {
 			e.h(w)
 		}
-		e.b(ix.media[int(s.rec)*n : int(s.rec)*n+n])
+		rec := int(order[i].rec)
+		e.b(ix.media[rec*n : rec*n+n])
 	}
 	if e.err != nil {
 		return e.err

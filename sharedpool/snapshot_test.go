@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -424,4 +425,47 @@ func FuzzRestore(f *testing.F) {
 			t.Fatal("not canonical")
 		}
 	})
+}
+
+// BenchmarkSnapshot measures the snapshot of one million complete pages
+// (what a restarting router replica loads besides its block index): size,
+// time to write it and time to restore it.
+func BenchmarkSnapshot(b *testing.B) {
+	for _, l := range []Layout{{PageSize: 64, MLA: true}, {PageSize: 64, TPSize: 2}} {
+		name := "layout=MLA"
+		if !l.MLA {
+			name = "layout=TP2"
+		}
+		b.Run(name, func(b *testing.B) {
+			ix, err := New(Config{Layout: l, MaxPages: 2 << 20, Seed: 3})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var seq uint64
+			fill(b, ix, l, randomPages(benchPages, 21), &seq)
+			var buf bytes.Buffer
+			for b.Loop() {
+				buf.Reset()
+				t0, c0 := time.Now(), cpuNanos()
+				if err := ix.Snapshot(&buf); err != nil {
+					b.Fatal(err)
+				}
+				write, writeCPU := time.Since(t0), cpuNanos()-c0
+				dst, _ := New(Config{MaxPages: 2 << 20})
+				t1, c1 := time.Now(), cpuNanos()
+				if err := dst.Restore(bytes.NewReader(buf.Bytes())); err != nil {
+					b.Fatal(err)
+				}
+				restore, restoreCPU := time.Since(t1), cpuNanos()-c1
+				if dst.Len() != benchPages {
+					b.Fatalf("restored %d pages", dst.Len())
+				}
+				b.ReportMetric(float64(buf.Len())/(1<<20), "MiB/1M-pages")
+				b.ReportMetric(write.Seconds()*1000, "snapshot-ms")
+				b.ReportMetric(restore.Seconds()*1000, "restore-ms")
+				b.ReportMetric(float64(writeCPU)/1e6, "snapshot-cpu-ms")
+				b.ReportMetric(float64(restoreCPU)/1e6, "restore-cpu-ms")
+			}
+		})
+	}
 }

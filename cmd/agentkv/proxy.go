@@ -48,7 +48,8 @@ Router picks a worker (held while program-aware admission says wait, with
 serves its API natively (apis= of --worker), else translated to and from
 chat completions; the usage in the reply is reported back to the Router.
 Replies carry X-Agentkv-Worker, X-Agentkv-Worker-Id (ID/DP rank) and
-X-Agentkv-Cached-Tokens.
+X-Agentkv-Cached-Tokens, and X-Agentkv-Shared-Tokens when a shared KV pool
+(with --nats, fed by "agentkv relay --store") credits the worker.
 
 Each --worker is a vLLM server's base URL, optionally followed by
 comma-separated options: events=tcp://HOST:PORT subscribes to the engine's KV
@@ -350,6 +351,9 @@ func runProxy(env *cmdEnv, args []string) error {
 	}
 	late.set(handler)
 	mode := "KV events"
+	if nr != nil {
+		mode = "KV events from the event plane"
+	}
 	if s.Approximate() {
 		mode = "approximate (no KV events from some workers)"
 	}
