@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/sharedpool"
 )
 
 // BenchmarkPublishToApplied measures one event's trip from a relay's Apply
@@ -190,6 +191,79 @@ func BenchmarkThroughput(b *testing.B) {
 			waitSynced(b, p, rp)
 			b.ReportMetric(n/time.Since(t0).Seconds(), "events/s")
 			require.Equal(b, uint64(n), rp.Stats().Events+rp.Stats().Rejected)
+			_ = rp.Close()
+		}
+	})
+}
+
+// BenchmarkPoolThroughput compares a replica's shared-pool throughput with
+// the event plane in the path (pool-only relay ApplyPool → stream →
+// replica → sharedpool.Pool) against the in-process path (Pool.Apply, what
+// engine/sglang's StoreSubscriber does beside one router) on the same
+// pre-generated Mooncake batches.
+func BenchmarkPoolThroughput(b *testing.B) {
+	const n = 20_000
+	pg := newPoolGen(8, 4096)
+	batches := make([]sharedpool.Batch, n)
+	events := 0
+	for i := range batches {
+		batches[i] = pg.batch()
+		events += len(batches[i].Events)
+	}
+	b.Run("path=in-process", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			pool := newTestPool(b, testPoolLayout)
+			t0 := time.Now()
+			for k := range batches {
+				pool.Apply(&batches[k])
+			}
+			el := time.Since(t0).Seconds()
+			b.ReportMetric(n/el, "batches/s")
+			b.ReportMetric(float64(events)/el, "events/s")
+		}
+	})
+	b.Run("path=eventplane", func(b *testing.B) {
+		ns := startNATS(b)
+		cfg := testConfig()
+		for i := 0; i < b.N; i++ {
+			cfg.Model = "pool" + itoa(i)
+			relay := poolRelay(b, connect(b, ns, cfg))
+			p := connect(b, ns, cfg)
+			pool := newTestPool(b, sharedpool.Layout{})
+			rp := startReplica(b, p, ReplicaConfig{Name: "pt", Router: newRouter(b, nil, 1), Pool: pool, NoSharedLoad: true})
+			t0 := time.Now()
+			for k := range batches {
+				require.NoError(b, relay.ApplyPool("mooncake", &batches[k]))
+			}
+			flush(b, relay)
+			tPub := time.Since(t0)
+			waitSynced(b, p, rp)
+			el := time.Since(t0).Seconds()
+			require.Equal(b, uint64(n), rp.Stats().PoolBatches)
+			b.ReportMetric(n/el, "batches/s")
+			b.ReportMetric(float64(events)/el, "events/s")
+			b.ReportMetric(tPub.Seconds()*1000, "stored-ms")
+		}
+	})
+	b.Run("path=stream-to-pool", func(b *testing.B) {
+		ns := startNATS(b)
+		cfg := testConfig()
+		relay := poolRelay(b, connect(b, ns, cfg))
+		for k := range batches {
+			require.NoError(b, relay.ApplyPool("mooncake", &batches[k]))
+		}
+		flush(b, relay)
+		p := connect(b, ns, cfg)
+		for i := 0; i < b.N; i++ {
+			pool := newTestPool(b, sharedpool.Layout{})
+			rp, err := NewReplica(p, ReplicaConfig{Name: "s2p", Router: newRouter(b, nil, 1), Pool: pool, NoSharedLoad: true})
+			require.NoError(b, err)
+			t0 := time.Now()
+			rp.Start(context.Background())
+			waitSynced(b, p, rp)
+			el := time.Since(t0).Seconds()
+			b.ReportMetric(n/el, "batches/s")
+			b.ReportMetric(float64(events)/el, "events/s")
 			_ = rp.Close()
 		}
 	})

@@ -41,7 +41,7 @@ type PublisherConfig struct {
 	// elsewhere (sharedpool.Pool.SetLayout).
 	PoolLayout sharedpool.Layout
 	// MaxPendingPool bounds the shared-pool batches buffered while NATS is
-	// unreachable or behind (default 16384). Beyond it they are dropped: the next
+	// unreachable or behind (default 65536). Beyond it they are dropped: the next
 	// batch's sequence number shows the gap and replicas clear the pool.
 	MaxPendingPool int
 	// MaxPending bounds the events buffered per DP rank while NATS is
@@ -136,7 +136,7 @@ func NewPublisher(p *Plane, cfg PublisherConfig) (*Publisher, error) {
 		return nil, fmt.Errorf("%w: negative MaxPending, MaxBatch or MaxPendingPool", ErrConfig)
 	}
 	if cfg.MaxPendingPool == 0 {
-		cfg.MaxPendingPool = 1 << 14
+		cfg.MaxPendingPool = 1 << 16
 	}
 	if cfg.MaxPending == 0 {
 		cfg.MaxPending = 1 << 20
@@ -394,25 +394,12 @@ func (pb *Publisher) flushOnce(ctx context.Context, buf *[]byte) (progress bool,
 	pools := pb.pools
 	pb.mu.Unlock()
 
-	for _, pm := range pools {
-		c, cancel := context.WithTimeout(ctx, 5*time.Second)
-		ack, err := pb.p.js.Publish(c, pb.p.names.poolSubject(pm.pool), pm.data, jetstream.WithMsgID(pm.id))
-		cancel()
+	if len(pools) > 0 {
+		n, err := pb.publishPools(ctx, pools)
+		progress = n > 0
 		if err != nil {
 			return progress, err
 		}
-		pb.mu.Lock()
-		if len(pb.pools) > 0 && pb.pools[0].id == pm.id {
-			pb.pools = pb.pools[1:] // (unless an overflow dropped it meanwhile)
-		}
-		pb.st.Messages++
-		pb.st.PoolBatches++
-		if ack.Duplicate {
-			pb.st.Duplicates++
-		}
-		pb.idle.Broadcast()
-		pb.mu.Unlock()
-		progress = true
 	}
 	// Ranks are independent subjects: publish them concurrently (each
 	// waits for its own acknowledgement).
@@ -440,6 +427,68 @@ func (pb *Publisher) flushOnce(ctx context.Context, buf *[]byte) (progress bool,
 		}
 	}
 	return progress, err
+}
+
+// poolWindow bounds the shared-pool messages in flight at once.
+const poolWindow = 256
+
+// publishPools publishes pool messages in order, up to poolWindow in
+// flight (one connection: the server stores them in the order sent), and
+// returns how many were stored. On an error it stops at the first message
+// not acknowledged; the caller retries from there, and the stream drops
+// any later one it had already stored (same message id), so the order
+// holds. No client-side retries: they could reorder.
+func (pb *Publisher) publishPools(ctx context.Context, pools []poolMsg) (int, error) {
+	done := 0
+	futs := make([]jetstream.PubAckFuture, 0, poolWindow)
+	for done < len(pools) {
+		futs = futs[:0]
+		var sendErr error
+		for _, pm := range pools[done:min(done+poolWindow, len(pools))] {
+			f, err := pb.p.js.PublishAsync(pb.p.names.poolSubject(pm.pool), pm.data, jetstream.WithMsgID(pm.id),
+				jetstream.WithRetryAttempts(0))
+			if err != nil {
+				sendErr = err
+				break
+			}
+			futs = append(futs, f)
+		}
+		timeout := time.NewTimer(5 * time.Second)
+		for i, f := range futs {
+			var ack *jetstream.PubAck
+			select {
+			case ack = <-f.Ok():
+			case err := <-f.Err():
+				timeout.Stop()
+				return done, err
+			case <-timeout.C:
+				return done, fmt.Errorf("eventplane: pool publish: no acknowledgement in 5 s")
+			case <-ctx.Done():
+				timeout.Stop()
+				return done, ctx.Err()
+			}
+			pm := &pools[done]
+			pb.mu.Lock()
+			if len(pb.pools) > 0 && pb.pools[0].id == pm.id {
+				pb.pools = pb.pools[1:] // (unless an overflow dropped it meanwhile)
+			}
+			pb.st.Messages++
+			pb.st.PoolBatches++
+			if ack.Duplicate {
+				pb.st.Duplicates++
+			}
+			if i == len(futs)-1 {
+				pb.idle.Broadcast()
+			}
+			pb.mu.Unlock()
+			done++
+		}
+		timeout.Stop()
+		if sendErr != nil {
+			return done, sendErr
+		}
+	}
+	return done, nil
 }
 
 func (pb *Publisher) flushRank(ctx context.Context, r uint32, buf *[]byte) (bool, error) {
