@@ -256,6 +256,8 @@ func TestPoolOnlyPublisher(t *testing.T) {
 	_, err = kv.Keys(ctx)
 	require.ErrorIs(t, err, jetstream.ErrNoKeysFound)
 
+	require.ErrorIs(t, pb.ApplyPool("", &b), ErrConfig)
+	require.ErrorIs(t, pb.ApplyPool("mooncake", nil), ErrConfig)
 	_, err = NewPublisher(p, PublisherConfig{PoolLayout: sharedpool.Layout{PageSize: 16, Backend: "redis"}})
 	require.ErrorIs(t, err, ErrConfig)
 	_, err = NewPublisher(p, PublisherConfig{MaxPendingPool: -1})

@@ -41,8 +41,9 @@ type PublisherConfig struct {
 	// elsewhere (sharedpool.Pool.SetLayout).
 	PoolLayout sharedpool.Layout
 	// MaxPendingPool bounds the shared-pool batches buffered while NATS is
-	// unreachable or behind (default 65536). Beyond it they are dropped: the next
-	// batch's sequence number shows the gap and replicas clear the pool.
+	// unreachable or behind (default 65536). Beyond it they are dropped:
+	// the next batch's sequence number shows the gap and replicas clear
+	// the pool.
 	MaxPendingPool int
 	// MaxPending bounds the events buffered per DP rank while NATS is
 	// unreachable (default 1<<20). Beyond it the buffer is dropped and the
@@ -204,8 +205,8 @@ func (pb *Publisher) Apply(ev *flashindex.Event) error {
 // same message id (pool, sequence number and time), and the stream keeps
 // the first within its duplicate window.
 func (pb *Publisher) ApplyPool(pool string, b *sharedpool.Batch) error {
-	if b == nil {
-		return fmt.Errorf("eventplane: nil pool batch")
+	if b == nil || pool == "" {
+		return fmt.Errorf("%w: a pool batch needs a batch and a pool name", ErrConfig)
 	}
 	data, err := AppendPool(nil, b, pb.cfg.PoolLayout)
 	if err != nil {
