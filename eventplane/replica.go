@@ -476,7 +476,6 @@ func (rp *Replica) applyLocked(msg jetstream.Msg, s uint64) {
 		if changed || rep.Cleared() {
 			rp.st.PoolCleared++
 		}
-
 	}
 	if rp.cfg.Metrics != nil {
 		rp.cfg.Metrics.applied.Set(float64(s))
