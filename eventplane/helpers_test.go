@@ -105,6 +105,10 @@ func waitSynced(t testing.TB, p *Plane, rps ...*Replica) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	last, err := p.LastSeq(ctx)
+	for err != nil && ctx.Err() == nil { // this connection may still be reconnecting after a NATS restart
+		time.Sleep(20 * time.Millisecond)
+		last, err = p.LastSeq(ctx)
+	}
 	require.NoError(t, err)
 	for _, rp := range rps {
 		require.NoError(t, rp.WaitApplied(ctx, last), "replica %s applied %d of %d: %+v", rp.cfg.Name, rp.Applied(), last, rp.Stats())
