@@ -1,10 +1,12 @@
 package flashindex
 
 import (
+	"bytes"
 	"fmt"
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -159,22 +161,128 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
-// deepIndex is the trace state plus one 8,192-block agent context (the
-// trace's longest request, extended with fresh blocks) resident on every
-// worker at a different depth: worker k holds a device prefix of
-// 4096(k+1)/W blocks, a host run of 512(k mod 4) blocks after it and a disk
-// run of 1024(k mod 3) blocks after that. Every worker overlaps and every
-// one ends its tiers at its own positions: the worst case for a walk.
-type deepIndex struct {
-	ix    *Index
-	naive *naiveIndex
-	query []uint64
+// snapshotState returns the index the trace's stream for 16 workers leaves,
+// with the engines' hashes as they are (the blocks' own: identity-mode
+// engine maps) or, with salted, xored with a per-worker salt (full engine
+// maps, as from an engine that hashes blocks its own way).
+func snapshotState(b *testing.B, salted bool) *Index {
+	b.Helper()
+	s := traceStream(b, 16)
+	ix, _ := New(Config{BlockSize: traceBlockSize, MaxBlocksPerWorker: benchCapacity})
+	for _, ev := range s.evs {
+		if salted {
+			ev = saltEngine(ev)
+		}
+		if err := ix.Apply(ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return ix
 }
+
+// saltEngine returns a copy of ev with every engine hash xored with a salt
+// of its worker's.
+func saltEngine(ev *Event) *Event {
+	salt := mix64(ev.Worker.ID + 1)
+	c := *ev
+	c.Parent ^= salt
+	c.Blocks = slices.Clone(ev.Blocks)
+	for i := range c.Blocks {
+		c.Blocks[i].EngineHash ^= salt
+	}
+	c.Hashes = slices.Clone(ev.Hashes)
+	for i := range c.Hashes {
+		c.Hashes[i] ^= salt
+	}
+	return &c
+}
+
+// BenchmarkSnapshot writes the index of snapshotState (engine=own and
+// engine=salted) and reports the time per (block, worker, tier) residency
+// and the snapshot's bytes.
+func BenchmarkSnapshot(b *testing.B) {
+	for _, salted := range []bool{false, true} {
+		b.Run("engine="+map[bool]string{false: "own", true: "salted"}[salted], func(b *testing.B) {
+			ix := snapshotState(b, salted)
+			var buf bytes.Buffer
+			b.ResetTimer()
+			for b.Loop() {
+				buf.Reset()
+				if err := ix.Snapshot(&buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(ix.Stats().Residencies), "ns/pair")
+			b.ReportMetric(float64(buf.Len()), "bytes")
+		})
+	}
+}
+
+// BenchmarkRestore reads the snapshots BenchmarkSnapshot writes and reports
+// the time per residency.
+func BenchmarkRestore(b *testing.B) {
+	for _, salted := range []bool{false, true} {
+		b.Run("engine="+map[bool]string{false: "own", true: "salted"}[salted], func(b *testing.B) {
+			ix := snapshotState(b, salted)
+			var buf bytes.Buffer
+			if err := ix.Snapshot(&buf); err != nil {
+				b.Fatal(err)
+			}
+			pairs := ix.Stats().Residencies
+			ix = nil
+			b.ResetTimer()
+			for b.Loop() {
+				rx, err := Restore(bytes.NewReader(buf.Bytes()), Config{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got := rx.Stats().Residencies; got != pairs {
+					b.Fatalf("restored %d residencies, want %d", got, pairs)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(pairs), "ns/pair")
+		})
+	}
+}
+
+// deepIndex is the trace state plus deepContexts distinct 8,192-block agent
+// contexts, each resident on every worker at a different depth: in context
+// c, worker k with r = (k+c) mod W holds a device prefix of 4096(r+1)/W
+// blocks, a host run of 512(r mod 4) blocks after it and a disk run of
+// 1024(r mod 3) blocks after that. Every worker overlaps and every one ends
+// its tiers at its own positions, different in each context: the worst
+// case for a walk. Context 0 is the trace's longest request extended with
+// fresh blocks (the trace state holds parts of its prefix, so it is checked
+// against the naive baseline, which holds it too); the others are fresh
+// blocks, checked against the depths above.
+type deepIndex struct {
+	ix      *Index
+	naive   *naiveIndex
+	queries [][]uint64 // per context, its 8,192 sequence hashes
+}
+
+// deepContexts is how many distinct contexts the deep benchmarks cycle
+// over, so that no query finds the runs and hashes of the one before it in
+// cache, as a router serving many sessions would not: at w=256 a context
+// is one node of 8,192 blocks and about 370 runs, whose walk reads 14 KB
+// of runs and change lists, 3.6 MB over all contexts (several times a
+// core's L2), besides the queries' own hashes (16 MB at n=8192, read at
+// the positions the walk compares).
+const deepContexts = 256
 
 var (
 	deepMu sync.Mutex
 	deeps  = map[int]*deepIndex{}
 )
+
+// deepDepths returns where worker rank r of W ends its device prefix, host
+// run and disk run in a deep context of n blocks.
+func deepDepths(r, workers, n int) (d, h, dk int) {
+	d = 4096 * (r + 1) / workers
+	h = min(n, d+512*(r%4))
+	dk = min(n, h+1024*(r%3))
+	return d, h, dk
+}
 
 func benchDeep(b *testing.B, workers int) *deepIndex {
 	b.Helper()
@@ -193,56 +301,42 @@ func benchDeep(b *testing.B, workers int) *deepIndex {
 		}
 		nv.apply(ev)
 	}
+	ids := map[Worker]uint64{}
+	for _, ev := range s.evs {
+		ids[ev.Worker] = ev.EventID + 1
+	}
+	var naive bool // whether the baseline takes the events too
+	apply := func(ev *Event) {
+		ev.EventID = ids[ev.Worker]
+		ids[ev.Worker]++
+		if err := ix.Apply(ev); err != nil {
+			b.Fatal(err)
+		}
+		if naive {
+			nv.apply(ev)
+		}
+	}
 	longest := 0
 	for i := range seqs {
 		if len(seqs[i]) > len(seqs[longest]) {
 			longest = i
 		}
 	}
-	const n = 8192
-	local := slices.Clone(locals[longest])
-	for len(local) < n {
-		local = append(local, mix64(uint64(len(local))^0xdeadbeef))
-	}
-	query := AppendSequenceHashes(nil, local)
-	ids := map[Worker]uint64{}
-	for _, ev := range s.evs {
-		ids[ev.Worker] = ev.EventID + 1
-	}
-	for k := 0; k < workers; k++ {
-		w := Worker{ID: uint64(k)}
-		d := 4096 * (k + 1) / workers
-		h := min(n, d+512*(k%4))
-		dk := min(n, h+1024*(k%3))
-		for _, tier := range []struct {
-			t        Tier
-			from, to int
-		}{{Device, 0, d}, {Host, d, h}, {Disk, h, dk}} {
-			if tier.from == tier.to {
-				continue
-			}
-			// Store the chain up to "to" on the tier with tier-salted
-			// engine hashes, then evict the part before "from".
-			ev := &Event{Worker: w, EventID: ids[w], Kind: Stored, Tier: tier.t}
-			ids[w]++
-			for j := 0; j < tier.to; j++ {
-				ev.Blocks = append(ev.Blocks, StoredBlock{EngineHash: query[j] ^ uint64(tier.t+1)<<60, LocalHash: local[j], HasLocalHash: true})
-			}
-			rm := &Event{Worker: w, EventID: ids[w], Kind: Removed, Tier: tier.t}
-			ids[w]++
-			for j := 0; j < tier.from; j++ {
-				rm.Hashes = append(rm.Hashes, query[j]^uint64(tier.t+1)<<60)
-			}
-			for _, e := range []*Event{ev, rm} {
-				if err := ix.Apply(e); err != nil {
-					b.Fatal(err)
-				}
-				nv.apply(e)
-			}
+	var queries [][]uint64
+	for c := 0; c < deepContexts; c++ {
+		const n = 8192
+		var local []uint64
+		if c == 0 {
+			local = slices.Clone(locals[longest])
 		}
+		for len(local) < n {
+			local = append(local, mix64(uint64(c)<<32|uint64(len(local))^0xdeadbeef))
+		}
+		naive = c == 0
+		queries = append(queries, deepContext(local, c, workers, apply))
 	}
-	// The baseline must agree with the index before timing either.
-	got, want := ix.FindMatches(query, nil), nv.find(query)
+	// The baselines must agree with the index before timing either.
+	got, want := ix.FindMatches(queries[0], nil), nv.find(queries[0])
 	for i := range got {
 		got[i].Resident = 0
 	}
@@ -251,9 +345,73 @@ func benchDeep(b *testing.B, workers int) *deepIndex {
 	if !matchesEqual(got, want) || len(got) != workers {
 		b.Fatalf("deep query: index %v, naive %v", got, want)
 	}
-	d := &deepIndex{ix: ix, naive: nv, query: query}
+	for c := 1; c < len(queries); c++ {
+		checkDeep(b, ix, queries[c], c, workers)
+	}
+	d := &deepIndex{ix: ix, naive: nv, queries: queries}
 	deeps[workers] = d
 	return d
+}
+
+// deepContext stores context c, the chain of local hashes local, on every
+// worker at the depths deepDepths gives rank (k+c) mod W: each tier's run
+// in one Stored event, chained to the block before it (on the device tier
+// or the host run), under the blocks' own hashes. It returns the
+// context's sequence hashes.
+func deepContext(local []uint64, c, workers int, apply func(*Event)) []uint64 {
+	query := AppendSequenceHashes(nil, local)
+	var blocks []StoredBlock // Apply retains none of an event
+	for k := 0; k < workers; k++ {
+		w := Worker{ID: uint64(k)}
+		d, h, dk := deepDepths((k+c)%workers, workers, len(query))
+		for _, tier := range []struct {
+			t        Tier
+			from, to int
+		}{{Device, 0, d}, {Host, d, h}, {Disk, h, dk}} {
+			if tier.from == tier.to {
+				continue
+			}
+			blocks = blocks[:0]
+			for j := tier.from; j < tier.to; j++ {
+				blocks = append(blocks, StoredBlock{EngineHash: query[j], LocalHash: local[j], HasLocalHash: true})
+			}
+			ev := &Event{Worker: w, Kind: Stored, Tier: tier.t, Blocks: blocks}
+			if tier.from > 0 {
+				ev.HasParent, ev.Parent = true, query[tier.from-1]
+			}
+			apply(ev)
+		}
+	}
+	return query
+}
+
+// prefixes returns the contexts' first n blocks.
+func (d *deepIndex) prefixes(n int) [][]uint64 {
+	qs := make([][]uint64, len(d.queries))
+	for i, q := range d.queries {
+		qs[i] = q[:n]
+	}
+	return qs
+}
+
+// checkDeep fails b unless FindMatches on context c's first 1,024 and all
+// 8,192 blocks reports every worker at the depths deepContext stored.
+func checkDeep(b *testing.B, ix *Index, query []uint64, c, workers int) {
+	b.Helper()
+	for _, n := range []int{1024, len(query)} {
+		got := ix.FindMatches(query[:n], nil)
+		if len(got) != workers {
+			b.Fatalf("deep context %d, n=%d: %d matches, want %d", c, n, len(got), workers)
+		}
+		for _, m := range got {
+			d, h, dk := deepDepths((int(m.Worker.ID)+c)%workers, workers, len(query))
+			d, h, dk = min(d, n), min(h, n), min(dk, n)
+			if m.Device != d || m.Host != h-d || m.Disk != dk-h {
+				b.Fatalf("deep context %d, n=%d: worker %v got %d/%d/%d, want %d/%d/%d",
+					c, n, m.Worker, m.Device, m.Host, m.Disk, d, h-d, dk-h)
+			}
+		}
+	}
 }
 
 // latency records per-call durations and reports percentiles from their
@@ -301,9 +459,11 @@ func threadCPUOverhead() int64 {
 // With fresh, each query is first copied into a scratch buffer outside the
 // timed call, the way a router calls FindMatches right after hashing the
 // prompt into its buffer: the request's hashes are in cache, the index is
-// not. Without it the queries are read cold from a list larger than the
-// caches.
-func benchQueries(b *testing.B, ix *Index, queries [][]uint64, naive *naiveIndex, fresh bool) {
+// not. Without it the queries are read from their list as they are.
+//
+// The naive baseline, when given, is timed on naiveQueries (the queries
+// whose state it holds), round robin, and its p50 compared with the index's.
+func benchQueries(b *testing.B, ix *Index, queries [][]uint64, naive *naiveIndex, naiveQueries [][]uint64, fresh bool) {
 	var dst []Match
 	var buf []uint64
 	var lat, cpuLat, ctl latency
@@ -350,7 +510,7 @@ func benchQueries(b *testing.B, ix *Index, queries [][]uint64, naive *naiveIndex
 		var nl latency
 		runs := min(b.N, 200)
 		for i := 0; i < runs; i++ {
-			q := queries[i%len(queries)]
+			q := naiveQueries[i%len(naiveQueries)]
 			t0 := time.Now()
 			naive.find(q)
 			nl.ns = append(nl.ns, int64(time.Since(t0)))
@@ -365,16 +525,19 @@ func benchQueries(b *testing.B, ix *Index, queries [][]uint64, naive *naiveIndex
 // trace: the state after replaying the trace; queries are the trace's
 // requests of at least n blocks, cut to n, each freshly written to a buffer
 // as a router's hashing leaves it (trace-coldquery: read cold from the list
-// of 2,732 queries, 22 MB). deep: the 8,192-block context of
-// deepIndex (every worker overlapping at its own depths); n=1024 queries
-// its first 1,024 blocks. The naive baseline (a map from block to its
-// (worker, tier) list, walked block by block) runs on the same state.
+// of 2,732 queries, 22 MB). deep: the deepContexts 8,192-block contexts of
+// deepIndex (every worker overlapping at its own depths in each), queried
+// in turn, never the same one twice in a row; n=1024 queries their first
+// 1,024 blocks. The naive baseline (a map from block to its (worker, tier)
+// list, walked block by block) runs on the same state; in deep it holds
+// context 0 only (all of them would take gigabytes) and is timed on it.
 func BenchmarkFindMatches(b *testing.B) {
 	for _, workers := range []int{16, 256} {
 		for _, n := range []int{1024, 8192} {
 			b.Run(fmt.Sprintf("deep/w=%d/n=%d", workers, n), func(b *testing.B) {
 				d := benchDeep(b, workers)
-				benchQueries(b, d.ix, [][]uint64{d.query[:n]}, d.naive, false)
+				qs := d.prefixes(n)
+				benchQueries(b, d.ix, qs, d.naive, qs[:1], false)
 			})
 		}
 		for _, mode := range []string{"trace", "trace-coldquery"} {
@@ -387,24 +550,28 @@ func BenchmarkFindMatches(b *testing.B) {
 						qs = append(qs, s[:1024])
 					}
 				}
-				benchQueries(b, d.ix, qs, d.naive, mode == "trace")
+				benchQueries(b, d.ix, qs, d.naive, qs, mode == "trace")
 			})
 		}
 	}
 }
 
 // BenchmarkFindMatchesParallel measures read throughput with concurrent
-// readers; compare ns/op between -cpu 1 and -cpu 2.
+// readers, each cycling over the deep contexts from its own starting
+// point; compare ns/op between -cpu 1 and -cpu 2.
 func BenchmarkFindMatchesParallel(b *testing.B) {
 	for _, n := range []int{1024, 8192} {
 		b.Run(fmt.Sprintf("deep/w=256/n=%d", n), func(b *testing.B) {
 			d := benchDeep(b, 256)
-			q := d.query[:n]
+			qs := d.prefixes(n)
+			var start atomic.Int64
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				var dst []Match
+				i := int(start.Add(deepContexts / 2)) // readers apart
 				for pb.Next() {
-					dst = d.ix.FindMatches(q, dst)
+					dst = d.ix.FindMatches(qs[i%len(qs)], dst)
+					i++
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "queries/s")
