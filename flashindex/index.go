@@ -542,6 +542,10 @@ func (ix *Index) materializeEngine(ws *workerState, p int) {
 	ws.full[p] = true
 }
 
+// applyStored applies a Stored event in three steps: it finds the parent,
+// hashes the blocks into sequence hashes, and checks every block against the
+// worker's engine map and the index; only an event that passes all three is
+// applied, so a rejected one leaves the index unchanged.
 func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 	plane, err := ix.eventTier(ev.Tier)
 	if err != nil {
@@ -551,49 +555,74 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 		ix.st.rejected.BlockSize++
 		return &BlockSizeError{Worker: ws.w, Block: -1, Got: ev.BlockSize, Want: ix.blockSize}
 	}
-	var (
-		prev    uint64
-		hasPrev bool
-		pn      *node
-		poff    int
-	)
-	if ev.HasParent {
-		s, ok := ix.engineLookup(ws, ev.Parent, plane)
-		if ok {
-			pn, poff, ok = ix.locate(s, nil, 0)
-		}
-		if !ok {
-			ix.st.rejected.UnknownParent++
-			return &UnknownParentError{Worker: ws.w, Parent: ev.Parent}
-		}
-		prev, hasPrev = s, true
+	pn, poff, prev, hasPrev, err := ix.storedParent(ws, ev, plane)
+	if err != nil {
+		return err
 	}
-	parentNode, parentOff := pn, poff
+	seqs, hashCount, hashErr := ix.sequenceHashes(ws, ev, prev, hasPrev)
+	refs, added, err := ix.validateStored(ws, ev, plane, seqs, pn, poff)
+	if err != nil {
+		return err
+	}
+	if hashErr != nil { // after the earlier blocks' errors: errors come in block order
+		*hashCount++
+		return hashErr
+	}
+	if ix.maxBlocks > 0 {
+		if would := ws.counts.events() + added; added > 0 && would > ix.maxBlocks {
+			ix.st.rejected.Capacity++
+			return &CapacityError{Worker: ws.w, Limit: ix.maxBlocks, Would: would}
+		}
+	}
+	ix.commitStored(ws, plane, refs, pn, poff, added)
+	return nil
+}
+
+// storedParent finds the block ev's first block continues, if ev names a
+// parent: its node and offset, and its sequence hash, from which the
+// event's blocks chain.
+func (ix *Index) storedParent(ws *workerState, ev *Event, plane int) (pn *node, poff int, prev uint64, hasPrev bool, err error) {
+	if !ev.HasParent {
+		return nil, 0, 0, false, nil
+	}
+	s, ok := ix.engineLookup(ws, ev.Parent, plane)
+	if ok {
+		pn, poff, ok = ix.locate(s, nil, 0)
+	}
+	if !ok {
+		ix.st.rejected.UnknownParent++
+		return nil, 0, 0, false, &UnknownParentError{Worker: ws.w, Parent: ev.Parent}
+	}
+	return pn, poff, s, true, nil
+}
+
+// sequenceHashes returns the sequence hashes of ev's blocks (in ix.seqBuf),
+// chained after prev if hasPrev, up to the first block whose content is
+// bad. For that block it returns the error and the rejection counter it
+// counts in, for applyStored to report once the earlier blocks are
+// checked.
+func (ix *Index) sequenceHashes(ws *workerState, ev *Event, prev uint64, hasPrev bool) ([]uint64, *uint64, error) {
 	h := ix.hasher(ev.LoRA)
-	m := &ws.engine[plane]
-	// Pass 1: the blocks' sequence hashes, up to the first block whose
-	// content is bad (its error is returned after the earlier blocks are
-	// checked, so errors come in block order).
 	seqs := ix.seqBuf[:0]
 	var (
-		hashErr   error
-		hashCount *uint64
+		err   error
+		count *uint64
 	)
 	for i := range ev.Blocks {
 		b := &ev.Blocks[i]
 		local := b.LocalHash
 		if !b.HasLocalHash {
 			if len(b.Tokens) == 0 {
-				hashErr, hashCount = fmt.Errorf("%w: worker %v block %d", ErrNoContent, ws.w, i), &ix.st.rejected.Malformed
+				err, count = fmt.Errorf("%w: worker %v block %d", ErrNoContent, ws.w, i), &ix.st.rejected.Malformed
 				break
 			}
 			if len(b.Tokens) != ix.blockSize {
-				hashErr, hashCount = &BlockSizeError{Worker: ws.w, Block: i, Got: len(b.Tokens), Want: ix.blockSize}, &ix.st.rejected.BlockSize
+				err, count = &BlockSizeError{Worker: ws.w, Block: i, Got: len(b.Tokens), Want: ix.blockSize}, &ix.st.rejected.BlockSize
 				break
 			}
-			var err error
-			if local, err = h.LocalHashExtra(b.Tokens, b.ExtraKeys); err != nil {
-				hashErr, hashCount = fmt.Errorf("flashindex: worker %v block %d: %w", ws.w, i, err), &ix.st.rejected.Malformed
+			var herr error
+			if local, herr = h.LocalHashExtra(b.Tokens, b.ExtraKeys); herr != nil {
+				err, count = fmt.Errorf("flashindex: worker %v block %d: %w", ws.w, i, herr), &ix.st.rejected.Malformed
 				break
 			}
 		}
@@ -605,68 +634,55 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 		seqs = append(seqs, seq)
 	}
 	ix.seqBuf = seqs
-	// Pass 2: validate against the worker's state and the block map.
+	return seqs, count, err
+}
+
+// validateStored checks the blocks seqs of ev (chained after the parent at
+// (pn, poff), if any) against the worker's engine map of tier plane and
+// the index, and returns a ref per block (in ix.refs) and how many
+// residencies the event adds. It changes nothing but the writer's scratch.
+//
+// While every block so far carries its own hash as engine hash (the
+// common case), dupE holds every sequence hash seen, and dupS, the
+// unindexed ones among them, is kept only from the first block that
+// differs.
+func (ix *Index) validateStored(ws *workerState, ev *Event, plane int, seqs []uint64, pn *node, poff int) ([]blockRef, int, error) {
 	refs := ix.refs[:0]
 	ix.dupE.reset(len(seqs))
 	ix.dupS.reset(len(seqs))
 	added := 0
 	touched := 0 // seqs[:touched] had their block-map slots loaded ahead
-	// While every block so far carries its own hash as engine hash (the
-	// common case), dupE holds every sequence hash seen, and dupS, the
-	// unindexed ones among them, is kept only from the first block that
-	// differs.
 	identity := true
 	for i, seq := range seqs {
 		b := &ev.Blocks[i]
 		r := blockRef{engine: b.EngineHash, seq: seq}
-		if b.EngineHash != seq {
-			if !ws.full[plane] {
-				ix.materializeEngine(ws, plane)
-			}
-			if identity {
-				identity = false
-				for _, o := range refs {
-					if o.node == nil {
-						ix.dupS.add(o.seq)
-					}
-				}
-			}
+		if b.EngineHash != seq && (identity || !ws.full[plane]) {
+			ix.leaveIdentity(ws, plane, identity, refs)
+			identity = false
 		}
 		var have uint64
 		var mapped bool
 		if ws.full[plane] {
-			have, mapped = m.get(b.EngineHash)
+			have, mapped = ws.engine[plane].get(b.EngineHash)
 		}
 		if mapped && have != seq {
-			ix.st.rejected.Conflict++
-			return &HashConflictError{Worker: ws.w, Tier: ev.Tier, EngineHash: b.EngineHash, Have: have, Got: seq}
+			return nil, 0, ix.conflict(ws, ev.Tier, b.EngineHash, have, seq)
 		}
 		repeat := !ix.dupE.add(b.EngineHash)
 		if repeat {
-			for _, o := range refs {
-				if o.engine == b.EngineHash && o.seq != seq {
-					ix.st.rejected.Conflict++
-					return &HashConflictError{Worker: ws.w, Tier: ev.Tier, EngineHash: b.EngineHash, Have: o.seq, Got: seq}
-				}
+			if err := ix.repeatConflict(ws, ev.Tier, b.EngineHash, seq, refs); err != nil {
+				return nil, 0, err
 			}
 			mapped = true // a repeat of an earlier block of this event
 		}
 		// Blocks that continue a chain the index holds are found next to
-		// the previous one. Any other block is the first of a node or not
-		// indexed (see Index.head), unless Record has built nodes from
-		// hash lists it cannot check; then the block map says, its slots
-		// loaded a batch ahead (the loads overlap their cache misses).
+		// the previous one; any other is the first of a node or not
+		// indexed (see Index.head), unless Record has built nodes.
 		n, off, found := nextTo(seq, pn, poff)
-		if !found {
-			if ix.approxSeq == 0 {
-				n, off, found = ix.head(seq)
-			} else {
-				if i >= touched {
-					touched = min(i+touchBatch, len(seqs))
-					ix.blocks.touch(seqs[i:touched])
-				}
-				n, off, found = ix.locateMap(seq)
-			}
+		if !found && ix.approxSeq == 0 {
+			n, off, found = ix.head(seq)
+		} else if !found {
+			n, off, found = ix.locateBatched(seqs, i, &touched)
 		}
 		if found {
 			r.node, r.off = n, off
@@ -675,12 +691,11 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 			if !ws.full[plane] && r.had&(1<<plane) != 0 {
 				mapped = true // identity mode: held under its own hash
 			}
+		} else if ix.repeatsUnindexed(identity, repeat, seq, refs) {
+			ix.st.rejected.Malformed++
+			return nil, 0, fmt.Errorf("%w: worker %v block %d repeats a block of the same event", ErrNoContent, ws.w, i)
 		}
 		r.mapped = mapped
-		if !found && ix.repeatsUnindexed(identity, repeat, seq, refs) {
-			ix.st.rejected.Malformed++
-			return fmt.Errorf("%w: worker %v block %d repeats a block of the same event", ErrNoContent, ws.w, i)
-		}
 		if !r.mapped && r.had&(1<<plane) == 0 {
 			added++
 		}
@@ -688,23 +703,69 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 		refs = append(refs, r)
 	}
 	ix.refs = refs
-	if hashErr != nil {
-		*hashCount++
-		return hashErr
+	return refs, added, nil
+}
+
+// leaveIdentity is called at the first block of a Stored event whose engine
+// hash is not its own hash: plane gets a full engine map if it has none,
+// and, if the event was in identity mode (identity), the unindexed blocks
+// of refs, the event's earlier blocks, enter dupS.
+func (ix *Index) leaveIdentity(ws *workerState, plane int, identity bool, refs []blockRef) {
+	if !ws.full[plane] {
+		ix.materializeEngine(ws, plane)
 	}
-	if ix.maxBlocks > 0 {
-		if would := ws.counts.events() + added; added > 0 && would > ix.maxBlocks {
-			ix.st.rejected.Capacity++
-			return &CapacityError{Worker: ws.w, Limit: ix.maxBlocks, Would: would}
+	if identity {
+		for _, o := range refs {
+			if o.node == nil {
+				ix.dupS.add(o.seq)
+			}
 		}
 	}
-	// Validated: mutate.
+}
+
+// conflict counts and returns a *HashConflictError: engine hash e of the
+// worker maps to have, and a Stored event maps it to got.
+func (ix *Index) conflict(ws *workerState, t Tier, e, have, got uint64) error {
+	ix.st.rejected.Conflict++
+	return &HashConflictError{Worker: ws.w, Tier: t, EngineHash: e, Have: have, Got: got}
+}
+
+// repeatConflict returns a conflict if an earlier block of the event, one
+// of refs, carries engine hash e with other content than seq.
+func (ix *Index) repeatConflict(ws *workerState, t Tier, e, seq uint64, refs []blockRef) error {
+	for _, o := range refs {
+		if o.engine == e && o.seq != seq {
+			return ix.conflict(ws, t, e, o.seq, seq)
+		}
+	}
+	return nil
+}
+
+// locateBatched finds block seqs[i] of a Stored event through the block
+// map, for an index where Record has built nodes from hash lists it cannot
+// check (so a block not next to its chain predecessor may be anywhere in a
+// node). It loads the map's slots a batch ahead, so that their cache
+// misses overlap; seqs[:*touched] are loaded.
+func (ix *Index) locateBatched(seqs []uint64, i int, touched *int) (*node, int, bool) {
+	if i >= *touched {
+		*touched = min(i+touchBatch, len(seqs))
+		ix.blocks.touch(seqs[i:*touched])
+	}
+	return ix.locateMap(seqs[i])
+}
+
+// commitStored applies a validated Stored event: it indexes or updates the
+// blocks of refs (chained after the parent at (pn, poff)) with the worker's
+// residency on plane, counts the added residencies, records engine hashes
+// and aliases, and drops approximate entries the event confirms.
+func (ix *Index) commitStored(ws *workerState, plane int, refs []blockRef, pn *node, poff, added int) {
 	op := setOp{slot: ws.slot, set: 1 << plane}
 	if plane == planeDevice {
 		op.clear = 1 << planeApprox
 	}
-	ix.materialize(refs, parentNode, parentOff, op)
+	ix.materialize(refs, pn, poff, op)
 	ws.counts.add(plane, int64(added))
+	m := &ws.engine[plane]
 	for i := range refs {
 		r := &refs[i]
 		if r.mapped {
@@ -728,7 +789,6 @@ func (ix *Index) applyStored(ws *workerState, ev *Event) error {
 			}
 		}
 	}
-	return nil
 }
 
 // materialize indexes the blocks of refs that are not indexed yet (chained
@@ -869,6 +929,9 @@ func sameSet(a, b []uint64) bool {
 	return len(a) == 0 || &a[0] == &b[0]
 }
 
+// applyRemoved applies a Removed event: it finds the blocks the worker
+// holds under the event's engine hashes on its tier (skipping and counting
+// the others), and clears the worker's residency on them.
 func (ix *Index) applyRemoved(ws *workerState, ev *Event) error {
 	plane, err := ix.eventTier(ev.Tier)
 	if err != nil {
@@ -921,7 +984,14 @@ func (ix *Index) applyRemoved(ws *workerState, ev *Event) error {
 		ws.full[plane] = false // nothing held: back to identity mode
 	}
 	ws.counts.add(plane, -int64(len(refs)))
-	op := setOp{slot: ws.slot, clear: 1 << plane}
+	ix.updateRefs(refs, setOp{slot: ws.slot, clear: 1 << plane})
+	return nil
+}
+
+// updateRefs applies op to the blocks of refs a stretch at a time: the
+// blocks of one node at consecutive offsets, in either direction (removals
+// list chains in order or in reverse), in one updateRange each.
+func (ix *Index) updateRefs(refs []blockRef, op setOp) {
 	for i := 0; i < len(refs); {
 		lo, hi := refs[i].off, refs[i].off
 		j := i + 1
@@ -937,7 +1007,6 @@ func (ix *Index) applyRemoved(ws *workerState, ev *Event) error {
 		ix.updateRange(refs[i].node, lo, hi+1, op)
 		i = j
 	}
-	return nil
 }
 
 // clearWorker drops every residency of ws, events and approximate. It

@@ -100,18 +100,35 @@ func word(b []uint64, i, p int) uint64 {
 	return 0
 }
 
+// find answers FindMatches and FindMatchesEarlyExit. It walks a
+// three-state walker per slot (device, host, disk) over the runs of the
+// nodes on the request's path and records where each slot's tiers end: a
+// word at a time in drops for slots that end all three at once, else per
+// slot in ends. The matches are written at the end.
 func (ix *Index) find(seq []uint64, dst []Match, early bool) []Match {
 	dst = dst[:0]
 	if len(seq) == 0 {
 		return dst
 	}
 	st := ix.slots.Load()
-	W := st.words()
-	if W == 0 {
+	if st.words() == 0 {
 		return dst
 	}
 	sc := scratchPool.Get().(*queryScratch)
 	defer scratchPool.Put(sc)
+	ws, ends := sc.reset(st)
+	hops := ix.path(seq, sc)
+	pos, drops := walkPath(hops, st.mask, ws, ends, sc.drops[:0], early)
+	drops, n := closeWalkers(ws, ends, drops, pos)
+	sc.drops = drops
+	return writeMatches(slices.Grow(dst, n)[:n], st, ws, ends, drops)
+}
+
+// reset sizes the scratch for the slot table st and returns its cleared
+// word states and its slot ends (not cleared: a slot's ends are written
+// before they are read).
+func (sc *queryScratch) reset(st *slotTable) ([]wordState, []slotEnds) {
+	W := st.words()
 	if cap(sc.words) < W {
 		sc.words = make([]wordState, W)
 	}
@@ -120,144 +137,180 @@ func (ix *Index) find(seq []uint64, dst []Match, early bool) []Match {
 	if ns := len(st.workers); cap(sc.ends) < ns {
 		sc.ends = make([]slotEnds, ns)
 	}
-	ends := sc.ends[:len(st.workers)]
-	drops := sc.drops[:0]
+	return ws, sc.ends[:len(st.workers)]
+}
 
-	// The walk advances a three-state walker per slot (device, host, disk)
-	// over the runs of the nodes on the request's path, and records where
-	// each slot's tiers end: a word at a time in drops for slots that end
-	// all three at once, else per slot in ends. The matches are written at
-	// the end.
-	hops := ix.path(seq, sc)
-	walking := 0 // slots still walking
+// walkPath walks the slots over the nodes of hops: each node's first run
+// against the whole set (the first node's starts the walkers), its later
+// runs through their change lists. It returns the position where the walk
+// ended (the walkers still live are live there) and drops extended. With
+// early it stops where at most one slot still walks, at the end of the
+// run being examined.
+func walkPath(hops []hop, mask []uint64, ws []wordState, ends []slotEnds, drops []drop, early bool) (int, []drop) {
 	pos := 0
-walk:
 	for j := range hops {
 		h := &hops[j]
 		m := int(h.m)
 		pos = int(h.pos)
-		// The node's first run: compare the whole set (the first node's
-		// starts the walkers).
-		b0 := h.bits0
-		walking = 0
-		for i := range ws {
-			w := &ws[i]
-			if j > 0 && w.dev|w.host|w.disk == 0 {
-				continue // no slot of this word is walking any more
-			}
-			dw := word(b0, i, planeDevice) | word(b0, i, planeApprox)
-			hw := word(b0, i, planeHost)
-			kw := word(b0, i, planeDisk)
-			if j == 0 {
-				mk := st.mask[i]
-				w.dev = dw & mk
-				w.host = hw &^ dw & mk
-				w.disk = kw &^ (dw | hw) & mk
-				w.matched = w.dev | w.host | w.disk
-				walking += bits.OnesCount64(w.matched)
-				for x := w.host | w.disk; x != 0; x &= x - 1 {
-					e := &ends[i<<6|bits.TrailingZeros64(x)]
-					e.dev, e.host = 0, 0
-				}
-				continue
-			}
-			dd := w.dev &^ dw
-			w.dev &= dw
-			h2 := w.host | dd
-			dh := h2 &^ hw
-			w.host = h2 & hw
-			k2 := w.disk | dh
-			dk := k2 &^ kw
-			w.disk = k2 & kw
-			walking += bits.OnesCount64(w.dev | w.host | w.disk)
-			if all := dd & dh & dk; all != 0 {
-				drops = append(drops, drop{pos: int32(pos), word: int32(i), x: all})
-				w.dropped |= all
-				dd &^= all
-				dh &^= all
-				dk &^= all
-			}
-			for x := dd; x != 0; x &= x - 1 {
-				ends[i<<6|bits.TrailingZeros64(x)].dev = int32(pos)
-			}
-			for x := dh; x != 0; x &= x - 1 {
-				ends[i<<6|bits.TrailingZeros64(x)].host = int32(pos)
-			}
-			for x := dk; x != 0; x &= x - 1 {
-				ends[i<<6|bits.TrailingZeros64(x)].disk = int32(pos)
-			}
+		var walking int
+		if j == 0 {
+			walking = startWalkers(h.bits0, mask, ws, ends)
+		} else {
+			walking, drops = enterNode(h.bits0, ws, ends, drops, int32(pos))
 		}
 		if walking == 0 {
-			break walk
+			return pos, drops
 		}
 		o := min(int(h.end0), m)
 		if early && walking <= 1 {
-			pos += o
-			break walk
+			return pos + o, drops
 		}
-		// Later runs: only slots whose planes changed since the previous
-		// run can change state.
-		d := h.d
-		var cend uint32
 		if o < m {
-			cend = d.runs[0].cend
-		}
-		for ri := 1; o < m; ri++ {
-			r := &d.runs[ri]
-			p := int32(pos + o)
-			for _, c := range d.chg[cend:r.cend] {
-				s := int(c >> 4)
-				i := s >> 6
-				if i >= W {
-					continue // a slot newer than this query's table
-				}
-				w := &ws[i]
-				bit := uint64(1) << (uint(s) & 63)
-				switch {
-				case w.dev&bit != 0:
-					if c&(1<<planeDevice|1<<planeApprox) != 0 {
-						continue
-					}
-					w.dev &^= bit
-					ends[s].dev = p
-					if c&(1<<planeHost) != 0 {
-						w.host |= bit
-						continue
-					}
-					ends[s].host = p
-				case w.host&bit != 0:
-					if c&(1<<planeHost) != 0 {
-						continue
-					}
-					w.host &^= bit
-					ends[s].host = p
-				case w.disk&bit != 0:
-				default:
-					continue
-				}
-				// The slot leaves the host run (or is on disk already).
-				if c&(1<<planeDisk) != 0 {
-					w.disk |= bit
-					continue
-				}
-				w.disk &^= bit
-				ends[s].disk = p
-				walking--
-			}
-			cend = r.cend
-			if walking == 0 {
-				pos = int(p)
-				break walk
-			}
-			o = min(int(r.end), m)
-			if early && walking <= 1 {
-				pos += o
-				break walk
+			end, stop := walkRuns(h.d, ws, ends, pos, o, m, walking, early)
+			if stop {
+				return end, drops
 			}
 		}
 		pos += m
 	}
-	// Close the walkers still live at pos, then write the matches.
+	return pos, drops
+}
+
+// startWalkers starts every slot of the set b0 (a node's first run; mask
+// holds the slots in use) on the first tier it holds the request's first
+// block on, and returns how many started.
+func startWalkers(b0, mask []uint64, ws []wordState, ends []slotEnds) int {
+	walking := 0
+	for i := range ws {
+		w := &ws[i]
+		dw := word(b0, i, planeDevice) | word(b0, i, planeApprox)
+		hw := word(b0, i, planeHost)
+		kw := word(b0, i, planeDisk)
+		mk := mask[i]
+		w.dev = dw & mk
+		w.host = hw &^ dw & mk
+		w.disk = kw &^ (dw | hw) & mk
+		w.matched = w.dev | w.host | w.disk
+		walking += bits.OnesCount64(w.matched)
+		for x := w.host | w.disk; x != 0; x &= x - 1 {
+			e := &ends[i<<6|bits.TrailingZeros64(x)]
+			e.dev, e.host = 0, 0
+		}
+	}
+	return walking
+}
+
+// enterNode moves the walkers into a node at request position pos, whose
+// first run holds the set b0: a slot not on its tier there moves down a
+// tier (device, host, disk, gone), recording where the tier it left ended.
+// Slots whose walk ends here straight from the device tier are appended to
+// drops a word at a time. It returns how many slots still walk, and drops.
+func enterNode(b0 []uint64, ws []wordState, ends []slotEnds, drops []drop, pos int32) (int, []drop) {
+	walking := 0
+	for i := range ws {
+		w := &ws[i]
+		if w.dev|w.host|w.disk == 0 {
+			continue // no slot of this word is walking any more
+		}
+		dw := word(b0, i, planeDevice) | word(b0, i, planeApprox)
+		hw := word(b0, i, planeHost)
+		kw := word(b0, i, planeDisk)
+		dd := w.dev &^ dw
+		w.dev &= dw
+		h2 := w.host | dd
+		dh := h2 &^ hw
+		w.host = h2 & hw
+		k2 := w.disk | dh
+		dk := k2 &^ kw
+		w.disk = k2 & kw
+		walking += bits.OnesCount64(w.dev | w.host | w.disk)
+		if all := dd & dh & dk; all != 0 {
+			drops = append(drops, drop{pos: pos, word: int32(i), x: all})
+			w.dropped |= all
+			dd &^= all
+			dh &^= all
+			dk &^= all
+		}
+		for x := dd; x != 0; x &= x - 1 {
+			ends[i<<6|bits.TrailingZeros64(x)].dev = pos
+		}
+		for x := dh; x != 0; x &= x - 1 {
+			ends[i<<6|bits.TrailingZeros64(x)].host = pos
+		}
+		for x := dk; x != 0; x &= x - 1 {
+			ends[i<<6|bits.TrailingZeros64(x)].disk = pos
+		}
+	}
+	return walking, drops
+}
+
+// walkRuns walks the walking slots through the runs of node d after its
+// first, which ends at offset o, up to offset m where the request leaves
+// the node (the node starts at request position pos). Only slots whose
+// planes changed since the previous run can change state, so it reads the
+// runs' change lists, not their sets. It reports whether the walk is over
+// (no slot walks, or at most one with early) and if so where it ended.
+func walkRuns(d *nodeData, ws []wordState, ends []slotEnds, pos, o, m, walking int, early bool) (int, bool) {
+	W := len(ws)
+	cend := d.runs[0].cend
+	for ri := 1; o < m; ri++ {
+		r := &d.runs[ri]
+		p := int32(pos + o)
+		for _, c := range d.chg[cend:r.cend] {
+			s := int(c >> 4)
+			i := s >> 6
+			if i >= W {
+				continue // a slot newer than this query's table
+			}
+			w := &ws[i]
+			bit := uint64(1) << (uint(s) & 63)
+			switch {
+			case w.dev&bit != 0:
+				if c&(1<<planeDevice|1<<planeApprox) != 0 {
+					continue
+				}
+				w.dev &^= bit
+				ends[s].dev = p
+				if c&(1<<planeHost) != 0 {
+					w.host |= bit
+					continue
+				}
+				ends[s].host = p
+			case w.host&bit != 0:
+				if c&(1<<planeHost) != 0 {
+					continue
+				}
+				w.host &^= bit
+				ends[s].host = p
+			case w.disk&bit != 0:
+			default:
+				continue
+			}
+			// The slot leaves the host run (or is on disk already).
+			if c&(1<<planeDisk) != 0 {
+				w.disk |= bit
+				continue
+			}
+			w.disk &^= bit
+			ends[s].disk = p
+			walking--
+		}
+		cend = r.cend
+		if walking == 0 {
+			return int(p), true
+		}
+		o = min(int(r.end), m)
+		if early && walking <= 1 {
+			return pos + o, true
+		}
+	}
+	return 0, false
+}
+
+// closeWalkers ends the walkers still live at pos (device walkers go to
+// drops a word at a time) and returns drops and the number of slots that
+// matched at all.
+func closeWalkers(ws []wordState, ends []slotEnds, drops []drop, pos int) ([]drop, int) {
 	n := 0
 	for i := range ws {
 		w := &ws[i]
@@ -274,13 +327,18 @@ walk:
 		}
 		n += bits.OnesCount64(w.matched)
 	}
-	sc.drops = drops
-	dst = slices.Grow(dst, n)[:n]
+	return drops, n
+}
+
+// writeMatches fills dst, one match per slot that matched, from drops and
+// then from ends, and returns it.
+//
+// The worker is copied as one struct and the depths field by field: a
+// composite literal of the whole Match is built in a stack temporary and
+// copied with wide loads that straddle its narrow stores (a
+// store-forwarding stall per match).
+func writeMatches(dst []Match, st *slotTable, ws []wordState, ends []slotEnds, drops []drop) []Match {
 	k := 0
-	// The worker is copied as one struct and the depths field by field: a
-	// composite literal of the whole Match is built in a stack temporary
-	// and copied with wide loads that straddle its narrow stores (a
-	// store-forwarding stall per match).
 	for _, e := range drops {
 		totals := &st.counts[e.word].total // the word's 64 slots
 		for x := e.x; x != 0; x &= x - 1 {

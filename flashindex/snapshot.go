@@ -68,7 +68,30 @@ func (ix *Index) Snapshot(w io.Writer) error {
 	defer encoders.Put(zw)
 	bw := bufio.NewWriterSize(zw, 1<<16)
 	e := encoder{w: bw}
+	e.u(uint64(ix.blockSize))
+	e.u(ix.approxSeq)
+	num := ix.snapshotWorkers(&e)
+	nodes := ix.snapshotNodes(&e, num)
+	snapshotLinks(&e, nodes)
+	ix.snapshotApprox(&e, num)
+	if e.err != nil {
+		return e.err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	return zw.Close()
+}
 
+// kv is a key and a value, for sorting before encoding.
+type kv struct{ k, v uint64 }
+
+func compareKeys(a, b kv) int { return cmp.Compare(a.k, b.k) }
+
+// snapshotWorkers writes the workers, sorted, with their event-id state,
+// engine maps (an identity-mode map written out in full) and alias counts.
+// It returns the worker number of each slot.
+func (ix *Index) snapshotWorkers(e *encoder) map[int]uint64 {
 	wss := make([]*workerState, 0, len(ix.workers))
 	for _, ws := range ix.workers {
 		wss = append(wss, ws)
@@ -78,11 +101,7 @@ func (ix *Index) Snapshot(w io.Writer) error {
 	for i, ws := range wss {
 		num[ws.slot] = uint64(i)
 	}
-
-	e.u(uint64(ix.blockSize))
-	e.u(ix.approxSeq)
 	e.u(uint64(len(wss)))
-	type kv struct{ k, v uint64 }
 	var tmp []kv
 	for _, ws := range wss {
 		e.u(ws.w.ID)
@@ -98,7 +117,7 @@ func (ix *Index) Snapshot(w io.Writer) error {
 				// Identity mode: the map is implied by the residency bits.
 				ix.residentOn(ws.slot, p, func(h uint64) { tmp = append(tmp, kv{h, h}) })
 			}
-			slices.SortFunc(tmp, func(a, b kv) int { return cmp.Compare(a.k, b.k) })
+			slices.SortFunc(tmp, compareKeys)
 			e.u(uint64(len(tmp)))
 			for _, x := range tmp {
 				e.h(x.k)
@@ -110,7 +129,7 @@ func (ix *Index) Snapshot(w io.Writer) error {
 			for k, v := range ws.alias[p] {
 				tmp = append(tmp, kv{k, uint64(v)})
 			}
-			slices.SortFunc(tmp, func(a, b kv) int { return cmp.Compare(a.k, b.k) })
+			slices.SortFunc(tmp, compareKeys)
 			e.u(uint64(len(tmp)))
 			for _, x := range tmp {
 				e.h(x.k)
@@ -118,7 +137,13 @@ func (ix *Index) Snapshot(w io.Writer) error {
 			}
 		}
 	}
+	return num
+}
 
+// snapshotNodes writes the nodes, sorted by first hash, with their hashes
+// and runs (each run's members by worker number, num), and returns them in
+// that order.
+func (ix *Index) snapshotNodes(e *encoder, num map[int]uint64) []*node {
 	var nodes []*node
 	ix.nodes.each(func(n *node) { nodes = append(nodes, n) })
 	slices.SortFunc(nodes, func(a, b *node) int { return cmp.Compare(a.data.Load().hashes[0], b.data.Load().hashes[0]) })
@@ -144,7 +169,7 @@ func (ix *Index) Snapshot(w io.Writer) error {
 					members = append(members, kv{num[s], uint64(slotMask(r.bits, s))})
 				}
 			}
-			slices.SortFunc(members, func(a, b kv) int { return cmp.Compare(a.k, b.k) })
+			slices.SortFunc(members, compareKeys)
 			e.u(uint64(len(members)))
 			for _, m := range members {
 				e.u(m.k)
@@ -152,7 +177,12 @@ func (ix *Index) Snapshot(w io.Writer) error {
 			}
 		}
 	}
+	return nodes
+}
 
+// snapshotLinks writes the links of nodes (in snapshot order), by node
+// number.
+func snapshotLinks(e *encoder, nodes []*node) {
 	nodeNum := make(map[*node]uint64, len(nodes))
 	for i, n := range nodes {
 		nodeNum[n] = uint64(i)
@@ -169,7 +199,11 @@ func (ix *Index) Snapshot(w io.Writer) error {
 		e.u(nodeNum[n.parent])
 		e.u(uint64(n.poff))
 	}
+}
 
+// snapshotApprox writes the approximate entries, sorted by expiry and
+// order, their workers by number (num).
+func (ix *Index) snapshotApprox(e *encoder, num map[int]uint64) {
 	entries := ix.approx.sorted()
 	e.u(uint64(len(entries)))
 	for _, x := range entries {
@@ -178,13 +212,6 @@ func (ix *Index) Snapshot(w io.Writer) error {
 		e.u(uint64(x.expiry<<1) ^ uint64(x.expiry>>63))
 		e.u(x.order)
 	}
-	if e.err != nil {
-		return e.err
-	}
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	return zw.Close()
 }
 
 // Encoders and decoders are costly to build; reuse them.
@@ -373,6 +400,10 @@ func Restore(r io.Reader, cfg Config) (*Index, error) {
 	return ix, nil
 }
 
+// restoreBody reads a snapshot body (see the format above) into a new
+// Index configured by cfg: the workers with their engine maps, the nodes
+// with their residency runs, the links between nodes (version 2), then the
+// approximate entries, checking as it goes that the parts agree.
 func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 	bs := d.n(MaxBlockSize, "block size")
 	if d.err != nil {
@@ -388,6 +419,36 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 		return nil, fmt.Errorf("%w: %w", ErrSnapshotFormat, err)
 	}
 	ix.approxSeq = d.u()
+	wss := restoreWorkers(d, ix)
+	if d.err != nil {
+		return nil, d.err
+	}
+	nodes, bitCount := restoreNodes(d, ix, wss)
+	if d.err != nil {
+		return nil, d.err
+	}
+	if version >= 2 {
+		if restoreLinks(d, ix, nodes); d.err != nil {
+			return nil, d.err
+		}
+	}
+	if err := checkEngineMaps(ix, wss, bitCount); err != nil {
+		return nil, err
+	}
+	if restoreApprox(d, ix, wss); d.err != nil {
+		return nil, d.err
+	}
+	for wn, ws := range wss {
+		if int(ws.counts.n[planeApprox].Load()) != bitCount[wn][planeApprox] {
+			return nil, fmt.Errorf("%w: worker %v: approximate bits without entries", ErrSnapshotFormat, ws.w)
+		}
+	}
+	return ix, nil
+}
+
+// restoreWorkers reads the workers, registering each with ix, and returns
+// their states by worker number.
+func restoreWorkers(d *decoder, ix *Index) []*workerState {
 	nw := d.count(1<<32, 11, "worker")
 	wss := make([]*workerState, 0, min(nw, 1<<12))
 	for i := 0; i < nw && d.err == nil; i++ {
@@ -411,60 +472,54 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 		ws.seen = seen == 1
 		ws.lastID = d.u()
 		ws.gaps = d.u()
-		for p := range ws.engine {
-			n := d.count(maxCount, 16, "engine entry")
-			var last uint64
-			for j := 0; j < n && d.err == nil; j++ {
-				k, v := d.h(), d.h()
-				if j > 0 && k <= last {
-					d.fail("engine hashes out of order")
-				}
-				last = k
-				ws.engine[p].put(k, v)
+		restoreEngineMaps(d, ws)
+	}
+	return wss
+}
+
+// restoreEngineMaps reads a worker's engine maps and alias counts, tier by
+// tier. The maps are read in full; checkEngineMaps turns those that are
+// the identity back into identity mode.
+func restoreEngineMaps(d *decoder, ws *workerState) {
+	for p := range ws.engine {
+		n := d.count(maxCount, 16, "engine entry")
+		var last uint64
+		for j := 0; j < n && d.err == nil; j++ {
+			k, v := d.h(), d.h()
+			if j > 0 && k <= last {
+				d.fail("engine hashes out of order")
 			}
-			ws.full[p] = true
+			last = k
+			ws.engine[p].put(k, v)
 		}
-		for p := range ws.alias {
-			n := d.count(maxCount, 9, "alias")
-			var last uint64
-			for j := 0; j < n && d.err == nil; j++ {
-				k, v := d.h(), d.u()
-				if (j > 0 && k <= last) || v == 0 || v > 1<<32-1 {
-					d.fail("bad alias entry")
-				}
-				last = k
-				if ws.alias[p] == nil {
-					ws.alias[p] = make(map[uint64]uint32)
-				}
-				ws.alias[p][k] = uint32(v)
+		ws.full[p] = true
+	}
+	for p := range ws.alias {
+		n := d.count(maxCount, 9, "alias")
+		var last uint64
+		for j := 0; j < n && d.err == nil; j++ {
+			k, v := d.h(), d.u()
+			if (j > 0 && k <= last) || v == 0 || v > 1<<32-1 {
+				d.fail("bad alias entry")
 			}
+			last = k
+			if ws.alias[p] == nil {
+				ws.alias[p] = make(map[uint64]uint32)
+			}
+			ws.alias[p][k] = uint32(v)
 		}
 	}
-	if d.err != nil {
-		return nil, d.err
-	}
-	// Nodes.
-	var bitCount [][numPlanes]int // per worker number
-	bitCount = make([][numPlanes]int, len(wss))
+}
+
+// restoreNodes reads the nodes into ix and returns them by node number,
+// with the number of blocks each worker (by number) holds on each plane.
+func restoreNodes(d *decoder, ix *Index, wss []*workerState) ([]*node, [][numPlanes]int) {
+	bitCount := make([][numPlanes]int, len(wss))
 	nn := d.count(maxCount, 12, "node")
-	var nodes []*node // by node number
+	var nodes []*node
 	var lastFirst uint64
 	for i := 0; i < nn && d.err == nil; i++ {
-		nh := d.count(1<<32-1, 8, "node length")
-		if nh == 0 {
-			d.fail("empty node")
-			break
-		}
-		hashes := make([]uint64, 0, min(nh, 1<<16))
-		for j := 0; j < nh && d.err == nil; j++ {
-			// Reject repeats as they arrive (the full check is below), so
-			// a run of one value fails at its second element.
-			h := d.h()
-			if _, dup := ix.blocks.peek(h); dup || j > 0 && h == hashes[j-1] {
-				d.fail("block %#x indexed twice", h)
-			}
-			hashes = append(hashes, h)
-		}
+		hashes := restoreHashes(d, ix)
 		if d.err != nil {
 			break
 		}
@@ -473,45 +528,8 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 			break
 		}
 		lastFirst = hashes[0]
-		nr := d.count(uint64(nh), 2, "run")
-		if nr == 0 && d.err == nil {
-			d.fail("node without runs")
-		}
-		runs := make([]run, 0, min(nr, 1<<12))
-		prevEnd := 0
-		for j := 0; j < nr && d.err == nil; j++ {
-			end := d.n(uint64(nh), "run end")
-			if end <= prevEnd {
-				d.fail("run ends out of order")
-				break
-			}
-			k := d.count(uint64(len(wss)), 2, "member")
-			var set []uint64
-			lastW := -1
-			for m := 0; m < k && d.err == nil; m++ {
-				wn := d.n(uint64(len(wss))-1, "worker number")
-				mask := d.u()
-				if wn <= lastW || mask == 0 || mask >= 1<<numPlanes {
-					d.fail("bad run member")
-					break
-				}
-				lastW = wn
-				slot := wss[wn].slot
-				for p := 0; p < numPlanes; p++ {
-					if mask>>p&1 != 0 {
-						set = setOp{slot: slot, set: 1 << p}.apply(set)
-						bitCount[wn][p] += end - prevEnd
-					}
-				}
-			}
-			runs = append(runs, run{end: uint32(end), bits: set})
-			prevEnd = end
-		}
+		runs := restoreRuns(d, wss, bitCount, len(hashes))
 		if d.err != nil {
-			break
-		}
-		if prevEnd != nh || len(runs[len(runs)-1].bits) == 0 {
-			d.fail("runs do not cover the node, or its tail is empty")
 			break
 		}
 		n := ix.nodes.alloc(newNodeData(hashes, runs, seal(runs, nil, 0)))
@@ -524,54 +542,103 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 			ix.blocks.put(h, loc(n.id, j))
 		}
 	}
-	if d.err != nil {
-		return nil, d.err
+	return nodes, bitCount
+}
+
+// restoreHashes reads a node's hashes, failing on an empty node and on a
+// block ix already indexes or the node repeats.
+func restoreHashes(d *decoder, ix *Index) []uint64 {
+	nh := d.count(1<<32-1, 8, "node length")
+	if nh == 0 {
+		d.fail("empty node")
+		return nil
 	}
-	// Links (version 2).
-	if version >= 2 {
-		nl := d.count(uint64(len(nodes)), 3, "link")
-		last := -1
-		for i := 0; i < nl && d.err == nil; i++ {
-			c := d.n(uint64(len(nodes))-1, "linked node")
-			p := d.n(uint64(len(nodes))-1, "parent node")
-			if d.err != nil {
+	hashes := make([]uint64, 0, min(nh, 1<<16))
+	for j := 0; j < nh && d.err == nil; j++ {
+		// Reject repeats as they arrive (the full check is in
+		// restoreNodes), so a run of one value fails at its second element.
+		h := d.h()
+		if _, dup := ix.blocks.peek(h); dup || j > 0 && h == hashes[j-1] {
+			d.fail("block %#x indexed twice", h)
+		}
+		hashes = append(hashes, h)
+	}
+	return hashes
+}
+
+// restoreRuns reads the runs of a node of nh blocks, which must cover it
+// and end in a non-empty set, and adds each member's blocks to bitCount.
+func restoreRuns(d *decoder, wss []*workerState, bitCount [][numPlanes]int, nh int) []run {
+	nr := d.count(uint64(nh), 2, "run")
+	if nr == 0 && d.err == nil {
+		d.fail("node without runs")
+	}
+	runs := make([]run, 0, min(nr, 1<<12))
+	prevEnd := 0
+	for j := 0; j < nr && d.err == nil; j++ {
+		end := d.n(uint64(nh), "run end")
+		if end <= prevEnd {
+			d.fail("run ends out of order")
+			break
+		}
+		k := d.count(uint64(len(wss)), 2, "member")
+		var set []uint64
+		lastW := -1
+		for m := 0; m < k && d.err == nil; m++ {
+			wn := d.n(uint64(len(wss))-1, "worker number")
+			mask := d.u()
+			if wn <= lastW || mask == 0 || mask >= 1<<numPlanes {
+				d.fail("bad run member")
 				break
 			}
-			off := d.n(uint64(len(nodes[p].data.Load().hashes))-1, "parent offset")
-			if d.err == nil && (c <= last || c == p) {
-				d.fail("bad link")
+			lastW = wn
+			for p := 0; p < numPlanes; p++ {
+				if mask>>p&1 != 0 {
+					set = setOp{slot: wss[wn].slot, set: 1 << p}.apply(set)
+					bitCount[wn][p] += end - prevEnd
+				}
 			}
-			if d.err != nil {
-				break
-			}
-			last = c
-			ix.nodes.link(nodes[c], nodes[p], off)
+		}
+		runs = append(runs, run{end: uint32(end), bits: set})
+		prevEnd = end
+	}
+	if d.err == nil && (prevEnd != nh || len(runs[len(runs)-1].bits) == 0) {
+		d.fail("runs do not cover the node, or its tail is empty")
+	}
+	return runs
+}
+
+// restoreLinks reads the links between nodes (see kids.go).
+func restoreLinks(d *decoder, ix *Index, nodes []*node) {
+	nl := d.count(uint64(len(nodes)), 3, "link")
+	last := -1
+	for i := 0; i < nl && d.err == nil; i++ {
+		c := d.n(uint64(len(nodes))-1, "linked node")
+		p := d.n(uint64(len(nodes))-1, "parent node")
+		if d.err != nil {
+			break
+		}
+		off := d.n(uint64(len(nodes[p].data.Load().hashes))-1, "parent offset")
+		if d.err == nil && (c <= last || c == p) {
+			d.fail("bad link")
 		}
 		if d.err != nil {
-			return nil, d.err
+			break
 		}
+		last = c
+		ix.nodes.link(nodes[c], nodes[p], off)
 	}
-	// Engine maps must agree with the residency bits.
+}
+
+// checkEngineMaps checks that every worker's engine maps agree with the
+// residency bits (bitCount: blocks per worker number and plane), sets the
+// workers' counts, and returns the maps that are the identity to identity
+// mode.
+func checkEngineMaps(ix *Index, wss []*workerState, bitCount [][numPlanes]int) error {
 	for wn, ws := range wss {
 		for p := 0; p < eventPlanes; p++ {
-			refs := make(map[uint64]uint32, ws.engine[p].Len())
-			ws.engine[p].each(func(_, s uint64) { refs[s]++ })
-			if len(refs) != bitCount[wn][p] {
-				return nil, fmt.Errorf("%w: worker %v %v: %d blocks mapped, %d resident", ErrSnapshotFormat, ws.w, Tier(p), len(refs), bitCount[wn][p])
-			}
-			for s, c := range refs {
-				n, off, ok := ix.locate(s, nil, 0)
-				if !ok || !hasBit(n.data.Load().bitsAt(off), ws.slot, p) {
-					return nil, fmt.Errorf("%w: worker %v %v: mapped block %#x not resident", ErrSnapshotFormat, ws.w, Tier(p), s)
-				}
-				if ws.alias[p][s] != c-1 {
-					return nil, fmt.Errorf("%w: worker %v %v: alias count of %#x", ErrSnapshotFormat, ws.w, Tier(p), s)
-				}
-			}
-			for s := range ws.alias[p] {
-				if refs[s] == 0 {
-					return nil, fmt.Errorf("%w: worker %v %v: alias of unmapped block %#x", ErrSnapshotFormat, ws.w, Tier(p), s)
-				}
+			if err := ix.checkEngineMap(ws, p, bitCount[wn][p]); err != nil {
+				return err
 			}
 			ws.counts.set(p, int64(bitCount[wn][p]))
 			// Back to identity mode where every mapping is one.
@@ -582,7 +649,38 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 			}
 		}
 	}
-	// Approximate entries.
+	return nil
+}
+
+// checkEngineMap checks plane p of ws: its engine map maps to resident
+// blocks only, resident holds as many blocks as the map maps to, and the
+// alias counts are the map's extra hashes per block.
+func (ix *Index) checkEngineMap(ws *workerState, p, resident int) error {
+	refs := make(map[uint64]uint32, ws.engine[p].Len())
+	ws.engine[p].each(func(_, s uint64) { refs[s]++ })
+	if len(refs) != resident {
+		return fmt.Errorf("%w: worker %v %v: %d blocks mapped, %d resident", ErrSnapshotFormat, ws.w, Tier(p), len(refs), resident)
+	}
+	for s, c := range refs {
+		n, off, ok := ix.locate(s, nil, 0)
+		if !ok || !hasBit(n.data.Load().bitsAt(off), ws.slot, p) {
+			return fmt.Errorf("%w: worker %v %v: mapped block %#x not resident", ErrSnapshotFormat, ws.w, Tier(p), s)
+		}
+		if ws.alias[p][s] != c-1 {
+			return fmt.Errorf("%w: worker %v %v: alias count of %#x", ErrSnapshotFormat, ws.w, Tier(p), s)
+		}
+	}
+	for s := range ws.alias[p] {
+		if refs[s] == 0 {
+			return fmt.Errorf("%w: worker %v %v: alias of unmapped block %#x", ErrSnapshotFormat, ws.w, Tier(p), s)
+		}
+	}
+	return nil
+}
+
+// restoreApprox reads the approximate entries, each of which must match an
+// approximate residency bit without a device bit, into ix's entry set.
+func restoreApprox(d *decoder, ix *Index, wss []*workerState) {
 	na := d.count(maxCount, 11, "approximate entry")
 	var prev approxEntry
 	if na > 0 && len(wss) == 0 {
@@ -614,13 +712,4 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 		ws.approx.put(seq, uint64(ix.approx.add(ws.slot, seq, e.expiry, e.order))) // in order: all queued
 		ws.counts.add(planeApprox, 1)
 	}
-	if d.err != nil {
-		return nil, d.err
-	}
-	for wn, ws := range wss {
-		if int(ws.counts.n[planeApprox].Load()) != bitCount[wn][planeApprox] {
-			return nil, fmt.Errorf("%w: worker %v: approximate bits without entries", ErrSnapshotFormat, ws.w)
-		}
-	}
-	return ix, nil
 }
