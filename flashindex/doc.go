@@ -1,6 +1,31 @@
 // Package flashindex hashes token sequences into KV block hashes and indexes
 // which worker holds which blocks on which tier.
 //
+// # Overview
+//
+// A router asks one question of this package for every request: how much
+// of the request's prompt does each worker already hold in its KV cache,
+// and on which tier? Answering it takes two parts.
+//
+//   - Block hashing turns a prompt's token ids into one sequence hash per
+//     full block, bit-compatible with NVIDIA Dynamo ([Hasher], [Chain]).
+//   - The [Index] records, from the engines' KV events, which worker holds
+//     which blocks on which tier (device, host, disk; External belongs to
+//     the sharedpool package), and answers, for a request's sequence
+//     hashes, how deep each worker's cached prefix goes on each tier.
+//
+// In code:
+//
+//	ix, _ := flashindex.New(flashindex.Config{BlockSize: 16})
+//	err := ix.Apply(ev)                        // Stored / Removed / Cleared
+//	matches = ix.FindMatches(seq, matches[:0]) // per worker: Device, Host, Disk, Resident
+//
+// For engines that publish no events, [Index.Record] stands in for them
+// (see Approximate mode). [Index.Snapshot] and [Restore] save and load the
+// whole index. The sections below are: Block hashing, Events, Queries,
+// Approximate mode, Snapshots, Bounds, Concurrency, Ownership, and, for
+// readers of the code, Data structure and Engine-hash maps.
+//
 // # Block hashing
 //
 // Hashes are bit-compatible with NVIDIA Dynamo's router, so an agentkv
@@ -31,17 +56,8 @@
 //
 // [Event] is a KV cache event normalised from an engine's wire format
 // (engine/vllm and engine/sglang decode those). A worker is a (ID, DP rank)
-// pair ([Worker]); a block lives on a [Tier].
-//
-// # The index
-//
-// [Index] records which worker holds which blocks on which tier (device,
-// host, disk; External belongs to the sharedpool package) and answers, for
-// a request's sequence hashes, how deep each worker's cached prefix goes:
-//
-//	ix, _ := flashindex.New(flashindex.Config{BlockSize: 16})
-//	err := ix.Apply(ev)                        // Stored / Removed / Cleared
-//	matches = ix.FindMatches(seq, matches[:0]) // per worker: Device, Host, Disk, Resident
+// pair ([Worker]); a block lives on a [Tier]. [Index.Apply] applies one
+// event: Stored, Removed or Cleared.
 //
 // Engine hashes are opaque. A Stored event's blocks are rehashed from their
 // tokens (or taken from StoredBlock.LocalHash) and chained onto the parent's
@@ -67,36 +83,40 @@
 //   - Removed hashes a worker does not hold on that tier are skipped and
 //     counted (Stats.UnknownRemoved).
 //   - Cleared drops every tier of every DP rank of the event's worker ID.
-//   - Config.MaxBlocksPerWorker bounds the residencies of one worker: a
-//     Stored beyond it is a [*CapacityError] (the engine cannot hold that
-//     much, so removals were missed).
+//   - Config.MaxBlocksPerWorker bounds the residencies of one worker (see
+//     Bounds).
 //
-// # Tier depths
+// # Queries
 //
-// FindMatches counts tiers exclusively, as Dynamo's lower-tier indexer
-// does: Device is the longest prefix of the request on the worker's device
-// tier; Host counts the blocks that continue on the host tier from where
-// the device prefix ended; Disk counts the blocks that continue on the disk
-// tier from where the host run ended. A block held on device and host counts
-// once, in the tier the walk is in. Resident is the worker's total number
-// of residencies, for tie-breaking. FindMatchesEarlyExit stops as soon as at
-// most one worker still matches; that worker's depths are then a prefix of
-// its exact ones.
+// [Index.FindMatches] returns, for every worker that holds any prefix of
+// the request, its depth on each tier. It counts tiers exclusively, as
+// Dynamo's lower-tier indexer does: Device is the longest prefix of the
+// request on the worker's device tier; Host counts the blocks that continue
+// on the host tier from where the device prefix ended; Disk counts the
+// blocks that continue on the disk tier from where the host run ended. A
+// block held on device and host counts once, in the tier the walk is in.
+// Resident is the worker's total number of residencies, for tie-breaking.
+//
+// [Index.FindMatchesEarlyExit] stops as soon as at most one worker still
+// matches; that worker's depths are then a prefix of its exact ones.
+//
+// A query's cost grows with the number of nodes the request enters and the
+// residency changes along it, not with its length in blocks times workers
+// (see Data structure).
 //
 // # Approximate mode
 //
 // For engines that publish no events, [Index.Record] inserts what a routing
 // decision implies: the request's blocks, speculatively on the worker's
-// device, for a TTL. Entries are bounded by Config.ApproxMaxEntries, pruned
-// earliest expiry first (oldest first when TTLs are equal). Events win: a
-// Stored on device confirms (replaces) a speculative entry, and blocks a
-// worker holds on device from events are not recorded. Expiry runs at every
-// Record, Apply and [Index.Expire]; an index without writes should call
-// Expire periodically. The clock is Config.Now. Adding, refreshing, pruning
-// and expiring an entry cost O(1) (entries with one TTL and a clock that
-// does not step back are kept in a queue; others in a heap, O(log n)), and
-// the entries hold no pointers, so a million of them add nothing to a
-// garbage collection's marking.
+// device, for a TTL. Events win: a Stored on device confirms (replaces) a
+// speculative entry, and blocks a worker holds on device from events are
+// not recorded. Expiry runs at every Record, Apply and [Index.Expire]; an
+// index without writes should call Expire periodically. The clock is
+// Config.Now. Adding, refreshing, pruning and expiring an entry cost O(1)
+// (entries with one TTL and a clock that does not step back are kept in a
+// queue; others in a heap, O(log n)), and the entries hold no pointers, so
+// a million of them add nothing to a garbage collection's marking. The
+// number of entries is bounded (see Bounds).
 //
 // # Snapshots
 //
@@ -104,76 +124,38 @@
 // event ids, approximate entries) as a versioned, canonical, zstd-compressed
 // stream; [Restore] reads it back, so a restarted router or a new replica
 // starts warm. Snapshot(Restore(s)) reproduces s byte for byte. The format
-// is at version 2, which adds the node links queries use (see below);
-// version 1 snapshots still restore, and answer the same, with queries
-// comparing hashes at every node until new nodes are linked. An unknown
-// version fails with [ErrSnapshotVersion], damage with [ErrSnapshotFormat].
+// is at version 2, which adds the node links queries use (see Data
+// structure); version 1 snapshots still restore, and answer the same, with
+// queries comparing hashes at every node until new nodes are linked. An
+// unknown version fails with [ErrSnapshotVersion], damage with
+// [ErrSnapshotFormat].
 //
 // Snapshots are untrusted input (they travel through object stores and
-// files). Restore caps the decompressed body at Config.MaxSnapshotBytes
-// (default 8 GiB) and at Config.MaxSnapshotExpansion (default 64) times the
-// compressed bytes read plus 1 MiB; a body past either fails with
-// [ErrSnapshotTooLarge] as it crosses, without reading further. Every count
-// is checked against what the cap leaves before it is used, repeated block
-// hashes fail as they arrive, and allocations grow with the items read, so
-// a 32 KB frame of RLE blocks claiming a node of 2^27 hashes fails after
-// allocating about 5 MiB (the zstd decoder's state) instead of 3 GB. What
-// Restore allocates is at most 64 times its input plus 12 MiB
-// (TestRestoreBombBounded). Snapshots of workers holding mostly different
-// blocks expand 1.5 to 3-fold; one where many workers hold the very same
-// blocks expands about as many times as there are such workers: raise
-// MaxSnapshotExpansion for such fleets.
+// files); see Bounds for what Restore accepts.
 //
-// # Data structure
+// # Bounds
 //
-// Blocks are stored in nodes: a node is a run of sequence hashes laid out
-// contiguously (a chain segment, usually what one Stored event added), with
-// its residency as runs of blocks sharing one residency set. A set is a
-// bitset over worker slots with four planes (device, host, disk,
-// approximate). The writer finds any block through a block map (sequence
-// hash -> node, offset); blocks never move once indexed, so it is written
-// only when blocks are created or dropped. A Stored event rarely needs to
-// look in it: its blocks continue a chain, so each is found next to its
-// predecessor or, by the same chain argument, can only be the first block
-// of a node, which the small head map answers (see Index.head); new blocks
-// are then inserted a batch at a time, their slots loaded ahead. The maps
-// grow fourfold, so an entry moves a third as often as with doubling.
-// Queries need only a head map
-// (first hash of a node -> the node's current contents), one 64-byte slot
-// per node: a request's first block is a chain root, which can only start
-// a node, and where a request leaves a node it continues with a child of a
-// block it matched, which cannot sit inside another node. Each node also
-// keeps its kids, the offsets at which other nodes continue it (kids.go),
-// and its head slot copies the node's hashes, its first run (set and end)
-// and its first three kid offsets. A query first finds its path: from a
-// node's slot it looks up, all at once, the request's block after each
-// listed kid offset, and the first that starts a node is where the request
-// goes on; so crossing a node costs one dependent head-map lookup, not a
-// search through the node's blocks. Where no kid answers (the node where
-// the request ends, or one with more kids than listed) it compares the
-// request with the node at a few sampled positions (in a chain, equal
-// hashes at a position mean equal blocks before it: one comparison when
-// the request runs through the node, an 8-way search where it leaves it).
-// Then, with every node on the path known, it confirms each kid answer
-// with one comparison and loads each node's first set, all these loads
-// issued together (a stale kid entry fails its comparison and the path is
-// searched again from there, so kid lists are hints that never change an
-// answer). Last it advances a three-state walk (device, host, disk) over
-// whole runs at once: the first run of each node it enters is read as a
-// whole set (one bitset word per 64 workers), and each later run through
-// its change list, the few workers whose residency differs from the run
-// before; workers that drop out of every tier at once are recorded a word
-// at a time. Its cost grows with the number of nodes entered and residency
-// changes along the request, not with its length in blocks times workers.
-// Blocks resident nowhere are dropped when they end a node (vLLM evicts
-// chain tails first); a node with no resident block is freed.
+// Every input that could grow the index without limit is bounded:
 //
-// Engine-hash maps cost a hash-map probe per stored and removed block.
-// While a worker's engine hashes on a tier equal the index's own hashes
-// (an engine that hashes as Dynamo does), its map for that tier is not
-// kept: the residency bits are the map. The first engine hash that differs
-// builds the map from the bits, and the tier uses it from then on (until
-// it is emptied or the worker is cleared).
+//   - Config.MaxBlocksPerWorker bounds the residencies of one worker: a
+//     Stored beyond it is a [*CapacityError] (the engine cannot hold that
+//     much, so removals were missed).
+//   - Config.ApproxMaxEntries bounds approximate entries; they are pruned
+//     earliest expiry first (oldest first when TTLs are equal).
+//   - Restore caps the decompressed body at Config.MaxSnapshotBytes
+//     (default 8 GiB) and at Config.MaxSnapshotExpansion (default 64) times
+//     the compressed bytes read plus 1 MiB; a body past either fails with
+//     [ErrSnapshotTooLarge] as it crosses, without reading further. Every
+//     count is checked against what the cap leaves before it is used,
+//     repeated block hashes fail as they arrive, and allocations grow with
+//     the items read, so a 32 KB frame of RLE blocks claiming a node of
+//     2^27 hashes fails after allocating about 5 MiB (the zstd decoder's
+//     state) instead of 3 GB. What Restore allocates is at most 64 times
+//     its input plus 12 MiB (TestRestoreBombBounded).
+//   - Snapshots of workers holding mostly different blocks expand 1.5 to
+//     3-fold; one where many workers hold the very same blocks expands
+//     about as many times as there are such workers: raise
+//     MaxSnapshotExpansion for such fleets.
 //
 // # Concurrency
 //
@@ -186,6 +168,7 @@
 // each slot under its own (a node's new contents rewrite its slot in
 // place, and a reader never pairs one snapshot's hashes with another's
 // sets).
+//
 // Writers (Apply, Record, Expire, RemoveWorker, Snapshot, Stats) serialise
 // on one writer mutex. A query concurrent with a write sees each node
 // before or after the write, so it may see part of an event; a query that
@@ -196,4 +179,62 @@
 // Apply and Record do not retain the event, the sequence or any slice in
 // them. FindMatches appends to dst[:0] and returns it; the caller owns the
 // result and may pass it back to reuse the memory.
+//
+// # Data structure
+//
+// Blocks are stored in nodes: a node is a run of sequence hashes laid out
+// contiguously (a chain segment, usually what one Stored event added), with
+// its residency as runs of blocks sharing one residency set. A set is a
+// bitset over worker slots with four planes (device, host, disk,
+// approximate). Blocks resident nowhere are dropped when they end a node
+// (vLLM evicts chain tails first); a node with no resident block is freed.
+//
+// The writer finds any block through a block map (sequence hash -> node,
+// offset); blocks never move once indexed, so it is written only when
+// blocks are created or dropped. A Stored event rarely needs to look in it:
+// its blocks continue a chain, so each is found next to its predecessor
+// or, by the same chain argument, can only be the first block of a node,
+// which the small head map answers (see Index.head); new blocks are then
+// inserted a batch at a time, their slots loaded ahead. The maps grow
+// fourfold, so an entry moves a third as often as with doubling.
+//
+// Queries need only a head map (first hash of a node -> the node's current
+// contents), one 64-byte slot per node: a request's first block is a chain
+// root, which can only start a node, and where a request leaves a node it
+// continues with a child of a block it matched, which cannot sit inside
+// another node. Each node also keeps its kids, the offsets at which other
+// nodes continue it (kids.go), and its head slot copies the node's hashes,
+// its first run (set and end) and its first three kid offsets.
+//
+// A query runs in three steps:
+//
+//   - It finds its path: from a node's slot it looks up, all at once, the
+//     request's block after each listed kid offset, and the first that
+//     starts a node is where the request goes on; so crossing a node costs
+//     one dependent head-map lookup, not a search through the node's
+//     blocks. Where no kid answers (the node where the request ends, or one
+//     with more kids than listed) it compares the request with the node at
+//     a few sampled positions (in a chain, equal hashes at a position mean
+//     equal blocks before it: one comparison when the request runs through
+//     the node, an 8-way search where it leaves it).
+//   - With every node on the path known, it confirms each kid answer with
+//     one comparison and loads each node's first set, all these loads
+//     issued together (a stale kid entry fails its comparison and the path
+//     is searched again from there, so kid lists are hints that never
+//     change an answer).
+//   - Last it advances a three-state walk (device, host, disk) over whole
+//     runs at once: the first run of each node it enters is read as a
+//     whole set (one bitset word per 64 workers), and each later run
+//     through its change list, the few workers whose residency differs
+//     from the run before; workers that drop out of every tier at once are
+//     recorded a word at a time.
+//
+// # Engine-hash maps
+//
+// Engine-hash maps cost a hash-map probe per stored and removed block.
+// While a worker's engine hashes on a tier equal the index's own hashes
+// (an engine that hashes as Dynamo does), its map for that tier is not
+// kept: the residency bits are the map. The first engine hash that differs
+// builds the map from the bits, and the tier uses it from then on (until
+// it is emptied or the worker is cleared).
 package flashindex
