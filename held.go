@@ -91,12 +91,9 @@ func (r *Router) drainAdmissionLocked() []release {
 			if h == nil {
 				continue
 			}
-			switch d.Kind {
-			case admission.KindResume:
-				h.released, h.releasedAt = true, d.At
-				h.adm = admission.Admission{Run: true, Worker: d.Worker, Priority: d.Priority,
-					Status: admission.StatusRunnable, Reason: d.Reason}
-			default: // terminated or cancelled: the turn will never run
+			if a, ok := d.Grant(); ok {
+				h.released, h.releasedAt, h.adm = true, d.At, a
+			} else { // terminated: the turn will never run
 				h.dropped = true
 				delete(r.held, id)
 			}

@@ -55,8 +55,13 @@ type Router struct {
 	byAdm   map[admission.WorkerID]flashindex.Worker
 	nextAdm admission.WorkerID
 	loads   *loadTracker
-	adm     *admission.RawAdmitter
-	decBuf  []admission.Decision
+	// adm is the sync core, not admission.Admitter, because the router
+	// must admit under mu, atomically with its workers, loads and held
+	// requests, offering workers in cost order (StartRequestOn), and holds
+	// each request itself (TryRoute, HeldTTL, MaxHeld) where Admitter
+	// blocks a program's callers.
+	adm    *admission.RawAdmitter
+	decBuf []admission.Decision
 	// held requests (TryRoute/Route waiting for admission), by request ID,
 	// and the request IDs held per program in arrival order.
 	held     map[string]*heldRequest

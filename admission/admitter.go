@@ -143,11 +143,13 @@ func (a *Admitter) Admit(ctx context.Context, id string, promptTokens int64) (Ad
 	return Admission{}, ctx.Err()
 }
 
+// released is the outcome of a held Admit that decision d (Released, set
+// by sink) ended.
 func released(d Decision) (Admission, error) {
-	if d.Kind != KindResume {
-		return Admission{}, ErrTerminated
+	if a, ok := d.Grant(); ok {
+		return a, nil
 	}
-	return Admission{Run: true, Worker: d.Worker, Priority: d.Priority, Status: StatusRunnable, Reason: d.Reason}, nil
+	return Admission{}, ErrTerminated
 }
 
 // TryAdmit starts a turn of session id only if it may run now; otherwise it

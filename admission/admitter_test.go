@@ -259,3 +259,24 @@ func TestAdmitterConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDecisionGrant: the admission a releasing decision gives a held turn,
+// as Admitter.Admit and the root Router both hand it out.
+func TestDecisionGrant(t *testing.T) {
+	resume := Decision{Kind: KindResume, Released: true, Worker: 3, HasWorker: true, Priority: 1.5, Reason: ReasonBinPacked}
+	a, ok := resume.Grant()
+	want := Admission{Run: true, Worker: 3, Priority: 1.5, Status: StatusRunnable, Reason: ReasonBinPacked}
+	if !ok || a != want {
+		t.Fatalf("Grant of %v = %+v, %v; want %+v, true", resume, a, ok, want)
+	}
+	for _, d := range []Decision{
+		{Kind: KindResume, Worker: 3, HasWorker: true}, // nothing released
+		{Kind: KindTerminate, Released: true},
+		{Kind: KindCancel, Released: true},
+		{Kind: KindAdmit, Worker: 1, HasWorker: true},
+	} {
+		if a, ok := d.Grant(); ok || a != (Admission{}) {
+			t.Errorf("Grant of %v = %+v, %v; want zero, false", d, a, ok)
+		}
+	}
+}

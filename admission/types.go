@@ -264,6 +264,19 @@ func (d Decision) String() string {
 	return s
 }
 
+// Grant returns the admission a releasing decision gives the program's
+// held turns: for a KindResume with Released, Run on Worker, runnable, with
+// the decision's priority and reason, and ok; for any other decision (a
+// held turn dropped, or nothing released), the zero Admission and false.
+// Admitter.Admit returns it to a blocked caller; a router that holds turns
+// itself over a RawAdmitter gives it to the turns it releases.
+func (d Decision) Grant() (Admission, bool) {
+	if d.Kind != KindResume || !d.Released {
+		return Admission{}, false
+	}
+	return Admission{Run: true, Worker: d.Worker, Priority: d.Priority, Status: StatusRunnable, Reason: d.Reason}, true
+}
+
 // Admission is the answer to a request start.
 type Admission struct {
 	// Run is true when the turn may run now on Worker. When false the turn
