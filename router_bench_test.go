@@ -74,53 +74,81 @@ func benchRoute(b *testing.B, mode string, bs, tokens, workers, sessions int) {
 		}
 	}
 	h, _ := flashindex.NewHasher(bs, "")
-	rng := rand.New(rand.NewPCG(1, 2))
-	randTokens := func(dst []uint32, n int) []uint32 {
-		for i := 0; i < n; i++ {
-			dst = append(dst, uint32(rng.IntN(150000)))
-		}
-		return dst
-	}
-	sys := randTokens(nil, min(2048, tokens/2))
-	tail := min(512, tokens/8)
+	rb := &routeBench{r: r, h: h, mode: mode, bs: bs, tokens: tokens, rng: rand.New(rand.NewPCG(1, 2)), evID: map[uint64]uint64{}}
+	rb.sys = rb.randTokens(nil, min(2048, tokens/2))
 	prompts := make([][]uint32, sessions)
-	evID := map[uint64]uint64{}
 	for s := range prompts {
-		p := randTokens(append(make([]uint32, 0, tokens), sys...), tokens-len(sys))
-		prompts[s] = p
-		// The session's first 90 % is cached on worker s%workers.
-		w := uint64(s % workers)
-		local, seq := h.AppendHashes(nil, nil, p[:tokens*9/10], 0, false)
-		evID[w]++
-		ev := &flashindex.Event{Worker: flashindex.Worker{ID: w}, Kind: flashindex.Stored, BlockSize: bs, EventID: evID[w]}
-		for i := range seq {
-			ev.Blocks = append(ev.Blocks, flashindex.StoredBlock{EngineHash: seq[i], LocalHash: local[i], HasLocalHash: true})
-		}
-		if err := r.ApplyEvent(ev); err != nil {
+		prompts[s] = rb.randTokens(append(make([]uint32, 0, tokens), rb.sys...), tokens-len(rb.sys))
+		rb.seedSession(b, s, uint64(s%workers), prompts[s])
+	}
+	rb.timeRoutes(b, rb.requests(prompts))
+}
+
+// routeBench is one BenchmarkRoute case: its router, its prompts' shared
+// system prompt and the random source of every token.
+type routeBench struct {
+	r          *Router
+	h          *flashindex.Hasher
+	mode       string
+	bs, tokens int
+	rng        *rand.Rand
+	sys        []uint32
+	evID       map[uint64]uint64 // per worker: its last event id
+}
+
+func (rb *routeBench) randTokens(dst []uint32, n int) []uint32 {
+	for i := 0; i < n; i++ {
+		dst = append(dst, uint32(rb.rng.IntN(150000)))
+	}
+	return dst
+}
+
+// seedSession caches the first 90 % of session s's prompt p on worker w
+// (a Stored event) and, except in mode=cold, routes the session's first
+// request.
+func (rb *routeBench) seedSession(b *testing.B, s int, w uint64, p []uint32) {
+	local, seq := rb.h.AppendHashes(nil, nil, p[:rb.tokens*9/10], 0, false)
+	rb.evID[w]++
+	ev := &flashindex.Event{Worker: flashindex.Worker{ID: w}, Kind: flashindex.Stored, BlockSize: rb.bs, EventID: rb.evID[w]}
+	for i := range seq {
+		ev.Blocks = append(ev.Blocks, flashindex.StoredBlock{EngineHash: seq[i], LocalHash: local[i], HasLocalHash: true})
+	}
+	if err := rb.r.ApplyEvent(ev); err != nil {
+		b.Fatal(err)
+	}
+	if rb.mode != "cold" { // warm the session: its first request
+		d, err := rb.r.TryRoute(&Request{Tokens: p, Agent: session.AgentContext{SessionID: fmt.Sprintf("s%d", s)}})
+		if err != nil {
 			b.Fatal(err)
 		}
-		if mode != "cold" { // warm the session: its first request
-			d, err := r.TryRoute(&Request{Tokens: p, Agent: session.AgentContext{SessionID: fmt.Sprintf("s%d", s)}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			d.Done(Usage{PromptTokens: tokens})
-		}
+		d.Done(Usage{PromptTokens: rb.tokens})
 	}
-	// Prepare the calls outside the timed region.
+}
+
+// requests prepares the timed calls: a session's next turn (its context
+// with the last 512 tokens rewritten) in a scattered session order, or in
+// mode=cold a new session's first request.
+func (rb *routeBench) requests(prompts [][]uint32) []Request {
 	const calls = 4096
+	tail := min(512, rb.tokens/8)
 	reqs := make([]Request, calls)
 	for i := range reqs {
-		s := i * 7919 % sessions // scattered: consecutive calls share nothing
-		switch mode {
+		s := i * 7919 % len(prompts) // scattered: consecutive calls share nothing
+		switch rb.mode {
 		case "turn", "turn-coldtokens":
-			p := append([]uint32(nil), prompts[s][:tokens-tail]...)
-			reqs[i] = Request{Tokens: randTokens(p, tail), Agent: session.AgentContext{SessionID: fmt.Sprintf("s%d", s)}}
+			p := append([]uint32(nil), prompts[s][:rb.tokens-tail]...)
+			reqs[i] = Request{Tokens: rb.randTokens(p, tail), Agent: session.AgentContext{SessionID: fmt.Sprintf("s%d", s)}}
 		default:
-			p := randTokens(append([]uint32(nil), sys...), tokens-len(sys))
+			p := rb.randTokens(append([]uint32(nil), rb.sys...), rb.tokens-len(rb.sys))
 			reqs[i] = Request{Tokens: p, Agent: session.AgentContext{SessionID: fmt.Sprintf("cold%d", i)}}
 		}
 	}
+	return reqs
+}
+
+// timeRoutes routes reqs round robin, each call timed on its own, and
+// reports the wall and thread-CPU p50 and p99.
+func (rb *routeBench) timeRoutes(b *testing.B, reqs []Request) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	lat := make([]time.Duration, 0, 1<<16)
@@ -129,22 +157,22 @@ func benchRoute(b *testing.B, mode string, bs, tokens, workers, sessions int) {
 	i := 0
 	var buf []uint32
 	for b.Loop() {
-		req := reqs[i%calls]
+		req := reqs[i%len(reqs)]
 		req.ID = ""
-		if mode != "turn-coldtokens" {
+		if rb.mode != "turn-coldtokens" {
 			buf = append(buf[:0], req.Tokens...)
 			req.Tokens = buf
 		}
 		c0, t0 := cputime.Thread(), time.Now()
-		d, err := r.TryRoute(&req)
+		d, err := rb.r.TryRoute(&req)
 		if err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(t0))
 		cpu = append(cpu, cputime.Thread()-c0)
-		d.Done(Usage{PromptTokens: tokens, CompletionTokens: 10})
-		if mode == "cold" {
-			r.EndSession(req.Agent.SessionID)
+		d.Done(Usage{PromptTokens: rb.tokens, CompletionTokens: 10})
+		if rb.mode == "cold" {
+			rb.r.EndSession(req.Agent.SessionID)
 		}
 		i++
 	}

@@ -117,25 +117,7 @@ func TestKVAwareMatchesNaiveReference(t *testing.T) {
 		r, _ := newTestRouter(t, Config{Seed: seed}, 1, 2, 3, 4)
 		// A few shared prefixes; each worker holds a random prefix of some.
 		prefixes := [][]uint32{tokens(80, 1), tokens(80, 2), tokens(80, 3)}
-		held := map[uint64]map[flashindex.Tier][]int{} // worker → tier → held prefix lengths per prefix
-		evID := map[uint64]uint64{}
-		for w := uint64(1); w <= 4; w++ {
-			held[w] = map[flashindex.Tier][]int{}
-			for tier := flashindex.Device; tier <= flashindex.Disk; tier++ {
-				held[w][tier] = make([]int, len(prefixes))
-				for p := range prefixes {
-					if rng.IntN(2) == 0 {
-						continue
-					}
-					n := rng.IntN(21) * testBS
-					held[w][tier][p] = n
-					if n > 0 {
-						evID[w]++
-						store(t, r, w, tier, prefixes[p][:n], evID[w])
-					}
-				}
-			}
-		}
+		held := storeRandomPrefixes(t, r, rng, prefixes)
 		// Load: some in-flight requests on random workers.
 		var live []*Decision
 		for i := 0; i < rng.IntN(6); i++ {
@@ -154,26 +136,7 @@ func TestKVAwareMatchesNaiveReference(t *testing.T) {
 
 		best := -1.0
 		for w := uint64(1); w <= 4; w++ {
-			// Naive exclusive depths: walk block by block.
-			dev, host, disk := 0, 0, 0
-			tier := flashindex.Device
-			for b := 0; b < len(prompt)/testBS; b++ {
-				in := func(t flashindex.Tier) bool { return held[w][t][p] > b*testBS }
-				for tier <= flashindex.Disk && !in(tier) {
-					tier++
-				}
-				if tier > flashindex.Disk {
-					break
-				}
-				switch tier {
-				case flashindex.Device:
-					dev++
-				case flashindex.Host:
-					host++
-				default:
-					disk++
-				}
-			}
+			dev, host, disk := naiveTierDepths(held[w], p, len(prompt)/testBS)
 			l := loads[w]
 			logit := max(0, float64(l.PrefillTokens+len(prompt))/testBS-(float64(dev)+0.75*float64(host)+0.25*float64(disk))) + float64(l.DecodeBlocks)
 			if w == d.Worker.ID {
@@ -189,6 +152,55 @@ func TestKVAwareMatchesNaiveReference(t *testing.T) {
 		}
 		d.Done(Usage{})
 	}
+}
+
+// storeRandomPrefixes stores on each of workers 1 to 4, on each tier, a
+// random prefix (a multiple of the block size, possibly none) of some of
+// prefixes, and returns the lengths held: worker -> tier -> per prefix.
+func storeRandomPrefixes(t *testing.T, r *Router, rng *rand.Rand, prefixes [][]uint32) map[uint64]map[flashindex.Tier][]int {
+	held := map[uint64]map[flashindex.Tier][]int{}
+	evID := map[uint64]uint64{}
+	for w := uint64(1); w <= 4; w++ {
+		held[w] = map[flashindex.Tier][]int{}
+		for tier := flashindex.Device; tier <= flashindex.Disk; tier++ {
+			held[w][tier] = make([]int, len(prefixes))
+			for p := range prefixes {
+				if rng.IntN(2) == 0 {
+					continue
+				}
+				n := rng.IntN(21) * testBS
+				held[w][tier][p] = n
+				if n > 0 {
+					evID[w]++
+					store(t, r, w, tier, prefixes[p][:n], evID[w])
+				}
+			}
+		}
+	}
+	return held
+}
+
+// naiveTierDepths walks the first blocks of prefix p block by block over a
+// worker's held lengths (tier -> per prefix) and returns its exclusive
+// device, host and disk depths.
+func naiveTierDepths(held map[flashindex.Tier][]int, p, blocks int) (dev, host, disk int) {
+	tier := flashindex.Device
+	for b := 0; b < blocks; b++ {
+		for tier <= flashindex.Disk && held[tier][p] <= b*testBS {
+			tier++
+		}
+		switch tier {
+		case flashindex.Device:
+			dev++
+		case flashindex.Host:
+			host++
+		case flashindex.Disk:
+			disk++
+		default:
+			return dev, host, disk
+		}
+	}
+	return dev, host, disk
 }
 
 func TestLoadTrackingAndSweep(t *testing.T) {
