@@ -6,9 +6,10 @@ import (
 	"sync"
 )
 
-// queryScratch is per-query working memory, pooled.
+// queryScratch is per-query working memory, pooled. The walk's steps are
+// its methods, so that they share its slices through one pointer.
 type queryScratch struct {
-	words []wordState // per 64 slots
+	words []wordState // per 64 slots of the query's slot table
 	ends  []slotEnds  // per slot not dropped
 	drops []drop
 	hops  []hop
@@ -116,37 +117,35 @@ func (ix *Index) find(seq []uint64, dst []Match, early bool) []Match {
 	}
 	sc := scratchPool.Get().(*queryScratch)
 	defer scratchPool.Put(sc)
-	ws, ends := sc.reset(st)
+	sc.reset(st)
 	hops := ix.path(seq, sc)
-	pos, drops := walkPath(hops, st.mask, ws, ends, sc.drops[:0], early)
-	drops, n := closeWalkers(ws, ends, drops, pos)
-	sc.drops = drops
-	return writeMatches(slices.Grow(dst, n)[:n], st, ws, ends, drops)
+	n := sc.closeWalkers(sc.walkPath(hops, st.mask, early))
+	return sc.writeMatches(slices.Grow(dst, n)[:n], st)
 }
 
-// reset sizes the scratch for the slot table st and returns its cleared
-// word states and its slot ends (not cleared: a slot's ends are written
-// before they are read).
-func (sc *queryScratch) reset(st *slotTable) ([]wordState, []slotEnds) {
+// reset sizes the scratch for the slot table st: words cleared, ends (not
+// cleared: a slot's ends are written before they are read) and no drops.
+func (sc *queryScratch) reset(st *slotTable) {
 	W := st.words()
 	if cap(sc.words) < W {
 		sc.words = make([]wordState, W)
 	}
-	ws := sc.words[:W]
-	clear(ws)
+	sc.words = sc.words[:W]
+	clear(sc.words)
 	if ns := len(st.workers); cap(sc.ends) < ns {
 		sc.ends = make([]slotEnds, ns)
 	}
-	return ws, sc.ends[:len(st.workers)]
+	sc.ends = sc.ends[:len(st.workers)]
+	sc.drops = sc.drops[:0]
 }
 
 // walkPath walks the slots over the nodes of hops: each node's first run
-// against the whole set (the first node's starts the walkers), its later
-// runs through their change lists. It returns the position where the walk
-// ended (the walkers still live are live there) and drops extended. With
-// early it stops where at most one slot still walks, at the end of the
-// run being examined.
-func walkPath(hops []hop, mask []uint64, ws []wordState, ends []slotEnds, drops []drop, early bool) (int, []drop) {
+// against the whole set (the first node's starts the walkers; mask holds
+// the slots in use), its later runs through their change lists. It returns
+// the position where the walk ended (the walkers still live are live
+// there). With early it stops where at most one slot still walks, at the
+// end of the run being examined.
+func (sc *queryScratch) walkPath(hops []hop, mask []uint64, early bool) int {
 	pos := 0
 	for j := range hops {
 		h := &hops[j]
@@ -154,32 +153,32 @@ func walkPath(hops []hop, mask []uint64, ws []wordState, ends []slotEnds, drops 
 		pos = int(h.pos)
 		var walking int
 		if j == 0 {
-			walking = startWalkers(h.bits0, mask, ws, ends)
+			walking = sc.startWalkers(h.bits0, mask)
 		} else {
-			walking, drops = enterNode(h.bits0, ws, ends, drops, int32(pos))
+			walking = sc.enterNode(h.bits0, int32(pos))
 		}
 		if walking == 0 {
-			return pos, drops
+			return pos
 		}
 		o := min(int(h.end0), m)
 		if early && walking <= 1 {
-			return pos + o, drops
+			return pos + o
 		}
 		if o < m {
-			end, stop := walkRuns(h.d, ws, ends, pos, o, m, walking, early)
-			if stop {
-				return end, drops
+			if end, stop := sc.walkRuns(h.d, pos, o, m, walking, early); stop {
+				return end
 			}
 		}
 		pos += m
 	}
-	return pos, drops
+	return pos
 }
 
 // startWalkers starts every slot of the set b0 (a node's first run; mask
 // holds the slots in use) on the first tier it holds the request's first
 // block on, and returns how many started.
-func startWalkers(b0, mask []uint64, ws []wordState, ends []slotEnds) int {
+func (sc *queryScratch) startWalkers(b0, mask []uint64) int {
+	ws, ends := sc.words, sc.ends
 	walking := 0
 	for i := range ws {
 		w := &ws[i]
@@ -203,9 +202,10 @@ func startWalkers(b0, mask []uint64, ws []wordState, ends []slotEnds) int {
 // enterNode moves the walkers into a node at request position pos, whose
 // first run holds the set b0: a slot not on its tier there moves down a
 // tier (device, host, disk, gone), recording where the tier it left ended.
-// Slots whose walk ends here straight from the device tier are appended to
-// drops a word at a time. It returns how many slots still walk, and drops.
-func enterNode(b0 []uint64, ws []wordState, ends []slotEnds, drops []drop, pos int32) (int, []drop) {
+// Slots whose walk ends here straight from the device tier go to drops a
+// word at a time. It returns how many slots still walk.
+func (sc *queryScratch) enterNode(b0 []uint64, pos int32) int {
+	ws, ends, drops := sc.words, sc.ends, sc.drops
 	walking := 0
 	for i := range ws {
 		w := &ws[i]
@@ -241,7 +241,8 @@ func enterNode(b0 []uint64, ws []wordState, ends []slotEnds, drops []drop, pos i
 			ends[i<<6|bits.TrailingZeros64(x)].disk = pos
 		}
 	}
-	return walking, drops
+	sc.drops = drops
+	return walking
 }
 
 // walkRuns walks the walking slots through the runs of node d after its
@@ -250,7 +251,8 @@ func enterNode(b0 []uint64, ws []wordState, ends []slotEnds, drops []drop, pos i
 // planes changed since the previous run can change state, so it reads the
 // runs' change lists, not their sets. It reports whether the walk is over
 // (no slot walks, or at most one with early) and if so where it ended.
-func walkRuns(d *nodeData, ws []wordState, ends []slotEnds, pos, o, m, walking int, early bool) (int, bool) {
+func (sc *queryScratch) walkRuns(d *nodeData, pos, o, m, walking int, early bool) (int, bool) {
+	ws, ends := sc.words, sc.ends
 	W := len(ws)
 	cend := d.runs[0].cend
 	for ri := 1; o < m; ri++ {
@@ -308,9 +310,10 @@ func walkRuns(d *nodeData, ws []wordState, ends []slotEnds, pos, o, m, walking i
 }
 
 // closeWalkers ends the walkers still live at pos (device walkers go to
-// drops a word at a time) and returns drops and the number of slots that
-// matched at all.
-func closeWalkers(ws []wordState, ends []slotEnds, drops []drop, pos int) ([]drop, int) {
+// drops a word at a time) and returns the number of slots that matched at
+// all.
+func (sc *queryScratch) closeWalkers(pos int) int {
+	ws, ends, drops := sc.words, sc.ends, sc.drops
 	n := 0
 	for i := range ws {
 		w := &ws[i]
@@ -327,7 +330,8 @@ func closeWalkers(ws []wordState, ends []slotEnds, drops []drop, pos int) ([]dro
 		}
 		n += bits.OnesCount64(w.matched)
 	}
-	return drops, n
+	sc.drops = drops
+	return n
 }
 
 // writeMatches fills dst, one match per slot that matched, from drops and
@@ -337,9 +341,10 @@ func closeWalkers(ws []wordState, ends []slotEnds, drops []drop, pos int) ([]dro
 // composite literal of the whole Match is built in a stack temporary and
 // copied with wide loads that straddle its narrow stores (a
 // store-forwarding stall per match).
-func writeMatches(dst []Match, st *slotTable, ws []wordState, ends []slotEnds, drops []drop) []Match {
+func (sc *queryScratch) writeMatches(dst []Match, st *slotTable) []Match {
+	ws, ends := sc.words, sc.ends
 	k := 0
-	for _, e := range drops {
+	for _, e := range sc.drops {
 		totals := &st.counts[e.word].total // the word's 64 slots
 		for x := e.x; x != 0; x &= x - 1 {
 			b := bits.TrailingZeros64(x)
