@@ -32,27 +32,7 @@ func TestHashCacheMatchesFullHash(t *testing.T) {
 		var dst []uint64
 		for step := 0; step < 400; step++ {
 			sid := []string{"a", "b", "c", ""}[rng.IntN(4)]
-			p := prompts[sid]
-			switch rng.IntN(6) {
-			case 0: // edit inside the prompt
-				if len(p) > 0 {
-					p[rng.IntN(len(p))] ^= 1
-				}
-			case 1: // truncate
-				if len(p) > 0 {
-					p = p[:rng.IntN(len(p))]
-				}
-			case 2:
-				c.forget(sid)
-				for k := range last {
-					if k.session == sid {
-						delete(last, k)
-					}
-				}
-			}
-			for i := rng.IntN(3 * bs * 10); i > 0; i-- {
-				p = append(p, rng.Uint32())
-			}
+			p := nextHashPrompt(rng, c, last, sid, prompts[sid], bs)
 			prompts[sid] = p
 			lora := []string{"", "lora-a"}[rng.IntN(2)]
 			h := hashers[lora]
@@ -80,6 +60,33 @@ func TestHashCacheMatchesFullHash(t *testing.T) {
 		}
 	}
 	require.Greater(t, appends, 500, "the append bound must be exercised")
+}
+
+// nextHashPrompt returns session sid's next prompt after p: p edited in
+// one place, truncated, or forgotten by the cache c (and by last), or kept;
+// then extended by up to 30 blocks.
+func nextHashPrompt(rng *rand.Rand, c *hashCache, last map[hashKey][]uint32, sid string, p []uint32, bs int) []uint32 {
+	switch rng.IntN(6) {
+	case 0: // edit inside the prompt
+		if len(p) > 0 {
+			p[rng.IntN(len(p))] ^= 1
+		}
+	case 1: // truncate
+		if len(p) > 0 {
+			p = p[:rng.IntN(len(p))]
+		}
+	case 2:
+		c.forget(sid)
+		for k := range last {
+			if k.session == sid {
+				delete(last, k)
+			}
+		}
+	}
+	for i := rng.IntN(3 * bs * 10); i > 0; i-- {
+		p = append(p, rng.Uint32())
+	}
+	return p
 }
 
 // TestHashCacheReusesAcrossTurns: a 32K-token context resent with its last

@@ -2,6 +2,7 @@ package flashindex
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"runtime"
 	"slices"
@@ -287,7 +288,7 @@ func deepDepths(r, workers, n int) (d, h, dk int) {
 func benchDeep(b *testing.B, workers int) *deepIndex {
 	b.Helper()
 	s := traceStream(b, workers)
-	locals, seqs := traceSequences(b)
+	locals, _ := traceSequences(b)
 	deepMu.Lock()
 	defer deepMu.Unlock()
 	if d := deeps[workers]; d != nil {
@@ -316,24 +317,11 @@ func benchDeep(b *testing.B, workers int) *deepIndex {
 			nv.apply(ev)
 		}
 	}
-	longest := 0
-	for i := range seqs {
-		if len(seqs[i]) > len(seqs[longest]) {
-			longest = i
-		}
-	}
+	longest := slices.MaxFunc(locals, func(a, b []uint64) int { return cmp.Compare(len(a), len(b)) })
 	var queries [][]uint64
 	for c := 0; c < deepContexts; c++ {
-		const n = 8192
-		var local []uint64
-		if c == 0 {
-			local = slices.Clone(locals[longest])
-		}
-		for len(local) < n {
-			local = append(local, mix64(uint64(c)<<32|uint64(len(local))^0xdeadbeef))
-		}
 		naive = c == 0
-		queries = append(queries, deepContext(local, c, workers, apply))
+		queries = append(queries, deepContext(deepLocals(c, longest), c, workers, apply))
 	}
 	// The baselines must agree with the index before timing either.
 	got, want := ix.FindMatches(queries[0], nil), nv.find(queries[0])
@@ -351,6 +339,21 @@ func benchDeep(b *testing.B, workers int) *deepIndex {
 	d := &deepIndex{ix: ix, naive: nv, queries: queries}
 	deeps[workers] = d
 	return d
+}
+
+// deepLocals returns the 8,192 local hashes of deep context c: for c = 0
+// prefix (the trace's longest request) extended with fresh blocks, for the
+// others fresh blocks only.
+func deepLocals(c int, prefix []uint64) []uint64 {
+	const n = 8192
+	var local []uint64
+	if c == 0 {
+		local = slices.Clone(prefix)
+	}
+	for len(local) < n {
+		local = append(local, mix64(uint64(c)<<32|uint64(len(local))^0xdeadbeef))
+	}
+	return local
 }
 
 // deepContext stores context c, the chain of local hashes local, on every
