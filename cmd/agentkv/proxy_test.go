@@ -205,6 +205,16 @@ func testProxy(t *testing.T, cfg proxyConfig, fakes ...*fakeVLLM) (*proxy, *http
 		srv.Close()
 		require.NoError(t, p.Close())
 	})
+	// Every fake answers /health: wait for the first probes, so tests
+	// that count on each worker (round-robin, placement) see them all.
+	eventually(t, "every worker routable", func() bool {
+		for _, st := range p.Gateway().Tracker().Status() {
+			if !st.Routable {
+				return false
+			}
+		}
+		return true
+	})
 	return p, srv
 }
 
