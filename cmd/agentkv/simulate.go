@@ -159,15 +159,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 	fmt.Fprintf(env.stdout, "workload %s: %d sessions (with subagents), %d requests, %.0f input / %.0f output tokens per request\n",
 		w.Name, sum.Sessions+sum.Subagents, sum.Requests,
 		float64(sum.InputTokens)/float64(max(sum.Requests, 1)), float64(sum.OutputTokens)/float64(max(sum.Requests, 1)))
-	runs := 0
-	for _, p := range policies {
-		for _, l := range levels {
-			runs++
-			if p.BestCap {
-				runs += len(simrun.CapCandidates(l, f.workers))
-			}
-		}
-	}
+	runs := simrun.SweepRuns(policies, levels, f.workers)
 	fmt.Fprintf(env.stdout, "cluster: %d workers × %d blocks of %d tokens (%d tokens each), host tier %d blocks; %d runs\n\n",
 		f.workers, f.deviceBlocks, f.blockSize, f.deviceBlocks*f.blockSize, f.hostBlocks, runs)
 

@@ -24,7 +24,8 @@ func TestSimulateSmallRun(t *testing.T) {
 	require.Contains(t, stdout, "throughput relative to kv")
 	require.Contains(t, stdout, "throughput relative to kv+cap")
 	require.Contains(t, stdout, "hold1 p99")
-	require.Contains(t, stderr, "[8/8]")
+	require.Contains(t, stderr, "[6/6]", "kv+cap without a cap (none below 4 programs on 2 workers) is kv's run")
+	require.Contains(t, stdout, "; 6 runs")
 	var out simJSON
 	b, err := os.ReadFile(js)
 	require.NoError(t, err)

@@ -212,6 +212,10 @@ type Result struct {
 	Hints sim.HintStats `json:"hints"`
 	// Wall is the real time the run took.
 	Wall time.Duration `json:"wall_ns"`
+	// SameAs names the policy of the same sweep whose run this result
+	// is, when Sweep did not run it twice (a BestCap policy's uncapped
+	// candidate is that run of the policy with its router configuration).
+	SameAs string `json:"same_as,omitempty"`
 }
 
 // Run replays w once.
@@ -388,6 +392,53 @@ func (g *glue) Tick(now time.Duration) []uint64 {
 	return g.takeReleased()
 }
 
+// sweepJob is one run of a sweep: cell (policy × level) and cap; same is
+// the job whose run it reuses (−1: none). A BestCap policy's uncapped
+// candidate is the very run of a policy in the sweep with the same router
+// configuration (kv+cap's "none" is kv), and runs are deterministic, so it
+// is not run twice.
+type sweepJob struct{ cell, capv, same int }
+
+func planSweep(policies []Policy, levels []int, workers int) []sweepJob {
+	var jobList []sweepJob
+	for i := range len(policies) * len(levels) {
+		p, l := policies[i/len(levels)], levels[i%len(levels)]
+		jobList = append(jobList, sweepJob{i, 0, -1}) // for BestCap, no cap is a candidate too
+		if p.BestCap {
+			for _, c := range CapCandidates(l, workers) {
+				jobList = append(jobList, sweepJob{i, c, -1})
+			}
+		}
+	}
+	for a := range jobList {
+		ja := &jobList[a]
+		if ja.capv != 0 || !policies[ja.cell/len(levels)].BestCap {
+			continue
+		}
+		for b, jb := range jobList {
+			if jb.capv == 0 && jb.same < 0 && jb.cell%len(levels) == ja.cell%len(levels) &&
+				!policies[jb.cell/len(levels)].BestCap && sameRouter(policies[ja.cell/len(levels)], policies[jb.cell/len(levels)]) {
+				ja.same = b
+				break
+			}
+		}
+	}
+	return jobList
+}
+
+// SweepRuns returns how many runs Sweep makes for policies × levels on
+// workers workers (BestCap cells run once per cap candidate; runs another
+// cell shares are made once).
+func SweepRuns(policies []Policy, levels []int, workers int) int {
+	n := 0
+	for _, j := range planSweep(policies, levels, workers) {
+		if j.same < 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // Sweep runs every policy at every concurrency level on w, up to parallel
 // runs at once (each run is single-threaded and deterministic, so the
 // results do not depend on parallel). progress, if set, is called after
@@ -395,22 +446,16 @@ func (g *glue) Tick(now time.Duration) []uint64 {
 // ordered by policy, then concurrency.
 func Sweep(w *trace.Workload, base Options, policies []Policy, levels []int, parallel int,
 	progress func(done, total int, r *Result)) ([]*Result, error) {
-	type job struct{ cell, capv int }
-	var jobList []job
-	for i := range len(policies) * len(levels) {
-		p, l := policies[i/len(levels)], levels[i%len(levels)]
-		if !p.BestCap {
-			jobList = append(jobList, job{i, 0})
-			continue
-		}
-		jobList = append(jobList, job{i, 0}) // no cap is a candidate too
-		for _, c := range CapCandidates(l, base.Cluster.Workers) {
-			jobList = append(jobList, job{i, c})
+	jobList := planSweep(policies, levels, base.Cluster.Workers)
+	var run []int // the jobs that run
+	for i, j := range jobList {
+		if j.same < 0 {
+			run = append(run, i)
 		}
 	}
-	n := len(jobList)
-	results := make([]*Result, n)
-	errs := make([]error, n)
+	n := len(run)
+	results := make([]*Result, len(jobList))
+	errs := make([]error, len(jobList))
 	if parallel < 1 {
 		parallel = 1
 	}
@@ -430,7 +475,7 @@ func Sweep(w *trace.Workload, base Options, policies []Policy, levels []int, par
 		}()
 	}
 	go func() {
-		for i := 0; i < n; i++ {
+		for _, i := range run {
 			jobs <- i
 		}
 		close(jobs)
@@ -445,6 +490,13 @@ func Sweep(w *trace.Workload, base Options, policies []Policy, levels []int, par
 		if err != nil {
 			j := jobList[i]
 			return nil, fmt.Errorf("simrun: %s at concurrency %d (cap %d): %w", policies[j.cell/len(levels)].Name, levels[j.cell%len(levels)], j.capv, err)
+		}
+	}
+	for i, j := range jobList {
+		if j.same >= 0 {
+			r := *results[j.same]
+			r.Policy, r.SameAs, r.CapsTried = policies[j.cell/len(levels)].Name, r.Policy, nil
+			results[i] = &r
 		}
 	}
 	// One result per cell: a BestCap cell keeps its best run.
@@ -462,6 +514,14 @@ func Sweep(w *trace.Workload, base Options, policies []Policy, levels []int, par
 		}
 	}
 	return out, nil
+}
+
+// sameRouter reports whether a and b configure the router identically
+// (names and BestCap aside): then a run of one at a level, without a cap,
+// is a run of the other.
+func sameRouter(a, b Policy) bool {
+	return a.Select == b.Select && a.Affinity == b.Affinity && a.Admission == nil && b.Admission == nil &&
+		len(a.Hints) == 0 && len(b.Hints) == 0
 }
 
 // SteadyThroughput is what a sweep compares policies by: the throughput in

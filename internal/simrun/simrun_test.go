@@ -189,3 +189,50 @@ func BenchmarkMooncakeConversationKV(b *testing.B) {
 	b.ReportMetric(float64(last.BlockOps)/(cpu.Seconds()/float64(b.N)), "blockops/cpu-s")
 	b.ReportMetric(last.HitRate, "hit-rate")
 }
+
+// TestSweepSharesUncappedRun: kv+cap's uncapped candidate is kv's run, so
+// a sweep with both makes it once; the result is the one a separate run
+// gives, and a sweep without kv still runs it.
+func TestSweepSharesUncappedRun(t *testing.T) {
+	w := smallSynthetic(24)
+	base := Options{Cluster: Cluster{Workers: 2, DeviceBlocks: 3000}, Seed: 3}
+	levels := []int{4, 16} // caps 12 at 16 only
+	pols := []Policy{mustPolicy(t, "kv"), mustPolicy(t, "kv+cap")}
+	require.Equal(t, 2+1, SweepRuns(pols, levels, 2), "kv twice, kv+cap only at cap 12")
+	require.Equal(t, 1+2, SweepRuns(pols[1:], levels, 2))
+	var calls int
+	out, err := Sweep(&w, base, pols, levels, 2, func(done, total int, _ *Result) {
+		calls++
+		require.Equal(t, 3, total)
+	})
+	require.NoError(t, err)
+	require.Equal(t, 3, calls)
+	require.Len(t, out, 4)
+	alone, err := Sweep(&w, base, pols[1:], levels, 1, nil)
+	require.NoError(t, err)
+	for i, l := range levels {
+		kv, capped := out[i], out[len(levels)+i]
+		require.Equal(t, "kv", kv.Policy)
+		require.Equal(t, "kv+cap", capped.Policy)
+		require.Empty(t, kv.SameAs)
+		a := alone[i]
+		require.Empty(t, a.SameAs, "no kv in the sweep: kv+cap ran it")
+		require.Equal(t, a.Cap, capped.Cap, "level %d", l)
+		require.Equal(t, a.CapsTried, capped.CapsTried, "level %d", l)
+		require.InDelta(t, a.SteadyThroughput(), capped.SteadyThroughput(), 0, "level %d", l)
+		if capped.Cap == 0 {
+			require.Equal(t, "kv", capped.SameAs)
+			require.Same(t, kv.Result, capped.Result, "the same run")
+			// what a separate run of kv+cap without a cap measures
+			opt := base
+			opt.Policy, opt.Concurrency = mustPolicy(t, "kv+cap"), l
+			r, err := Run(&w, opt)
+			require.NoError(t, err)
+			ja, _ := json.Marshal(r.Result)
+			jb, _ := json.Marshal(capped.Result)
+			require.JSONEq(t, string(ja), string(jb))
+		}
+	}
+	require.Equal(t, []int{0}, out[len(levels)].CapsTried, "level 4: no cap below it")
+	require.ElementsMatch(t, []int{0, 12}, out[len(levels)+1].CapsTried)
+}
