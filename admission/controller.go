@@ -870,6 +870,33 @@ func (c *RawAdmitter) resume(now time.Time, r *TickResult) {
 	if c.cfg.HomeFirst {
 		cand = c.resumeHome(now, cand, bins, binW, r)
 	}
+	if c.cfg.MaxWait > 0 {
+		// Held turns of placed programs are placed first, and a queued new
+		// program or a paused one with nothing held only once all of them
+		// are: the Placement skips what does not fit, and a smaller new
+		// program would otherwise take the room a waiting turn needs,
+		// leaving that turn to the swap, which pauses others.
+		k := 0
+		for k < len(cand) && resumeGroup(cand[k]) == 0 {
+			k++
+		}
+		if !c.place(now, cand[:k], bins, binW, r) {
+			c.sProgs = c.sProgs[:0]
+			return
+		}
+		cand = cand[k:]
+	}
+	c.place(now, cand, bins, binW, r)
+	c.sProgs = c.sProgs[:0]
+}
+
+// place offers cand, in order, to the Placement over bins (charging the
+// room it gives to bins) and resumes those it places; it reports whether
+// every candidate was resumed.
+func (c *RawAdmitter) place(now time.Time, cand []*program, bins []Bin, binW []*worker, r *TickResult) bool {
+	if len(cand) == 0 {
+		return true
+	}
 	items := c.sItems[:0]
 	for _, p := range cand {
 		// The tail: its shared prefix is most likely on every worker
@@ -901,6 +928,9 @@ func (c *RawAdmitter) resume(now time.Time, r *TickResult) {
 		c.resumeOn(now, cand[i], binW[j], ReasonBinPacked, r)
 		dst[i] = -2 // placed
 	}
+	for j := range bins {
+		bins[j].Free = free[j]
+	}
 	// A program larger than every worker's room under the ceiling would
 	// otherwise wait for the forced-resume cap: give it an empty worker.
 	for i, p := range cand {
@@ -915,8 +945,14 @@ func (c *RawAdmitter) resume(now time.Time, r *TickResult) {
 			break
 		}
 		c.resumeOn(now, p, w, ReasonEmptyWorker, r)
+		dst[i] = -2
 	}
-	c.sProgs = cand[:0]
+	for i := range cand {
+		if dst[i] != -2 {
+			return false
+		}
+	}
+	return true
 }
 
 // maxCap returns the largest worker capacity.

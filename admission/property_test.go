@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -240,8 +241,23 @@ func (s *sim) run(maxTime time.Duration) {
 			s.push(s.now+tr.tool, 0, p, 0)
 		case 2:
 			s.op("tick")
+			waiting := map[string]bool{} // held turns of placed programs before the tick
+			for _, p := range s.ctl.paused {
+				if p.held > 0 && p.placed {
+					waiting[p.id] = true
+				}
+			}
 			s.ctl.Tick(epoch.Add(s.now))
 			s.check("tick")
+			if s.ctl.Config().MaxWait > 0 && slices.ContainsFunc(s.ctl.paused, func(p *program) bool { return p.held > 0 && p.placed }) {
+				// A held turn of a placed program is still waiting: no
+				// other program took room by the Placement in this tick.
+				for _, d := range s.dec {
+					if d.Kind == KindResume && (d.Reason == ReasonBinPacked || d.Reason == ReasonEmptyWorker) && !waiting[d.Program] {
+						s.fail("%s resumed (%v) while a held turn of a placed program still waits", d.Program, d.Reason)
+					}
+				}
+			}
 			if err := checkAfterTick(s.ctl); err != nil {
 				s.fail("after tick: %v", err)
 			}
