@@ -85,10 +85,11 @@ type Config struct {
 	// under the resume ceiling, and it resumes there (ReasonSwap). Where
 	// pausing every Acting program would not make room, Reasoning programs
 	// are marked to pause at their next tool boundary and it resumes once
-	// they have. New programs still wait at the door in arrival order,
-	// and while a held turn of a placed program waits, no queued new
-	// program (nor a paused one with nothing held) is resumed ahead of it
-	// by the Placement: the room it is waiting for stays its.
+	// they have. While a held turn of a placed program waits, no queued
+	// new program (nor a paused one with nothing held) is resumed ahead of
+	// it by the Placement: the room it is waiting for stays its. New
+	// programs wait at the door first come, first served: one that does
+	// not fit yet is not overtaken by a smaller newcomer.
 	// Zero (default) keeps the upstream order and the forced resume only.
 	MaxWait time.Duration
 	// HomeFirst resumes a program on its home worker when it fits there

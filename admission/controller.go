@@ -885,6 +885,13 @@ func (c *RawAdmitter) resume(now time.Time, r *TickResult) {
 			return
 		}
 		cand = cand[k:]
+		for len(cand) > 0 && resumeGroup(cand[0]) == 1 {
+			if !c.place(now, cand[:1], bins, binW, r) {
+				c.sProgs = c.sProgs[:0]
+				return
+			}
+			cand = cand[1:]
+		}
 	}
 	c.place(now, cand, bins, binW, r)
 	c.sProgs = c.sProgs[:0]

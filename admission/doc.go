@@ -108,10 +108,12 @@
 //     tool boundaries (marks the pause target does not withdraw) and that
 //     worker takes no other resumes until the program is in. The forced
 //     resume then applies only to a placed program at twice ForcedResume, a
-//     safety net for one too large for any worker. A new program still
-//     waits at the door in arrival order: in a closed loop offering more
-//     programs than the workers hold, someone has to wait, and that wait is
-//     the admission wait of a program's first turn. While a held turn of a
+//     safety net for one too large for any worker. A new program waits at
+//     the door first come, first served (a smaller newcomer does not
+//     overtake one that does not fit yet, which without MaxWait can wait
+//     for hours behind them): in a closed loop offering more programs than
+//     the workers hold, someone has to wait, and that wait is the admission
+//     wait of a program's first turn. While a held turn of a
 //     placed program waits, the Placement resumes no queued new program
 //     and no paused one with nothing held: it skips what does not fit, so
 //     a smaller newcomer would take the room the waiting turn needs and

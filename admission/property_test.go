@@ -241,10 +241,14 @@ func (s *sim) run(maxTime time.Duration) {
 			s.push(s.now+tr.tool, 0, p, 0)
 		case 2:
 			s.op("tick")
-			waiting := map[string]bool{} // held turns of placed programs before the tick
+			waiting := map[string]bool{}     // held turns of placed programs before the tick
+			queued := map[string]time.Time{} // new programs at the door before the tick
 			for _, p := range s.ctl.paused {
 				if p.held > 0 && p.placed {
 					waiting[p.id] = true
+				}
+				if !p.placed {
+					queued[p.id] = p.waitSince
 				}
 			}
 			s.ctl.Tick(epoch.Add(s.now))
@@ -255,6 +259,21 @@ func (s *sim) run(maxTime time.Duration) {
 				for _, d := range s.dec {
 					if d.Kind == KindResume && (d.Reason == ReasonBinPacked || d.Reason == ReasonEmptyWorker) && !waiting[d.Program] {
 						s.fail("%s resumed (%v) while a held turn of a placed program still waits", d.Program, d.Reason)
+					}
+				}
+			}
+			if s.ctl.Config().MaxWait > 0 {
+				// The door is first come, first served: no new program let
+				// in while an older one stays queued.
+				for _, d := range s.dec {
+					at, ok := queued[d.Program]
+					if d.Kind != KindResume || !ok {
+						continue
+					}
+					for _, p := range s.ctl.paused {
+						if q, was := queued[p.id]; was && !p.placed && q.Before(at) {
+							s.fail("%s let in at the door ahead of %s, queued earlier", d.Program, p.id)
+						}
 					}
 				}
 			}
