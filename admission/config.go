@@ -89,7 +89,8 @@ type Config struct {
 	// new program (nor a paused one with nothing held) is resumed ahead of
 	// it by the Placement: the room it is waiting for stays its. New
 	// programs wait at the door first come, first served: one that does
-	// not fit yet is not overtaken by a smaller newcomer.
+	// not fit yet keeps the worker with the most room for itself, and a
+	// smaller newcomer may only take another (backfill).
 	// Zero (default) keeps the upstream order and the forced resume only.
 	MaxWait time.Duration
 	// HomeFirst resumes a program on its home worker when it fits there

@@ -885,12 +885,32 @@ func (c *RawAdmitter) resume(now time.Time, r *TickResult) {
 			return
 		}
 		cand = cand[k:]
+		// The door, first come, first served: a newcomer that does not
+		// fit keeps the worker with the most room for itself, and later
+		// ones may only take the others (backfill).
+		reserved := false
 		for len(cand) > 0 && resumeGroup(cand[0]) == 1 {
 			if !c.place(now, cand[:1], bins, binW, r) {
-				c.sProgs = c.sProgs[:0]
-				return
+				best := 0
+				for j := range bins {
+					if bins[j].Free > bins[best].Free {
+						best = j
+					}
+				}
+				bins = append(bins[:best:best], bins[best+1:]...)
+				binW = append(binW[:best:best], binW[best+1:]...)
+				reserved = true
+				if len(bins) == 0 {
+					break
+				}
 			}
 			cand = cand[1:]
+		}
+		if reserved {
+			// No paused program with nothing held resumes (a speculative
+			// resume) while a newcomer waits.
+			c.sProgs = c.sProgs[:0]
+			return
 		}
 	}
 	c.place(now, cand, bins, binW, r)

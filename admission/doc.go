@@ -97,30 +97,31 @@
 // Three options, off in Config{} (which stays the upstream behaviour), fix
 // what upstream gets wrong when the engines are saturated:
 //
-//   - MaxWait bounds the wait of a held turn of a program that has run
-//     before, without the forced resume's overcommit (which, in simulation,
-//     turned 30-minute holds into preemption storms). Held turns resume
-//     oldest first (aging) instead of smallest first, and at the first Tick
-//     past MaxWait the program is swapped in (ReasonSwap): on its home
-//     worker, or the worker where that pauses least, Acting programs are
-//     paused (largest first) until it fits under the resume ceiling; where
-//     that cannot make room, Reasoning programs are marked to pause at their
-//     tool boundaries (marks the pause target does not withdraw) and that
-//     worker takes no other resumes until the program is in. The forced
-//     resume then applies only to a placed program at twice ForcedResume, a
-//     safety net for one too large for any worker. A new program waits at
-//     the door first come, first served (a smaller newcomer does not
-//     overtake one that does not fit yet, which without MaxWait can wait
-//     for hours behind them): in a closed loop offering more programs than
-//     the workers hold, someone has to wait, and that wait is the admission
-//     wait of a program's first turn. While a held turn of a
-//     placed program waits, the Placement resumes no queued new program
-//     and no paused one with nothing held: it skips what does not fit, so
-//     a smaller newcomer would take the room the waiting turn needs and
-//     leave it to the swap, which pauses others (in simulation, on the
-//     SWE-bench-shaped workload at 128 programs, that made 17 K swaps
-//     instead of 7 K and a hit rate of 29 % instead of 43 %). A held turn waits at most MaxWait plus, where the swap had
-//     to mark Reasoning programs, the rest of their in-flight turns.
+//   - MaxWait bounds the wait of a held turn of a program that has run before,
+//     without the forced resume's overcommit (which, in simulation, turned
+//     30-minute holds into preemption storms). Held turns resume oldest first
+//     (aging) instead of smallest first, and at the first Tick past MaxWait
+//     the program is swapped in (ReasonSwap): on its home worker, or the
+//     worker where that pauses least, Acting programs are paused (largest
+//     first) until it fits under the resume ceiling; where that cannot make
+//     room, Reasoning programs are marked to pause at their tool boundaries
+//     (marks the pause target does not withdraw) and that worker takes no
+//     other resumes until the program is in. The forced resume then applies
+//     only to a placed program at twice ForcedResume, a safety net for one too
+//     large for any worker. A new program waits at the door first come, first
+//     served: one that does not fit yet keeps the worker with the most room
+//     for itself and smaller newcomers may only backfill the others (without
+//     MaxWait they overtake it, and a large one can wait for hours behind
+//     them): in a closed loop offering more programs than the workers hold,
+//     someone has to wait, and that wait is the admission wait of a program's
+//     first turn. While a held turn of a placed program waits, the Placement
+//     resumes no queued new program and no paused one with nothing held: it
+//     skips what does not fit, so a smaller newcomer would take the room the
+//     waiting turn needs and leave it to the swap, which pauses others (in
+//     simulation, on the SWE-bench-shaped workload at 128 programs, that made
+//     17 K swaps instead of 7 K and a hit rate of 29 % instead of 43 %). A
+//     held turn waits at most MaxWait plus, where the swap had to mark
+//     Reasoning programs, the rest of their in-flight turns.
 //   - HomeFirst resumes a program on its home worker (where it last ran, so
 //     its prefix is cached there) whenever that has room, before the
 //     Placement sees it (ReasonHome).

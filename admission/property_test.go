@@ -262,9 +262,12 @@ func (s *sim) run(maxTime time.Duration) {
 					}
 				}
 			}
-			if s.ctl.Config().MaxWait > 0 {
-				// The door is first come, first served: no new program let
-				// in while an older one stays queued.
+			if s.ctl.Config().MaxWait > 0 && len(s.ctl.workers) == 1 {
+				// The door is first come, first served: a newcomer that does
+				// not fit reserves the worker with the most room, and only
+				// others are backfilled; with one worker, no new program is
+				// let in while an older one stays queued (door.txt has the
+				// backfill).
 				for _, d := range s.dec {
 					at, ok := queued[d.Program]
 					if d.Kind != KindResume || !ok {
