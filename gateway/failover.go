@@ -79,6 +79,15 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, c *call, s
 		case errors.Is(err, agentkv.ErrNoWorkers) && last != nil:
 			g.giveUp(ctx, w, c, &sv, last, lastWk, start)
 			return
+		case errors.Is(err, agentkv.ErrNoWorkers) && len(allowed) < len(g.order) && try < retry.MaxTries():
+			// The routable workers are not the ones the router would use
+			// (with admission, a program's worker; at start, workers not
+			// probed yet): health changes within moments, so try again.
+			if !sleepCtx(ctx, retry.Backoff(try)) {
+				g.clientGone(c, start)
+				return
+			}
+			continue
 		case errors.Is(err, agentkv.ErrNoWorkers), errors.Is(err, agentkv.ErrDropped), errors.Is(err, agentkv.ErrClosed):
 			g.endWith(w, c, &sv, http.StatusServiceUnavailable, err.Error(), start)
 			return

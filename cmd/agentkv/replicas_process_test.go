@@ -477,10 +477,21 @@ func TestReplicaProcessesSurviveAKill(t *testing.T) {
 		agree++
 	}
 	// The shared pool credit too, on the restarted replica.
-	resp, body := post(t, bases[1]+vllm.ChatPath, nil, docs[1])
-	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 	// Document 1 was sent once (to replica 1 before the kill): its pages
-	// are now on that worker's device, so nothing is credited twice.
+	// are now on that worker's device, so nothing is credited twice (once
+	// the worker's KV events reached the restarted replica: under -race
+	// they may trail the first try).
+	var resp *http.Response
+	var body []byte
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, body = post(t, bases[1]+vllm.ChatPath, nil, docs[1])
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		if resp.Header.Get(gateway.HeaderSharedTokens) == "" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	require.Empty(t, resp.Header.Get(gateway.HeaderSharedTokens))
 	require.Equal(t, strconv.Itoa(poolPages[1]*bs), resp.Header.Get(headerCachedTokens))
 
