@@ -114,8 +114,8 @@ var Policies = []Policy{
 // overcommit); resumed programs go back to their home worker when it has
 // room. (A half acting weight, measured against this at 64-512 programs on
 // the synthetic, tiled Claude Code and SWE-bench-shaped workloads and two
-// seeds, was as good or worse everywhere but by 1 % at one level, and 5-10 %
-// worse at 128-512 on the synthetic and SWE-bench ones.)
+// seeds, was 1 % better at one level, even at another, and 1.5-9 % worse at
+// the rest.)
 // "kv+admission:upstream" is ThunderAgent's configuration as Dynamo ports
 // it (admission.Config{}).
 var AdmissionConfig = admission.Config{
