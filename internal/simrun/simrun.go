@@ -12,7 +12,8 @@
 // routing ("kv") and KV-aware routing with the best fixed global
 // concurrency cap ("kv+cap", Policy.BestCap: each level is run with the
 // caps of CapCandidates and none, and the run with the best steady-state
-// throughput is kept). "kv+admission" runs AdmissionConfig,
+// throughput is kept; the uncapped candidate is the kv run itself when kv
+// is in the same sweep). "kv+admission" runs AdmissionConfig,
 // "kv+admission:upstream" ThunderAgent's defaults.
 //
 // Policies with KV hints (Policy.Hints) add the router's kvhint policies;
