@@ -21,28 +21,14 @@ func newEventWriter(w http.ResponseWriter) *eventWriter {
 }
 
 // event writes "event: name\ndata: JSON(v)\n\n".
-func (e *eventWriter) event(name string, v any) {
-	if e.err != nil {
-		return
-	}
-	data, err := json.Marshal(v)
-	if err != nil {
-		e.err = err
-		return
-	}
-	e.buf = append(e.buf[:0], "event: "...)
-	e.buf = append(e.buf, name...)
-	e.buf = append(e.buf, "\ndata: "...)
-	e.buf = append(e.buf, data...)
-	e.buf = append(e.buf, "\n\n"...)
-	if _, e.err = e.w.Write(e.buf); e.err == nil && e.fl != nil {
-		e.fl.Flush()
-	}
-}
+func (e *eventWriter) event(name string, v any) { e.write(name, v) }
 
 // data writes "data: JSON(v)\n\n" (an event with no name, as OpenAI's
 // chat streams send).
-func (e *eventWriter) data(v any) {
+func (e *eventWriter) data(v any) { e.write("", v) }
+
+// write writes one event, named unless name is "", and flushes it.
+func (e *eventWriter) write(name string, v any) {
 	if e.err != nil {
 		return
 	}
@@ -51,7 +37,11 @@ func (e *eventWriter) data(v any) {
 		e.err = err
 		return
 	}
-	e.buf = append(append(append(e.buf[:0], "data: "...), data...), "\n\n"...)
+	e.buf = e.buf[:0]
+	if name != "" {
+		e.buf = append(append(append(e.buf, "event: "...), name...), '\n')
+	}
+	e.buf = append(append(append(e.buf, "data: "...), data...), "\n\n"...)
 	if _, e.err = e.w.Write(e.buf); e.err == nil && e.fl != nil {
 		e.fl.Flush()
 	}
