@@ -469,13 +469,21 @@ func TestFailoverUndoApproximate(t *testing.T) {
 	_ = flashindex.Worker{}
 }
 
-// TestFailoverWorkerDownAtStart: a worker that is down when the stack
-// starts is not fatal; /readyz says 503 until it is up, then it serves.
-func TestFailoverWorkerDownAtStart(t *testing.T) {
+// freeAddr returns a loopback address nothing listens on (a worker that is
+// down).
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
+	return addr
+}
+
+// TestFailoverWorkerDownAtStart: a worker that is down when the stack
+// starts is not fatal; /readyz says 503 until it is up, then it serves.
+func TestFailoverWorkerDownAtStart(t *testing.T) {
+	addr := freeAddr(t)
 	s, srv := testStack(t, StackConfig{BlockSize: 16, Gateway: Config{Failover: fastFailover(), ReadyWait: -1}},
 		WorkerSpec{URL: "http://" + addr})
 	get := func(path string) int {

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -18,10 +17,7 @@ import (
 // retry every 100 ms, the join backoff has grown to 800 ms); counting it
 // ready before it joined answered such a request 503 "no workers".
 func TestStackReadyOnlyWhenJoined(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	addr := freeAddr(t)
 	s, srv := testStack(t, StackConfig{BlockSize: 16, Gateway: Config{Failover: fastFailover(), ReadyWait: -1}},
 		WorkerSpec{URL: "http://" + addr})
 	get := func(path string) (int, string) {
