@@ -15,7 +15,10 @@ func smokeConfig(admission bool) config {
 // TestRolloutAdmissionHoldsAndCompletes runs 12 programs against two fake
 // engines whose KV caches fit about three programs each: admission must
 // hold some turns in Route, every program must still finish every turn,
-// and the prefix hit rate must beat running everyone at once.
+// and the prefix hit rate must beat running everyone at once. The tool gap
+// keeps every program in flight together: without it a fast machine runs
+// the programs one after another, nobody evicts anybody, and running
+// everyone at once costs nothing (CI saw 81.3 % hits both ways).
 func TestRolloutAdmissionHoldsAndCompletes(t *testing.T) {
 	urls, stop, err := startFakes(2, 16, 150, 0) // 2,400 tokens each; a program reaches 768
 	if err != nil {
@@ -25,7 +28,9 @@ func TestRolloutAdmissionHoldsAndCompletes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 
-	with, err := rollout(ctx, smokeConfig(true), urls)
+	cfg := smokeConfig(true)
+	cfg.ToolGap = 20 * time.Millisecond
+	with, err := rollout(ctx, cfg, urls)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +50,8 @@ func TestRolloutAdmissionHoldsAndCompletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop2()
-	without, err := rollout(ctx, smokeConfig(false), urls2)
+	cfg.Admission = false
+	without, err := rollout(ctx, cfg, urls2)
 	if err != nil {
 		t.Fatal(err)
 	}
