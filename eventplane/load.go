@@ -97,22 +97,27 @@ func (ls *loadShare) stop() {
 	ls.mu.Unlock()
 }
 
-// run publishes a report at every change (coalesced: one report covers
-// every change since the last) and every LoadEvery, and expires silent
-// replicas.
+// run publishes a report at once, then at every change (coalesced: one
+// report covers every change since the last) and every LoadEvery, and
+// expires silent replicas. The first report replaces, on every other
+// replica, the load a killed predecessor of the same name left (its
+// in-flight requests died with it): without it that stale load steered
+// their routing for up to a LoadEvery after the restart.
 func (ls *loadShare) run(ctx context.Context) {
 	defer ls.wg.Done()
 	every := ls.rp.cfg.LoadEvery
 	t := time.NewTicker(every)
 	defer t.Stop()
 	subject := ls.rp.p.names.loadBase + ls.rp.cfg.Name
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ls.wake:
-		case <-t.C:
-			ls.expire(time.Now().Add(-3 * every))
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ls.wake:
+			case <-t.C:
+				ls.expire(time.Now().Add(-3 * every))
+			}
 		}
 		data := ls.report()
 		if err := ls.rp.p.nc.Publish(subject, data); err == nil {

@@ -316,3 +316,34 @@ func mustSeq(t *testing.T, tokens []uint32) []uint64 {
 	_, seq := h.AppendHashes(nil, nil, tokens, 0, false)
 	return seq
 }
+
+// TestRestartedReplicaReplacesStaleLoad: a replica killed with requests
+// in flight leaves its load on the others; its successor (same name, an
+// idle router) replaces it with its first report at once, not at its
+// first heartbeat (an hour here). The replica process test saw the stale
+// load steer the survivors' routing after a restart.
+func TestRestartedReplicaReplacesStaleLoad(t *testing.T) {
+	ns := startNATS(t)
+	cfg := testConfig()
+	ra, rb := newRouter(t, nil, 1, 2), newRouter(t, nil, 1, 2)
+	startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "a", Router: ra, LoadEvery: time.Hour})
+	pb := connect(t, ns, cfg)
+	b := startReplica(t, pb, ReplicaConfig{Name: "b", Router: rb, LoadEvery: time.Hour})
+	_, err := rb.Route(context.Background(), &agentkv.Request{Tokens: burst(1)[0]})
+	require.NoError(t, err)
+	seen := func() int {
+		n := 0
+		for _, w := range ra.Workers() {
+			n += ra.WorkerLoad(w).Requests
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return seen() == 1 }, 5*time.Second, time.Millisecond, "a sees b's request")
+	// b dies with its request in flight: no report says it ended.
+	require.NoError(t, b.Close())
+	pb.Close()
+	require.Equal(t, 1, seen(), "a still counts the dead replica's request")
+	startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "b", Router: newRouter(t, nil, 1, 2), LoadEvery: time.Hour})
+	require.Eventually(t, func() bool { return seen() == 0 }, 5*time.Second, time.Millisecond,
+		"the restarted b's first report replaces its predecessor's load")
+}
