@@ -309,7 +309,13 @@ func (c *e2eCluster) checkIndexed(t *testing.T, recs map[string][]trace.Record, 
 // include every pair of want.
 func (c *e2eCluster) counter(t *testing.T, name string, want map[string]string) float64 {
 	t.Helper()
-	mfs, err := c.reg.Gather()
+	return counterValue(t, c.reg, name, want)
+}
+
+// counterValue sums the counters named name in reg whose labels include want.
+func counterValue(t *testing.T, reg prometheus.Gatherer, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	sum := 0.0
 	for _, mf := range mfs {

@@ -91,6 +91,13 @@ type Config struct {
 	MaxBodyBytes int64
 	// TokenizeTimeout bounds one /tokenize call (default 10 s).
 	TokenizeTimeout time.Duration
+	// TokenizerCheckEvery: a worker's first in-process tokenization and
+	// every TokenizerCheckEvery-th after it are compared, in the
+	// background, with the worker's own /tokenize of the same body; a
+	// mismatch turns that worker's in-process Tokenizer off (logged and
+	// counted in agentkv_gateway_tokenizer_checks_total). 0 means
+	// DefaultTokenizerCheckEvery, negative never checks.
+	TokenizerCheckEvery int
 	// Sessions extracts agent sessions (nil: session.Default).
 	Sessions *session.Extractor
 	// StripBillingHeader removes Claude Code's per-request billing
@@ -162,12 +169,14 @@ type Gateway struct {
 	tracker *failover.Tracker
 	// migrationLimit is Config.Failover.MigrationLimit.
 	migrationLimit int
+	background
 }
 
 type worker struct {
 	Worker
 	client *vllm.Client
 	idStr  string
+	tok    tokCheck
 }
 
 // New validates cfg and returns a Gateway.
@@ -184,6 +193,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.TokenizeTimeout == 0 {
 		cfg.TokenizeTimeout = DefaultTokenizeTimeout
 	}
+	if cfg.TokenizerCheckEvery == 0 {
+		cfg.TokenizerCheckEvery = DefaultTokenizerCheckEvery
+	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = NewHTTPClient()
 	}
@@ -191,6 +203,7 @@ func New(cfg Config) (*Gateway, error) {
 	cfg.FirstByteTimeout = orDefault(cfg.FirstByteTimeout, DefaultFirstByteTimeout)
 	cfg.StreamIdleTimeout = orDefault(cfg.StreamIdleTimeout, DefaultStreamIdleTimeout)
 	g := &Gateway{cfg: cfg, log: cfg.Logger, router: cfg.Router, sess: cfg.Sessions, workers: map[uint64]*worker{}}
+	g.bgCtx, g.bgCancel = context.WithCancel(context.Background())
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -255,7 +268,11 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // Close stops the workers' health probes. Requests in flight finish.
-func (g *Gateway) Close() error { return g.tracker.Close() }
+func (g *Gateway) Close() error {
+	g.bgCancel()
+	g.bg.Wait()
+	return g.tracker.Close()
+}
 
 // Tracker returns the workers' health and breakers.
 func (g *Gateway) Tracker() *failover.Tracker { return g.tracker }

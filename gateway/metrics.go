@@ -7,6 +7,7 @@ type metrics struct {
 	responses       *prometheus.CounterVec // api, code
 	usage           *prometheus.CounterVec // api, kind: prompt, completion, cached
 	tokenize        *prometheus.CounterVec // api, source: inprocess, tokenize, approximate
+	tokenizerChecks *prometheus.CounterVec // result: match, mismatch, error
 	translated      *prometheus.CounterVec // api
 	failures        *prometheus.CounterVec // api, kind
 	billingStripped prometheus.Counter
@@ -25,6 +26,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		tokenize: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "prompt_tokens_source_total",
 			Help: "How each request's prompt was tokenized for routing: inprocess (an exact local tokenizer), tokenize (a worker's /tokenize) or approximate (pseudo-tokens of the prompt text, 3 bytes each, because no worker's /tokenize answered)."},
 			[]string{"api", "source"}),
+		tokenizerChecks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "tokenizer_checks_total",
+			Help: "In-process tokenizations compared with the worker's own /tokenize, by result (match; mismatch, which turns that worker's in-process tokenizer off; error, when /tokenize did not answer)."},
+			[]string{"result"}),
 		translated: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "translated_total",
 			Help: "Requests translated to chat completions because the chosen worker does not serve their API natively."},
 			[]string{"api"}),
@@ -38,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"api"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.responses, m.usage, m.tokenize, m.translated, m.failures, m.billingStripped, m.duration} {
+		for _, c := range []prometheus.Collector{m.responses, m.usage, m.tokenize, m.tokenizerChecks, m.translated, m.failures, m.billingStripped, m.duration} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

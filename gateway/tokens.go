@@ -11,7 +11,8 @@ import (
 )
 
 // tokens returns the prompt's token ids for routing, from the first
-// source that answers: a worker's in-process Tokenizer (chat shapes), a
+// source that answers: a worker's in-process Tokenizer (chat shapes; one
+// that a check found wrong is skipped, see checkTokens), a
 // worker's /tokenize (the one that answered last is tried first), or the
 // documented approximation (vllm.ApproxTokens of vllm.PromptText) when no
 // worker can tokenize. Every API is tokenized through its chat translation,
@@ -25,11 +26,12 @@ func (g *Gateway) tokens(ctx context.Context, c *call) ([]uint32, error) {
 	api := c.api.String()
 	if path == vllm.ChatPath {
 		for _, wk := range g.order {
-			if wk.Tokenizer == nil {
+			if wk.Tokenizer == nil || wk.tok.off.Load() {
 				continue
 			}
 			if t, err := wk.Tokenizer.TokenizeChat(c.chatB); err == nil {
 				g.m.tokenize.WithLabelValues(api, "inprocess").Inc()
+				g.checkTokens(wk, c.chatB, t)
 				return t, nil
 			}
 		}

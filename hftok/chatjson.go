@@ -1,0 +1,242 @@
+package hftok
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/ardanlabs/jinja"
+)
+
+// maxJSONDepth bounds the nesting of a request body, so a hostile body
+// cannot exhaust the stack (encoding/json allows 10,000 levels).
+const maxJSONDepth = 512
+
+// errJSON is the error of a body that is not valid JSON.
+var errJSON = errors.New("hftok: invalid JSON")
+
+// parseJSON decodes one JSON document into template values, keeping the
+// key order of every object as written (Python's json.loads keeps it, and
+// a template's tojson prints keys in that order). Integers stay integers,
+// as json.loads keeps them; a repeated key keeps its first place and its
+// last value, as a Python dict does.
+func parseJSON(b []byte) (jinja.Value, error) {
+	p := jsonParser{b: b}
+	p.space()
+	v, err := p.value(0)
+	if err != nil {
+		return jinja.Undefined(), err
+	}
+	p.space()
+	if p.i != len(p.b) {
+		return jinja.Undefined(), fmt.Errorf("%w: data after the value at byte %d", errJSON, p.i)
+	}
+	return v, nil
+}
+
+type jsonParser struct {
+	b []byte
+	i int
+}
+
+func (p *jsonParser) space() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *jsonParser) fail(what string) error {
+	return fmt.Errorf("%w: %s at byte %d", errJSON, what, p.i)
+}
+
+func (p *jsonParser) value(depth int) (jinja.Value, error) {
+	if depth > maxJSONDepth {
+		return jinja.Undefined(), p.fail("nesting too deep")
+	}
+	if p.i >= len(p.b) {
+		return jinja.Undefined(), p.fail("unexpected end")
+	}
+	switch c := p.b[p.i]; {
+	case c == '{':
+		return p.object(depth)
+	case c == '[':
+		return p.array(depth)
+	case c == '"':
+		s, err := p.str()
+		return jinja.NewString(s), err
+	case c == 't':
+		return jinja.NewBool(true), p.literal("true")
+	case c == 'f':
+		return jinja.NewBool(false), p.literal("false")
+	case c == 'n':
+		return jinja.None(), p.literal("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.number()
+	default:
+		return jinja.Undefined(), p.fail("unexpected character")
+	}
+}
+
+func (p *jsonParser) literal(word string) error {
+	if len(p.b)-p.i < len(word) || string(p.b[p.i:p.i+len(word)]) != word {
+		return p.fail("invalid literal")
+	}
+	p.i += len(word)
+	return nil
+}
+
+func (p *jsonParser) object(depth int) (jinja.Value, error) {
+	p.i++ // {
+	v := jinja.NewDict()
+	d := v.AsDict()
+	p.space()
+	if p.i < len(p.b) && p.b[p.i] == '}' {
+		p.i++
+		return v, nil
+	}
+	for {
+		p.space()
+		if p.i >= len(p.b) || p.b[p.i] != '"' {
+			return jinja.Undefined(), p.fail("want an object key")
+		}
+		k, err := p.str()
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		p.space()
+		if p.i >= len(p.b) || p.b[p.i] != ':' {
+			return jinja.Undefined(), p.fail("want ':'")
+		}
+		p.i++
+		p.space()
+		e, err := p.value(depth + 1)
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		d.Set(k, e)
+		p.space()
+		if p.i >= len(p.b) {
+			return jinja.Undefined(), p.fail("unterminated object")
+		}
+		switch p.b[p.i] {
+		case ',':
+			p.i++
+		case '}':
+			p.i++
+			return v, nil
+		default:
+			return jinja.Undefined(), p.fail("want ',' or '}'")
+		}
+	}
+}
+
+func (p *jsonParser) array(depth int) (jinja.Value, error) {
+	p.i++ // [
+	var items []jinja.Value
+	p.space()
+	if p.i < len(p.b) && p.b[p.i] == ']' {
+		p.i++
+		return jinja.NewList(items), nil
+	}
+	for {
+		p.space()
+		e, err := p.value(depth + 1)
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		items = append(items, e)
+		p.space()
+		if p.i >= len(p.b) {
+			return jinja.Undefined(), p.fail("unterminated array")
+		}
+		switch p.b[p.i] {
+		case ',':
+			p.i++
+		case ']':
+			p.i++
+			return jinja.NewList(items), nil
+		default:
+			return jinja.Undefined(), p.fail("want ',' or ']'")
+		}
+	}
+}
+
+// str reads a string literal; one with escapes goes through
+// encoding/json, which also replaces invalid UTF-8 and lone surrogates
+// with U+FFFD.
+func (p *jsonParser) str() (string, error) {
+	start := p.i
+	p.i++ // opening quote
+	plain := true
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			if plain {
+				return string(p.b[start+1 : p.i-1]), nil
+			}
+			var s string
+			if err := json.Unmarshal(p.b[start:p.i], &s); err != nil {
+				return "", fmt.Errorf("%w: %v", errJSON, err)
+			}
+			return s, nil
+		case c == '\\':
+			plain = false
+			p.i += 2
+		case c < 0x20:
+			return "", p.fail("control character in string")
+		case c >= utf8.RuneSelf:
+			plain = false
+			p.i++
+		default:
+			p.i++
+		}
+	}
+	return "", p.fail("unterminated string")
+}
+
+// number reads a JSON number: an integer that fits int64 stays an
+// integer, anything else is a float (as json.loads gives a Python int of
+// any size, a huge integer differs, which no chat request carries).
+func (p *jsonParser) number() (jinja.Value, error) {
+	start := p.i
+	isFloat := false
+	if p.b[p.i] == '-' {
+		p.i++
+	}
+	digits := p.i
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c >= '0' && c <= '9':
+		case c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-':
+			isFloat = true
+		default:
+			goto done
+		}
+		p.i++
+	}
+done:
+	lit := string(p.b[start:p.i])
+	if p.i == digits || !json.Valid(p.b[start:p.i]) {
+		return jinja.Undefined(), fmt.Errorf("%w: invalid number %q", errJSON, lit)
+	}
+	if !isFloat {
+		if n, err := strconv.ParseInt(lit, 10, 64); err == nil {
+			return jinja.NewInt(n), nil
+		}
+	}
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil {
+		return jinja.Undefined(), fmt.Errorf("%w: invalid number %q", errJSON, lit)
+	}
+	return jinja.NewFloat(f), nil
+}
