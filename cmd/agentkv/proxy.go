@@ -21,6 +21,7 @@ import (
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/gateway"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/hftok"
 )
 
 func init() {
@@ -231,6 +232,7 @@ func runProxy(env *cmdEnv, args []string) error {
 	probe := fs.Duration("probe-interval", failover.DefaultProbeInterval, "how often each worker's /health is probed while it is up (down: from 100 ms, doubling up to this)")
 	firstByte := fs.Duration("first-byte-timeout", gateway.DefaultFirstByteTimeout, "longest wait for a stream's first byte from a worker before trying another (0: none)")
 	stripBilling := fs.Bool("strip-billing-header", true, "remove Claude Code's per-request billing preamble from Messages system prompts")
+	tokDir := fs.String("tokenizer", "", "the served model's Hugging Face directory (tokenizer.json, tokenizer_config.json, chat_template.jinja): --worker prompts are tokenized in process, checked against the workers' /tokenize now and then, instead of a /tokenize call per request")
 	nf := addNATSFlags(fs)
 	var starts []func(ctx context.Context, log *slog.Logger) ([]gateway.WorkerSpec, func(), error)
 	for _, h := range proxyHooks {
@@ -288,6 +290,17 @@ func runProxy(env *cmdEnv, args []string) error {
 	}
 	if len(workers) == 0 {
 		return usagef("proxy: at least one --worker URL (or --mock-workers N) is required")
+	}
+	if *tokDir != "" {
+		chat, err := hftok.LoadChat(*tokDir, hftok.ChatConfig{})
+		if err != nil {
+			return usagef("proxy: --tokenizer: %v", err)
+		}
+		for i := range workers {
+			if workers[i].Tokenizer == nil { // mock workers bring their own
+				workers[i].Tokenizer = chat
+			}
+		}
 	}
 	aff := gateway.DefaultAffinity
 	if *affinity != "auto" {
