@@ -317,7 +317,8 @@ func chatCorpus(n int) [][]byte {
 // encoding/json accepts and yields the same values.
 func TestParseJSONMatchesEncodingJSON(t *testing.T) {
 	for _, s := range []string{`{"b":1,"a":{"y":[1,2.5,-3e2,true,false,null],"x":"\u00e9\n"}}`, `"\ud83d\ude00"`, `[]`, `{}`, ` 1 `,
-		`-0`, `1e400`, `9223372036854775808`, `"\ud800"`, "\"\xff\"", `{"a":1,"a":2}`, `[1,]`, `{"a" 1}`, `01`, `1.`, `-`, `"\x01"`, `nul`, `[1] 2`} {
+		`-0`, `1e400`, `"\ud83d"`, `"\ud83dx"`, `"\ud83d\u0041"`, `"\uDE00\uD83D"`, `"\ud83d\ud83d\ude00"`, `"a\/b\b\f\r\t"`, `"\x"`, `"\u12"`, `"\u12zz"`,
+		"\"caf\xc3\xa9 \xe2\x82\"", "\"tab\there\"", `9223372036854775808`, `"\ud800"`, "\"\xff\"", `{"a":1,"a":2}`, `[1,]`, `{"a" 1}`, `01`, `1.`, `-`, `"\x01"`, `nul`, `[1] 2`} {
 		checkParseJSON(t, []byte(s))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
@@ -168,39 +169,121 @@ func (p *jsonParser) array(depth int) (jinja.Value, error) {
 	}
 }
 
-// str reads a string literal; one with escapes goes through
-// encoding/json, which also replaces invalid UTF-8 and lone surrogates
-// with U+FFFD.
+// str reads a string literal, decoding escapes as encoding/json does
+// (invalid UTF-8 and lone surrogates become U+FFFD).
 func (p *jsonParser) str() (string, error) {
-	start := p.i
 	p.i++ // opening quote
-	plain := true
+	start := p.i
 	for p.i < len(p.b) {
 		c := p.b[p.i]
 		switch {
 		case c == '"':
 			p.i++
-			if plain {
-				return string(p.b[start+1 : p.i-1]), nil
-			}
-			var s string
-			if err := json.Unmarshal(p.b[start:p.i], &s); err != nil {
-				return "", fmt.Errorf("%w: %v", errJSON, err)
-			}
-			return s, nil
-		case c == '\\':
-			plain = false
-			p.i += 2
+			return string(p.b[start : p.i-1]), nil
+		case c == '\\' || c >= utf8.RuneSelf:
+			return p.strSlow(start)
+		case c < 0x20:
+			return "", p.fail("control character in string")
+		}
+		p.i++
+	}
+	return "", p.fail("unterminated string")
+}
+
+// strSlow finishes a string with escapes or non-ASCII bytes, from start
+// (the first byte after the quote).
+func (p *jsonParser) strSlow(start int) (string, error) {
+	out := make([]byte, 0, p.i-start+64)
+	out = append(out, p.b[start:p.i]...)
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			return string(out), nil
 		case c < 0x20:
 			return "", p.fail("control character in string")
 		case c >= utf8.RuneSelf:
-			plain = false
+			r, n := utf8.DecodeRune(p.b[p.i:])
+			if r == utf8.RuneError && n == 1 {
+				out = utf8.AppendRune(out, utf8.RuneError)
+			} else {
+				out = append(out, p.b[p.i:p.i+n]...)
+			}
+			p.i += n
+			continue
+		case c != '\\':
+			out = append(out, c)
 			p.i++
+			continue
+		}
+		if p.i+1 >= len(p.b) {
+			return "", p.fail("unterminated string")
+		}
+		e := p.b[p.i+1]
+		p.i += 2
+		switch e {
+		case '"', '\\', '/':
+			out = append(out, e)
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := p.hex4()
+			if !ok {
+				return "", p.fail("invalid \\u escape")
+			}
+			if utf16.IsSurrogate(r) {
+				r2 := rune(-1)
+				if p.i+1 < len(p.b) && p.b[p.i] == '\\' && p.b[p.i+1] == 'u' {
+					save := p.i
+					p.i += 2
+					if r2, ok = p.hex4(); !ok {
+						return "", p.fail("invalid \\u escape")
+					}
+					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+						out = utf8.AppendRune(out, d)
+						continue
+					}
+					p.i = save // not a pair: the second escape stands alone
+				}
+				r = utf8.RuneError
+			}
+			out = utf8.AppendRune(out, r)
 		default:
-			p.i++
+			return "", p.fail("invalid escape")
 		}
 	}
 	return "", p.fail("unterminated string")
+}
+
+// hex4 reads the four hex digits of a \u escape.
+func (p *jsonParser) hex4() (rune, bool) {
+	if len(p.b)-p.i < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range p.b[p.i : p.i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	p.i += 4
+	return r, true
 }
 
 // number reads a JSON number: an integer that fits int64 stays an
