@@ -204,7 +204,7 @@ type fileJSON struct {
 	AddedTokens  []addedTokenJSON `json:"added_tokens"`
 	Normalizer   json.RawMessage  `json:"normalizer"`
 	PreTokenizer json.RawMessage  `json:"pre_tokenizer"`
-	Model        *modelJSON       `json:"model"`
+	Model        json.RawMessage  `json:"model"`
 }
 
 type addedTokenJSON struct {
@@ -239,12 +239,24 @@ func parse(data []byte) (*Tokenizer, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, errorf("tokenizer.json: %v", err)
 	}
-	if f.Model == nil {
+	if len(f.Model) == 0 || bytes.Equal(f.Model, []byte("null")) {
 		return nil, errorf("tokenizer.json has no model")
 	}
-	m := f.Model
-	if m.Type != "BPE" && !(m.Type == "" && m.Vocab != nil && m.Merges != nil) {
-		return nil, errorf("model type %q is not supported (only BPE)", m.Type)
+	var kind struct {
+		Type   string          `json:"type"`
+		Merges json.RawMessage `json:"merges"`
+	}
+	if err := json.Unmarshal(f.Model, &kind); err != nil {
+		return nil, errorf("model: %v", err)
+	}
+	// tokenizers reads a model without "type" as the first kind it fits;
+	// a BPE model is the one with merges.
+	if kind.Type != "BPE" && !(kind.Type == "" && kind.Merges != nil) {
+		return nil, errorf("model type %q is not supported (only BPE)", kind.Type)
+	}
+	m := new(modelJSON)
+	if err := json.Unmarshal(f.Model, m); err != nil {
+		return nil, errorf("BPE model: %v", err)
 	}
 	if m.Vocab == nil || len(m.Merges) == 0 || bytes.Equal(m.Merges, []byte("null")) {
 		return nil, errorf("BPE model: missing vocab or merges")
