@@ -21,14 +21,29 @@ type addedPattern struct {
 // position whose byte can start a token. Immutable after construction.
 type addedMatcher struct {
 	pats  []addedPattern
-	first [256]bool        // bytes some token starts with
-	one   int              // the only first byte when there is one, else -1
-	edges map[uint32]int32 // node<<8 | byte → child node
-	end   []int32          // per node: index in pats of the token ending there, or -1
+	first [256]bool // bytes some token starts with
+	one   int       // the only first byte when there is one, else -1
+	nodes []trieNode
+}
+
+// trieNode is a node of the byte trie: its children sorted by byte.
+type trieNode struct {
+	bytes    []byte
+	children []int32
+	pat      int32 // index in pats of the token ending here, or -1
+}
+
+func (n *trieNode) child(b byte) int32 {
+	for i, c := range n.bytes {
+		if c == b {
+			return n.children[i]
+		}
+	}
+	return -1
 }
 
 func newAddedMatcher(pats []addedPattern) *addedMatcher {
-	m := &addedMatcher{pats: pats, edges: map[uint32]int32{}, end: []int32{-1}, one: -1}
+	m := &addedMatcher{pats: pats, nodes: []trieNode{{pat: -1}}, one: -1}
 	firsts := 0
 	for i, p := range pats {
 		if !m.first[p.text[0]] {
@@ -38,17 +53,18 @@ func newAddedMatcher(pats []addedPattern) *addedMatcher {
 		m.first[p.text[0]] = true
 		node := int32(0)
 		for j := 0; j < len(p.text); j++ {
-			k := uint32(node)<<8 | uint32(p.text[j])
-			child, ok := m.edges[k]
-			if !ok {
-				child = int32(len(m.end))
-				m.end = append(m.end, -1)
-				m.edges[k] = child
+			child := m.nodes[node].child(p.text[j])
+			if child < 0 {
+				child = int32(len(m.nodes))
+				m.nodes = append(m.nodes, trieNode{pat: -1})
+				n := &m.nodes[node]
+				n.bytes = append(n.bytes, p.text[j])
+				n.children = append(n.children, child)
 			}
 			node = child
 		}
-		if m.end[node] < 0 { // equal patterns: the first one added wins
-			m.end[node] = int32(i)
+		if m.nodes[node].pat < 0 { // equal patterns: the first one added wins
+			m.nodes[node].pat = int32(i)
 		}
 	}
 	if firsts != 1 {
@@ -72,12 +88,11 @@ func (m *addedMatcher) find(s string, pos int) (start, end, pat int) {
 		}
 		node, best, bestEnd := int32(0), int32(-1), 0
 		for j := i; j < len(s); j++ {
-			child, ok := m.edges[uint32(node)<<8|uint32(s[j])]
-			if !ok {
+			node = m.nodes[node].child(s[j])
+			if node < 0 {
 				break
 			}
-			node = child
-			if p := m.end[node]; p >= 0 {
+			if p := m.nodes[node].pat; p >= 0 {
 				best, bestEnd = p, j+1
 			}
 		}

@@ -408,7 +408,8 @@ func genProse(r *rng) string {
 		case 0:
 			w = strings.ToUpper(w)
 		case 1:
-			w = strings.ToUpper(w[:1]) + w[1:]
+			_, n := utf8.DecodeRuneInString(w)
+			w = strings.ToUpper(w[:n]) + w[n:]
 		}
 		if i > 0 {
 			b.WriteByte(' ')
