@@ -301,6 +301,10 @@ func (m *bpeModel) mergeHeap(dst []uint32, ids []uint32, s *wordScratch) []uint3
 	return dst
 }
 
+// directWordBytes: words this short are merged directly (one lookup in
+// the merges), which costs no more than a cache lookup.
+const directWordBytes = 2
+
 // word BPE-encodes one byte-level pre-token through the word cache.
 func (st *encodeState) word(w string) {
 	m := st.t.model
@@ -313,7 +317,7 @@ func (st *encodeState) word(w string) {
 		return
 	}
 	c := st.t.words
-	if c == nil || st.noCache || len(w) > MaxCachedWordBytes {
+	if c == nil || st.noCache || len(w) > maxCachedWordBytes || len(w) <= directWordBytes {
 		st.dst = m.encodeWord(st.dst, w, &st.scratch)
 		return
 	}

@@ -19,7 +19,7 @@ type segmentCache struct {
 	mu     sync.Mutex // guards m, the list through head and cost
 	m      map[xxh3.Uint128]*segEntry
 	head   segEntry // sentinel of the LRU list: head.next is the most recently used
-	cost   int      // sum over entries of len(ids) + SegmentOverheadTokens
+	cost   int      // sum over entries of len(ids) + segmentOverheadTokens
 	budget int
 }
 
@@ -68,7 +68,7 @@ func (c *segmentCache) get(key xxh3.Uint128) ([]uint32, bool) {
 // entries past the budget. A segment costing more than the whole budget is
 // not cached.
 func (c *segmentCache) put(key xxh3.Uint128, ids []uint32) {
-	cost := len(ids) + SegmentOverheadTokens
+	cost := len(ids) + segmentOverheadTokens
 	if cost > c.budget {
 		return
 	}
@@ -85,7 +85,7 @@ func (c *segmentCache) put(key xxh3.Uint128, ids []uint32) {
 		old := c.head.prev
 		c.unlink(old)
 		delete(c.m, old.key)
-		c.cost -= len(old.ids) + SegmentOverheadTokens
+		c.cost -= len(old.ids) + segmentOverheadTokens
 	}
 }
 
@@ -108,7 +108,7 @@ func (c *segmentCache) clear() {
 const wordShards = 64
 
 // wordCache maps words (byte-level pre-tokens, at most
-// MaxCachedWordBytes) to their ids, in shards of bounded size: a full
+// maxCachedWordBytes) to their ids, in shards of bounded size: a full
 // shard drops an arbitrary entry for each new one. Safe for concurrent
 // use; cached id slices are never mutated.
 type wordCache struct {

@@ -15,33 +15,38 @@ import (
 type Config struct {
 	// SegmentCacheTokens bounds the segment cache: the ids of whole
 	// segments (the text between two added tokens, such as a chat
-	// message between <|im_start|> and <|im_end|>) keyed by a seeded
-	// 128-bit XXH3 of the segment, so that a conversation resent with one
-	// more message re-encodes only the new one. Each cached segment counts
-	// its ids plus SegmentOverheadTokens; the least recently used are
-	// dropped past the bound. 0 means DefaultSegmentCacheTokens (about 16
-	// MiB of ids plus 4 bytes of bookkeeping per token).
+	// message between <|im_start|> and <|im_end|>; 32 bytes or more)
+	// keyed by a randomly seeded 128-bit XXH3 of the segment, so that a
+	// conversation resent with one more message re-encodes only the new
+	// one. Each cached segment counts its ids plus 16 for its bookkeeping;
+	// the least recently used go past the bound. 0 means
+	// DefaultSegmentCacheTokens (4 Mi tokens: 16 MiB of ids).
 	SegmentCacheTokens int
-	// WordCacheEntries bounds the word cache: the ids of pre-tokens (words)
-	// of at most MaxCachedWordBytes bytes, as Hugging Face's BPE caches
-	// them. An arbitrary entry is dropped when a shard is full. 0 means
-	// DefaultWordCacheEntries.
+	// WordCacheEntries bounds the word cache: the ids of pre-tokens
+	// (words) of 3 to 128 bytes, as Hugging Face's BPE caches them. An
+	// arbitrary entry goes when a shard is full. 0 means
+	// DefaultWordCacheEntries (64 Ki words: a few MiB for prose and code,
+	// at most about 48 MiB).
 	WordCacheEntries int
 }
 
-// Cache defaults and limits; see Config.
+// Cache defaults; see Config.
 const (
 	DefaultSegmentCacheTokens = 4 << 20
 	DefaultWordCacheEntries   = 1 << 16
-	// SegmentOverheadTokens is what each cached segment costs the segment
+)
+
+// Cache limits; see Config.
+const (
+	// segmentOverheadTokens is what each cached segment costs the segment
 	// cache's budget beyond its ids: its key, list links and map entry.
-	SegmentOverheadTokens = 16
-	// MinCachedSegmentBytes: shorter segments are encoded without the
+	segmentOverheadTokens = 16
+	// minCachedSegmentBytes: shorter segments are encoded without the
 	// segment cache (they are cheap and would only churn it).
-	MinCachedSegmentBytes = 32
-	// MaxCachedWordBytes: longer pre-tokens are encoded without the word
+	minCachedSegmentBytes = 32
+	// maxCachedWordBytes: longer pre-tokens are encoded without the word
 	// cache.
-	MaxCachedWordBytes = 128
+	maxCachedWordBytes = 128
 )
 
 // Tokenizer is a loaded tokenizer.json; safe for concurrent use. Its
@@ -154,7 +159,7 @@ func (t *Tokenizer) encodeSegment(dst []uint32, seg string) []uint32 {
 	if seg == "" {
 		return dst
 	}
-	if t.segs == nil || len(seg) < MinCachedSegmentBytes {
+	if t.segs == nil || len(seg) < minCachedSegmentBytes {
 		return t.encodeSegmentUncached(dst, seg)
 	}
 	key := t.segs.key(seg)
