@@ -93,6 +93,20 @@ type Config struct {
 	// smaller newcomer may only take another (backfill).
 	// Zero (default) keeps the upstream order and the forced resume only.
 	MaxWait time.Duration
+	// ReserveGrowth sizes programs at the door by what programs grow to:
+	// the lower quartile of the final sizes (unique tails) of the last 64
+	// programs that ended (EndSession after at least two turns), once 8
+	// have. A program smaller than that needs room for it to be placed or
+	// resumed, and each Reasoning program on a worker keeps room reserved
+	// for its growth up to it (an Acting one, in a tool call, does not), so
+	// the door does not place more programs than the cache holds once they
+	// have grown: agents that start at 10 K tokens and end at 60 K
+	// otherwise rotate through pauses and swaps, each losing its cache.
+	// Pausing still follows the programs' actual sizes. The lower quartile,
+	// not the median: on workloads of mixed sizes the median held the
+	// engines 30-40 % idle. Off (default): programs are sized by their
+	// current context.
+	ReserveGrowth bool
 	// HomeFirst resumes a program on its home worker when it fits there
 	// under the resume ceiling, before the Placement sees it: a resumed
 	// program finds its prefix cached instead of landing elsewhere.

@@ -37,6 +37,12 @@ type RawAdmitter struct {
 	sDst   []int
 	sProgs []*program
 	sBinW  []*worker
+	// grown holds the final tails of the last len(grown) programs that
+	// ended (ReserveGrowth), nGrown how many were recorded in all;
+	// growthEst is their lower quartile once growthMin have ended (0 before).
+	grown     [64]int64
+	nGrown    int
+	growthEst int64
 }
 
 type worker struct {
@@ -211,11 +217,53 @@ func tail(p *program) int64 {
 // need is the room p takes on w: its tail, the buffer, and the part of its
 // shared prefix longer than what w's programs already share.
 func (c *RawAdmitter) need(p *program, w *worker) int64 {
-	n := tail(p) + c.cfg.Buffer
+	n := c.grownSize(tail(p)) + c.cfg.Buffer
 	if k := sharedOf(p); k.n > 0 && w.sharedN[k] == 0 {
 		n += k.n
 	}
 	return n
+}
+
+// growthMin is how many programs must have ended before ReserveGrowth
+// sizes programs by their growth.
+const growthMin = 8
+
+// grownSize is the size a program of tail tokens is placed as: with
+// ReserveGrowth, at least the lower quartile of ended programs' final
+// sizes.
+func (c *RawAdmitter) grownSize(tail int64) int64 {
+	return max(tail, c.growthEst)
+}
+
+// reserved is the room w keeps for its programs' growth (ReserveGrowth):
+// how far each Reasoning program is below the lower quartile of final
+// sizes (an Acting one, in a tool call, reserves nothing).
+func (c *RawAdmitter) reserved(w *worker) float64 {
+	if c.growthEst == 0 {
+		return 0
+	}
+	var r int64
+	for _, p := range w.progs {
+		if p.phase == Reasoning {
+			r += max(0, c.growthEst-tail(p))
+		}
+	}
+	return float64(r)
+}
+
+// recordGrowth adds an ended program's final tail to the window and
+// recomputes the lower quartile.
+func (c *RawAdmitter) recordGrowth(final int64) {
+	c.grown[c.nGrown%len(c.grown)] = final
+	c.nGrown++
+	n := min(c.nGrown, len(c.grown))
+	if n < growthMin {
+		return
+	}
+	w := make([]int64, n)
+	copy(w, c.grown[:n])
+	slices.Sort(w)
+	c.growthEst = w[n/4]
 }
 
 // sharedKey identifies a shared prefix: its key and its counted length.
@@ -486,9 +534,10 @@ func (c *RawAdmitter) startNewAs(now time.Time, id string, tokens int64, prefer 
 	c.progs[id] = p
 	reason := ReasonFairness
 	if c.nWaiting == 0 || home != nil {
-		w, why := c.preferredWithRoom(tokens+c.cfg.Buffer, prefer), ReasonPreferred
+		need := c.grownSize(tokens) + c.cfg.Buffer
+		w, why := c.preferredWithRoom(need, prefer), ReasonPreferred
 		if w == nil {
-			w, why = c.leastUtilisedWithRoom(tokens+c.cfg.Buffer), ReasonRoom
+			w, why = c.leastUtilisedWithRoom(need), ReasonRoom
 		}
 		if w == nil {
 			w, why = c.emptyWorker(), ReasonEmptyWorker
@@ -528,7 +577,7 @@ func (c *RawAdmitter) workerByID(id WorkerID) *worker { return c.byID[id] }
 func (c *RawAdmitter) preferredWithRoom(need int64, prefer []WorkerID) *worker {
 	for _, id := range prefer {
 		w := c.workerByID(id)
-		if w != nil && c.used(w)+float64(need) <= c.ceiling*float64(w.cap) {
+		if w != nil && c.used(w)+c.reserved(w)+float64(need) <= c.ceiling*float64(w.cap) {
 			return w
 		}
 	}
@@ -553,7 +602,7 @@ func (c *RawAdmitter) leastUtilisedWithRoom(need int64) *worker {
 	var best *worker
 	var bestU float64
 	for _, w := range c.workers {
-		u := c.used(w)
+		u := c.used(w) + c.reserved(w)
 		if u+float64(need) > c.ceiling*float64(w.cap) {
 			continue
 		}
@@ -679,6 +728,9 @@ func (c *RawAdmitter) EndSession(now time.Time, id string) error {
 			p.waiting = false
 			c.nWaiting--
 		}
+	}
+	if c.cfg.ReserveGrowth && p.steps >= 2 {
+		c.recordGrowth(tail(p))
 	}
 	p.life = Terminated
 	delete(c.progs, id)
@@ -851,7 +903,7 @@ func (c *RawAdmitter) resume(now time.Time, r *TickResult) {
 		if c.ceiling*float64(w.cap)-float64(w.reasoning) <= float64(c.cfg.Buffer) {
 			continue
 		}
-		free := int64(math.Floor(c.ceiling*float64(w.cap) - c.resumeUsed(now, w)))
+		free := int64(math.Floor(c.ceiling*float64(w.cap) - c.resumeUsed(now, w) - c.reserved(w)))
 		if free > c.cfg.Buffer {
 			bins = append(bins, Bin{Worker: w.id, Free: free, Capacity: w.cap})
 			binW = append(binW, w)
@@ -929,7 +981,7 @@ func (c *RawAdmitter) place(now time.Time, cand []*program, bins []Bin, binW []*
 		// The tail: its shared prefix is most likely on every worker
 		// already (the system prompt); home and swap placements, which
 		// know the worker, count what the worker lacks of it.
-		items = append(items, Item{Size: tail(p) + c.cfg.Buffer})
+		items = append(items, Item{Size: c.grownSize(tail(p)) + c.cfg.Buffer})
 	}
 	dst := c.sDst[:0]
 	for range items {

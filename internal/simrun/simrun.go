@@ -123,6 +123,7 @@ var AdmissionConfig = admission.Config{
 	DecayHalfLife: time.Minute,
 	MaxWait:       3 * time.Minute,
 	HomeFirst:     true,
+	ReserveGrowth: true,
 }
 
 // HintPolicies are the kvhint built-ins the "kv+hint*" policies use.
