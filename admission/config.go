@@ -107,6 +107,11 @@ type Config struct {
 	// engines 30-40 % idle. Off (default): programs are sized by their
 	// current context.
 	ReserveGrowth bool
+	// ResumeOnEnd runs the resume pass as soon as a running program ends
+	// (EndSession), so a program waiting at the door takes the room that
+	// ending freed at once instead of at the next Tick (up to Interval
+	// later: the engines idle meanwhile when every program is short).
+	ResumeOnEnd bool
 	// HomeFirst resumes a program on its home worker when it fits there
 	// under the resume ceiling, before the Placement sees it: a resumed
 	// program finds its prefix cached instead of landing elsewhere.

@@ -711,7 +711,8 @@ func (c *RawAdmitter) EndSession(now time.Time, id string) error {
 		return ErrUnknownProgram
 	}
 	d := Decision{At: now, Kind: KindTerminate, Reason: ReasonSessionEnd, Program: id, Tokens: p.tokens}
-	if p.life == Active {
+	freed := p.life == Active
+	if freed {
 		w := p.w
 		if p.marked {
 			c.setMarked(p, false)
@@ -736,6 +737,10 @@ func (c *RawAdmitter) EndSession(now time.Time, id string) error {
 	delete(c.progs, id)
 	c.stats.Terminated++
 	c.emit(d)
+	if freed && c.cfg.ResumeOnEnd && len(c.paused) > 0 {
+		var r TickResult
+		c.resume(now, &r)
+	}
 	return nil
 }
 

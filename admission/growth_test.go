@@ -61,3 +61,38 @@ func TestReserveGrowth(t *testing.T) {
 	r := c.Tick(now.Add(time.Second))
 	require.Equal(t, 1, r.Resumed, "one queued program resumes into the room the Acting ones do not reserve")
 }
+
+// TestResumeOnEnd: a program queued at the door takes the room a running
+// program's end frees at once with ResumeOnEnd, and only at the next Tick
+// without it.
+func TestResumeOnEnd(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, on := range []bool{true, false} {
+		c, err := NewRawAdmitter(Config{ResumeOnEnd: on})
+		require.NoError(t, err)
+		require.NoError(t, c.AddWorker(1, 100_000))
+		a, err := c.StartRequest(now, "big", 70_000)
+		require.NoError(t, err)
+		require.True(t, a.Run)
+		a, err = c.StartRequest(now, "next", 30_000)
+		require.NoError(t, err)
+		require.False(t, a.Run, "70,000 + 30,100 > 85,000")
+		require.NoError(t, c.EndRequest(now, "big", 70_000, 10))
+		c.Drain(nil)
+		require.NoError(t, c.EndSession(now, "big"))
+		released := func() bool {
+			for _, d := range c.Drain(nil) {
+				if d.Program == "next" && d.Released {
+					return true
+				}
+			}
+			return false
+		}
+		require.Equal(t, on, released(), "ResumeOnEnd=%v: released at the end", on)
+		if !on {
+			c.Tick(now.Add(time.Second))
+			require.True(t, released(), "released at the next Tick")
+		}
+		require.Equal(t, StatusRunnable, c.Status("next"))
+	}
+}

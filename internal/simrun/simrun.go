@@ -124,6 +124,7 @@ var AdmissionConfig = admission.Config{
 	MaxWait:       3 * time.Minute,
 	HomeFirst:     true,
 	ReserveGrowth: true,
+	ResumeOnEnd:   true,
 }
 
 // HintPolicies are the kvhint built-ins the "kv+hint*" policies use.
