@@ -94,7 +94,7 @@
 //
 // # Beyond upstream: bounded waits, home placement, shared prefixes
 //
-// Four options, off in Config{} (which stays the upstream behaviour), fix
+// Five options, off in Config{} (which stays the upstream behaviour), fix
 // what upstream gets wrong when the engines are saturated:
 //
 //   - MaxWait bounds the wait of a held turn of a program that has run before,
@@ -134,6 +134,11 @@
 //     cache (in simulation, on the SWE-bench-shaped workload at 256
 //     programs: 22.7 K tok/s and a 31 % hit rate, against 32.5 K and 69 %
 //     with it).
+//   - ResumeOnEnd runs the resume pass when a running program ends, so the
+//     room it frees goes to a waiting program at once rather than at the
+//     next Tick (in simulation, with every request a program of one turn
+//     on overloaded engines, the 5-second wait cost 2.8 % of throughput
+//     against KV routing; 1.6 % with it).
 //   - StartSubRequest starts a subagent: placed with its parent when there
 //     is room, and never queued behind new programs at the door, since its
 //     parent waits for it; held, it counts as a running program's turn.
