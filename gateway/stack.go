@@ -320,21 +320,40 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 // background.
 const connectTimeout = 3 * time.Second
 
-// connectAll reads every worker's capacity once. A worker that does not
-// answer is left to await (it joins when it does); only a block size that
-// disagrees is fatal. With no block size configured and no worker
-// answering, it waits, with backoff, for the first one (until ctx ends):
-// the router cannot hash without it.
+// connectAll reads every worker's capacity once, all workers at once (a
+// black-holed host costs start-up one connectTimeout, not one each). A
+// worker that does not answer is left to await (it joins when it does);
+// only a block size that disagrees is fatal. With no block size
+// configured and no worker answering, it waits, with backoff, for the
+// first one (until ctx ends): the router cannot hash without it.
 func (s *Stack) connectAll(ctx context.Context) (int, error) {
 	bs := s.cfg.BlockSize
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		var pending []*stackWorker
 		for _, w := range s.workers {
-			if w.connected() {
-				continue
+			if !w.connected() {
+				pending = append(pending, w)
 			}
-			cctx, cancel := context.WithTimeout(ctx, connectTimeout)
-			err := s.connect(cctx, w, bs)
-			cancel()
+		}
+		errs := make([]error, len(pending))
+		var wg sync.WaitGroup
+		for i, w := range pending {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+				defer cancel()
+				errs[i] = s.connect(cctx, w, bs)
+			}()
+		}
+		wg.Wait()
+		for i, w := range pending {
+			err := errs[i]
+			if err == nil && bs != 0 && w.vw.BlockSize() != bs {
+				// Connected with the worker's own size (none was known yet),
+				// and another worker answered with a different one.
+				err = fmt.Errorf("%w: worker uses %d tokens", vllm.ErrBlockSizeMismatch, w.vw.BlockSize())
+			}
 			switch {
 			case errors.Is(err, vllm.ErrBlockSizeMismatch):
 				return 0, fmt.Errorf("worker %s: %w (the router hashes with block size %d; every worker must use the same)",

@@ -1,13 +1,18 @@
 package gateway
 
 import (
+	"context"
+	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentkv/agentkv/engine/mock"
+	"github.com/agentkv/agentkv/engine/sim"
+	"github.com/agentkv/agentkv/engine/vllm"
 )
 
 // TestStackReadyOnlyWhenJoined: a worker down at start is ready (/readyz
@@ -45,4 +50,73 @@ func TestStackReadyOnlyWhenJoined(t *testing.T) {
 	require.Len(t, s.Router().Workers(), 1, "ready means joined")
 	resp, b := postJSON(t, srv.URL+ChatPath, nil, chatBody("hello", false))
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+}
+
+// blackHole accepts connections and never answers (a host that drops
+// traffic, or a process that hangs); it returns the base URL.
+func blackHole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// TestStackStartsPastBlackHoles: three workers that accept and never
+// answer cost start-up one connect timeout, not one each (the workers
+// are tried at once), and the one that answers serves at once, its
+// /tokenize asked before any black hole's.
+func TestStackStartsPastBlackHoles(t *testing.T) {
+	m, err := mock.Start(mock.Config{Speedup: 1000, Aliases: []string{"*"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	specs := []WorkerSpec{{URL: blackHole(t)}, {URL: blackHole(t)}, {URL: m.URL()}, {URL: blackHole(t)}}
+	start := time.Now()
+	_, srv := testStack(t, StackConfig{Gateway: Config{Failover: fastFailover()}}, specs...)
+	took := time.Since(start)
+	require.Less(t, took, 2*connectTimeout, "one shared connect timeout, not three in a row")
+	// The first request is tokenized by the worker that answers, not by
+	// the black holes first (it took two TokenizeTimeouts, 20 s, when
+	// /tokenize went down the configured order regardless of health).
+	reqStart := time.Now()
+	resp, b := postJSON(t, srv.URL+ChatPath, nil, chatBody("hello", false))
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Less(t, time.Since(reqStart), DefaultTokenizeTimeout/2, "no /tokenize to a worker that is not routable")
+	t.Logf("started in %v past three black-holed workers; first request in %v", took.Round(time.Millisecond),
+		time.Since(reqStart).Round(time.Millisecond))
+}
+
+// TestStackBlockSizesDisagree: with no block size configured, workers
+// connected at once must still agree on theirs.
+func TestStackBlockSizesDisagree(t *testing.T) {
+	var urls []string
+	for _, bs := range []int{16, 32} {
+		m, err := mock.Start(mock.Config{Speedup: 1000, Engine: sim.Config{BlockSize: bs}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = m.Close() })
+		urls = append(urls, m.URL())
+	}
+	_, err := NewStack(context.Background(), StackConfig{Workers: []WorkerSpec{{URL: urls[0]}, {URL: urls[1]}}, Refresh: -1})
+	require.ErrorIs(t, err, vllm.ErrBlockSizeMismatch)
+	require.ErrorContains(t, err, "every worker must use the same")
 }

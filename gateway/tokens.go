@@ -12,7 +12,7 @@ import (
 
 // tokens returns the prompt's token ids for routing, from the first
 // source that answers: a worker's in-process Tokenizer (chat shapes; one
-// that a check found wrong is skipped, see checkTokens), a
+// that a check found wrong is skipped, see checkTokens), a routable
 // worker's /tokenize (the one that answered last is tried first), or the
 // documented approximation (vllm.ApproxTokens of vllm.PromptText) when no
 // worker can tokenize. Every API is tokenized through its chat translation,
@@ -38,8 +38,22 @@ func (g *Gateway) tokens(ctx context.Context, c *call) ([]uint32, error) {
 	}
 	n := uint64(len(g.order))
 	first := g.tokIdx.Load()
+	// Routable workers only (a dead or black-holed one would cost a
+	// TokenizeTimeout each). With none routable yet (at start, before the
+	// first probes answer) wait for one as forward does, then, if still
+	// none, try them all.
+	anyRoutable := g.tracker.Ready()
+	if !anyRoutable && g.cfg.ReadyWait > 0 {
+		wctx, cancel := context.WithTimeout(ctx, g.cfg.ReadyWait)
+		_ = g.tracker.WaitReady(wctx)
+		cancel()
+		anyRoutable = g.tracker.Ready()
+	}
 	for i := uint64(0); i < n; i++ {
 		k := (first + i) % n
+		if anyRoutable && !g.tracker.Routable(g.order[k].ID) {
+			continue
+		}
 		tctx, cancel := context.WithTimeout(ctx, g.cfg.TokenizeTimeout)
 		toks, err := g.order[k].client.Tokenize(tctx, path, c.chatB)
 		cancel()
