@@ -337,9 +337,21 @@ func (r *Router) holdLocked(rt *routing, req *Request, hold bool) (*heldRequest,
 }
 
 // keepAdmissionWorkerLocked narrows the candidates to the worker admission
-// runs the program on; if the request may not go there, its turn ends and
-// the request is refused.
+// runs the program on. When that worker is not a candidate (it is failing,
+// or the request's Override excludes it), the program moves, with this
+// turn, to the cheapest candidate admission finds room on (Relocate): a
+// session must not die with its worker. Only with no candidate at all does
+// the turn end and the request get refused.
 func (r *Router) keepAdmissionWorkerLocked(rt *routing, sc *scratch) error {
+	has := func() bool {
+		w, ok := r.byAdm[rt.adm.Worker]
+		return ok && slices.ContainsFunc(sc.cands, func(c candidate) bool { return c.ws.key == w })
+	}
+	if !has() && len(sc.cands) > 0 {
+		if a, ok := r.adm.Relocate(rt.start, rt.program, r.preferenceLocked(sc.cands)); ok {
+			rt.adm = a
+		}
+	}
 	w, ok := r.byAdm[rt.adm.Worker]
 	keep := sc.cands[:0]
 	for _, c := range sc.cands {

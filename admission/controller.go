@@ -153,9 +153,12 @@ func (c *RawAdmitter) SetCapacity(id WorkerID, capacity int64) error {
 }
 
 // RemoveWorker removes a worker. Its programs are paused (reason
-// ReasonWorkerRemoved) and resumed elsewhere by later ticks. Turns that were
-// running on it stay in flight until the caller ends them with EndRequest;
-// a retry is a new StartRequest, held until the program resumes.
+// ReasonWorkerRemoved) and those that fit on another worker under the
+// resume ceiling are resumed there at once (the rest by later ticks), so
+// a worker's death does not cost its sessions a tick's wait. Turns that
+// were running on it stay in flight until the caller ends them with
+// EndRequest; a retry is a new StartRequest, which runs where the program
+// resumed, or is held until it does.
 func (c *RawAdmitter) RemoveWorker(now time.Time, id WorkerID) error {
 	w, ok := c.byID[id]
 	if !ok {
@@ -176,6 +179,8 @@ func (c *RawAdmitter) RemoveWorker(now time.Time, id WorkerID) error {
 			p.home = nil
 		}
 	}
+	var r TickResult
+	c.resume(now, &r)
 	return nil
 }
 
@@ -571,6 +576,58 @@ func (c *RawAdmitter) startNewAs(now time.Time, id string, tokens int64, prefer 
 }
 
 func (c *RawAdmitter) workerByID(id WorkerID) *worker { return c.byID[id] }
+
+// Relocate moves an Active program, with the turn it is running, off a
+// worker the caller cannot use (it is failing, or has left routing while
+// still known here) to the first worker of prefer that has room for it
+// under the resume ceiling, or, where none has, to the one of them with
+// the most room: losing the session would be worse than an overcommit,
+// which the next Tick's pause pass corrects. prefer lists the workers the
+// caller can use, best first; the program's own worker is skipped. It
+// reports false, changing nothing, for a program that is not Active or
+// when prefer names no other known worker.
+func (c *RawAdmitter) Relocate(now time.Time, id string, prefer []WorkerID) (Admission, bool) {
+	p, ok := c.progs[id]
+	if !ok || p.life != Active {
+		return Admission{}, false
+	}
+	var to, roomiest *worker
+	best := math.Inf(-1)
+	for _, wid := range prefer {
+		w := c.workerByID(wid)
+		if w == nil || w == p.w {
+			continue
+		}
+		room := c.ceiling*float64(w.cap) - c.used(w) - c.reserved(w) - float64(c.need(p, w))
+		if room >= 0 {
+			to = w
+			break
+		}
+		if room > best {
+			roomiest, best = w, room
+		}
+	}
+	if to == nil {
+		to = roomiest
+	}
+	if to == nil {
+		return Admission{}, false
+	}
+	if p.marked {
+		c.setMarked(p, false)
+	}
+	c.detach(p)
+	c.attach(p, to)
+	p.home = to
+	c.stats.Relocated++
+	prio := 0.0
+	if to.demoted && now.Before(to.demUntil) {
+		prio = c.cfg.SoftDemotePriority
+	}
+	c.emit(Decision{At: now, Kind: KindAdmit, Reason: ReasonRelocated, Program: id, Worker: to.id, HasWorker: true,
+		Tokens: p.tokens, Util: c.util(to), Priority: prio})
+	return Admission{Run: true, Worker: to.id, Priority: prio, Status: StatusRunnable, Reason: ReasonRelocated}, true
+}
 
 // preferredWithRoom returns the first worker of prefer that has room for
 // need under the resume ceiling, or nil.

@@ -194,9 +194,13 @@ const (
 	ReasonSwap
 	// ReasonHome: resumed on its home worker, where it last ran.
 	ReasonHome
+	// ReasonRelocated: the program's worker could not take its turn (the
+	// caller could not use it: failing, or out of routing), and the
+	// program moved to a worker the caller offered (Relocate).
+	ReasonRelocated
 )
 
-var reasonNames = [...]string{"", "active", "room", "no-room", "fairness", "paused", "over-threshold", "tool-boundary", "below-target", "bin-packed", "forced", "band", "session-end", "worker-removed", "cancelled", "preferred", "empty-worker", "swap", "home"}
+var reasonNames = [...]string{"", "active", "room", "no-room", "fairness", "paused", "over-threshold", "tool-boundary", "below-target", "bin-packed", "forced", "band", "session-end", "worker-removed", "cancelled", "preferred", "empty-worker", "swap", "home", "relocated"}
 
 func (r Reason) String() string {
 	if int(r) > 0 && int(r) < len(reasonNames) {
@@ -339,6 +343,9 @@ type Stats struct {
 	// Swapped counts programs resumed at Config.MaxWait by making room
 	// (ReasonSwap); SwapPaused the Acting programs paused for them.
 	Swapped, SwapPaused uint64
+	// Relocated counts running programs moved off a worker the caller
+	// could not use (Relocate).
+	Relocated uint64
 	// DroppedDecisions counts decisions lost because the pending buffer was
 	// full (only without Config.OnDecision).
 	DroppedDecisions uint64
