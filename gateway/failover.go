@@ -80,9 +80,11 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, c *call, s
 			g.giveUp(ctx, w, c, &sv, last, lastWk, start)
 			return
 		case errors.Is(err, agentkv.ErrNoWorkers) && len(allowed) < len(g.order) && try < retry.MaxTries():
-			// The routable workers are not the ones the router would use
-			// (with admission, a program's worker; at start, workers not
-			// probed yet): health changes within moments, so try again.
+			// The routable workers are not the ones the router knows (at
+			// start, workers probed up before they joined the router):
+			// health and membership change within moments, so try again.
+			// (A program admission placed on a worker that is not routable
+			// is relocated by the router itself.)
 			if !sleepCtx(ctx, retry.Backoff(try)) {
 				g.clientGone(c, start)
 				return
