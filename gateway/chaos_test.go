@@ -29,10 +29,10 @@ func (r *chaosResult) hitRate() float64 { return float64(r.cached) / float64(max
 // usage on; each turn resends the conversation) through a fleet of three
 // mock workers for dur; with kill, worker (k mod 3) is killed every
 // period and restarted period/4 later.
-func runChaos(t *testing.T, sessions, turns int, kill bool, period, dur time.Duration) chaosResult {
+func runChaos(t *testing.T, sessions, turns int, kill, admission bool, period, dur time.Duration) chaosResult {
 	fc := fastFailover()
 	fc.MigrationLimit = 2
-	f := newFleet(t, 3, nil, Config{Failover: fc}, false)
+	f := newFleet(t, 3, nil, Config{Failover: fc}, admission)
 	for i := range 3 {
 		f.waitRoutable(i, true)
 	}
@@ -137,15 +137,21 @@ func TestFailoverChaos(t *testing.T) {
 		sessions, period, dur = 200, 20*time.Second, 2*time.Minute
 	}
 	const turns = 1 << 20 // until dur ends
-	base := runChaos(t, sessions, turns, false, period, dur)
-	hit := runChaos(t, sessions, turns, true, period, dur)
-	t.Logf("no faults: %d requests, %d sessions done, hit rate %.3f", base.requests, base.sessionsDone, base.hitRate())
-	t.Logf("chaos: %d requests, %d failed before the first byte, %d migrated, %d ended with an error event, %d sessions done, hit rate %.3f",
-		hit.requests, hit.failedBeforeFirstByte, hit.migrated, hit.erroredMidStream, hit.sessionsDone, hit.hitRate())
-	require.Zero(t, base.failedBeforeFirstByte+base.erroredMidStream)
-	require.Zero(t, hit.failedBeforeFirstByte, "no request failed before its first byte")
-	require.Greater(t, base.hitRate(), 0.5)
-	require.Greater(t, hit.hitRate(), base.hitRate()-0.3, "the hit rate holds up under chaos")
+	// With admission too: every session is then a program placed on a
+	// worker, which the router must move off a dead one.
+	for _, admission := range []bool{false, true} {
+		t.Run(fmt.Sprint("admission=", admission), func(t *testing.T) {
+			base := runChaos(t, sessions, turns, false, admission, period, dur)
+			hit := runChaos(t, sessions, turns, true, admission, period, dur)
+			t.Logf("no faults: %d requests, %d sessions done, hit rate %.3f", base.requests, base.sessionsDone, base.hitRate())
+			t.Logf("chaos: %d requests, %d failed before the first byte, %d migrated, %d ended with an error event, %d sessions done, hit rate %.3f",
+				hit.requests, hit.failedBeforeFirstByte, hit.migrated, hit.erroredMidStream, hit.sessionsDone, hit.hitRate())
+			require.Zero(t, base.failedBeforeFirstByte+base.erroredMidStream)
+			require.Zero(t, hit.failedBeforeFirstByte, "no request failed before its first byte")
+			require.Greater(t, base.hitRate(), 0.5)
+			require.Greater(t, hit.hitRate(), base.hitRate()-0.3, "the hit rate holds up under chaos")
+		})
+	}
 	// Most kills find requests before their first byte (the mock decodes
 	// fast): those are retried. TestFailoverMigration covers the cut
 	// stream deterministically.
