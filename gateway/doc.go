@@ -55,8 +55,12 @@
 // object; the agent session comes from the headers and body (package
 // session: Claude Code, Codex, OpenCode, Dynamo's x-dynamo-*, ThunderAgent's
 // program_id); the prompt is tokenized for routing through its chat form,
-// by a worker's in-process Tokenizer, else a worker's /tokenize (the chat
-// template applied as the engine will), else the approximation of
+// by a worker's in-process Tokenizer (for real models, package hftok: the
+// model's tokenizer.json and chat template; its answers are compared with
+// the worker's /tokenize in the background, the first and every
+// Config.TokenizerCheckEvery-th, and a mismatch turns it off for that
+// worker), else a routable worker's /tokenize (the chat template applied
+// as the engine will), else the approximation of
 // vllm.ApproxTokens (pseudo-tokens of the prompt text: affinity kept,
 // overlap credit from KV events lost), counted by source in
 // agentkv_gateway_prompt_tokens_source_total; the Router picks a worker
