@@ -63,6 +63,10 @@ type worker struct {
 	// reserved is the tick in which a held turn past MaxWait waits for
 	// room here (markFor): resume places nothing else on it in that tick.
 	reserved uint64
+	// growth is Σ max(0, growthEst − tail) over its Reasoning programs:
+	// the room ReserveGrowth keeps for them (kept by attach and detach,
+	// recomputed when growthEst changes).
+	growth int64
 }
 
 type program struct {
@@ -243,17 +247,14 @@ func (c *RawAdmitter) grownSize(tail int64) int64 {
 // reserved is the room w keeps for its programs' growth (ReserveGrowth):
 // how far each Reasoning program is below the lower quartile of final
 // sizes (an Acting one, in a tool call, reserves nothing).
-func (c *RawAdmitter) reserved(w *worker) float64 {
-	if c.growthEst == 0 {
+func (c *RawAdmitter) reserved(w *worker) float64 { return float64(w.growth) }
+
+// growthOf is what p reserves on its worker (see reserved).
+func (c *RawAdmitter) growthOf(p *program) int64 {
+	if p.phase != Reasoning {
 		return 0
 	}
-	var r int64
-	for _, p := range w.progs {
-		if p.phase == Reasoning {
-			r += max(0, c.growthEst-tail(p))
-		}
-	}
-	return float64(r)
+	return max(0, c.growthEst-tail(p))
 }
 
 // recordGrowth adds an ended program's final tail to the window and
@@ -268,7 +269,15 @@ func (c *RawAdmitter) recordGrowth(final int64) {
 	w := make([]int64, n)
 	copy(w, c.grown[:n])
 	slices.Sort(w)
-	c.growthEst = w[n/4]
+	if est := w[n/4]; est != c.growthEst {
+		c.growthEst = est
+		for _, wk := range c.workers {
+			wk.growth = 0
+			for _, p := range wk.progs {
+				wk.growth += c.growthOf(p)
+			}
+		}
+	}
 }
 
 // sharedKey identifies a shared prefix: its key and its counted length.
@@ -1458,6 +1467,7 @@ func (c *RawAdmitter) attach(p *program, w *worker) {
 	if p.marked {
 		w.marked += t
 	}
+	w.growth += c.growthOf(p)
 	w.addShared(sharedOf(p))
 }
 
@@ -1477,6 +1487,7 @@ func (c *RawAdmitter) detach(p *program) {
 	if p.marked {
 		w.marked -= t
 	}
+	w.growth -= c.growthOf(p)
 	w.dropShared(sharedOf(p))
 	last := len(w.progs) - 1
 	w.progs[p.slot] = w.progs[last]

@@ -8,7 +8,8 @@ import (
 )
 
 // FuzzController decodes bytes into a sequence of operations (request
-// starts and ends, session ends, cancels, ticks, worker changes, with
+// starts and ends, session ends, cancels, ticks, worker changes,
+// relocations, with
 // arbitrary ids, token counts and time steps) and checks after each one that
 // nothing panics, the bookkeeping matches a from-scratch recomputation, and
 // after each tick the pause postcondition holds.
@@ -31,6 +32,9 @@ func FuzzController(f *testing.F) {
 		if cfgByte&16 != 0 {
 			cfg.ActingWeight = 0.5
 		}
+		if cfgByte&32 != 0 {
+			cfg.ReserveGrowth, cfg.ResumeOnEnd = true, true
+		}
 		c, err := NewRawAdmitter(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -51,7 +55,7 @@ func FuzzController(f *testing.F) {
 			tokens := int64(b) * 37
 			now = now.Add(time.Duration(op>>4) * time.Second)
 			var line string
-			switch op % 9 {
+			switch op % 10 {
 			case 0, 1:
 				line = "start " + id
 				_, _ = c.StartRequest(now, id, tokens)
@@ -81,6 +85,9 @@ func FuzzController(f *testing.F) {
 					line = fmt.Sprint("cap worker ", a%4)
 					_ = c.SetCapacity(WorkerID(a%4), int64(b)*20)
 				}
+			case 9:
+				line = fmt.Sprint("relocate ", id, " to ", b%4, ",", a%4)
+				_, _ = c.Relocate(now, id, []WorkerID{WorkerID(b % 4), WorkerID(a % 4)})
 			}
 			ops = append(ops, line)
 			if err := checkInvariants(c); err != nil {
