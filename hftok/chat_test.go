@@ -257,6 +257,9 @@ func chatCorpus(n int) [][]byte {
 		if rng.IntN(4) > 0 {
 			msgs = append(msgs, map[string]any{"role": "system", "content": text(1 + rng.IntN(12))})
 		}
+		if rng.IntN(8) == 0 {
+			msgs = append(msgs, map[string]any{"role": "developer", "content": text(3), "tools": []any{}})
+		}
 		msgs = append(msgs, map[string]any{"role": "user", "content": text(1 + rng.IntN(10))})
 		for range rng.IntN(4) {
 			a := map[string]any{"role": "assistant", "content": text(rng.IntN(6))}
@@ -284,6 +287,10 @@ func chatCorpus(n int) [][]byte {
 			} else {
 				msgs = append(msgs, a)
 				u := map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": text(3)}, text(1)}}
+				if rng.IntN(6) == 0 {
+					u["content"] = append(u["content"].([]any), map[string]any{"type": "refusal", "refusal": text(2)},
+						map[string]any{"type": "text", "text": nil})
+				}
 				if rng.IntN(3) == 0 {
 					u["name"] = "dev"
 				}
@@ -296,6 +303,9 @@ func chatCorpus(n int) [][]byte {
 				"properties": map[string]any{"path": map[string]any{"type": "string", "description": text(2)}}, "required": []any{"path"}}}
 			if rng.IntN(2) == 0 {
 				fn["description"] = text(4)
+			}
+			if rng.IntN(4) == 0 {
+				fn["strict"] = rng.IntN(2) == 0
 			}
 			body["tools"] = []any{map[string]any{"type": "function", "function": fn}}
 		}
