@@ -3,6 +3,7 @@ package hftok
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,12 +21,12 @@ import (
 // generates, and every text must encode to the same ids here.
 // .ci/tokenizer-ref.sh installs it and runs:
 //
-//	AGENTKV_HF_TOKENIZER=tokenizer.json AGENTKV_HF_WRITE_TEXTS=texts.jsonl go test -run '^TestReferenceTexts$'
+//	AGENTKV_HF_TOKENIZER=tokenizer.json AGENTKV_HF_WRITE_TEXTS=texts.jsonl go test  (TestMain writes the texts, runs no test)
 //	node hftok/testdata/ref/encode.js NODE_MODULES tokenizer.json < texts.jsonl > golden.jsonl
 //	AGENTKV_HF_TOKENIZER=tokenizer.json AGENTKV_HF_REFERENCE=golden.jsonl go test -run '^TestReference$'
 //
 // For the small test tokenizers in testdata the goldens are committed
-// (testdata/golden), so TestGolden checks them on every run.
+// (testdata/golden), so TestReference checks them on every run.
 
 // Text counts: the full reference set, and the smaller one whose goldens
 // are committed.
@@ -36,30 +37,42 @@ const (
 	referenceMaxSize = 0 // no cap
 )
 
-// TestReferenceTexts writes the reference texts for
-// AGENTKV_HF_TOKENIZER to AGENTKV_HF_WRITE_TEXTS, one JSON string a line.
-func TestReferenceTexts(t *testing.T) {
-	out, path := os.Getenv("AGENTKV_HF_WRITE_TEXTS"), os.Getenv("AGENTKV_HF_TOKENIZER")
-	if out == "" || path == "" {
-		t.Skip("writes the texts of .ci/tokenizer-ref.sh; set AGENTKV_HF_TOKENIZER and AGENTKV_HF_WRITE_TEXTS")
+// TestMain doubles as .ci/tokenizer-ref.sh's text writer: with
+// AGENTKV_HF_WRITE_TEXTS set, it writes the reference texts for
+// AGENTKV_HF_TOKENIZER there, one JSON string a line, and exits without
+// running the tests.
+func TestMain(m *testing.M) {
+	if out := os.Getenv("AGENTKV_HF_WRITE_TEXTS"); out != "" {
+		n, bytes, err := writeReferenceTexts(out, os.Getenv("AGENTKV_HF_TOKENIZER"), os.Getenv("AGENTKV_HF_GOLDEN") == "1")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "hftok reference texts:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("wrote %d texts (%d bytes) to %s\n", n, bytes, out)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// writeReferenceTexts writes the reference texts for the tokenizer at
+// path (the smaller golden set with golden).
+func writeReferenceTexts(out, path string, golden bool) (n, bytes int, err error) {
+	if path == "" {
+		return 0, 0, errors.New("AGENTKV_HF_TOKENIZER is not set")
 	}
 	tok, err := Load(path)
 	if err != nil {
-		t.Fatal(err)
+		return 0, 0, err
 	}
 	count, maxBytes := referenceCount, referenceMaxSize
-	if os.Getenv("AGENTKV_HF_GOLDEN") == "1" {
+	if golden {
 		count, maxBytes = goldenCount, goldenMaxBytes
 	}
 	texts := referenceTexts(tok, count, maxBytes)
-	if err := writeTexts(out, texts); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
 	for _, s := range texts {
-		n += len(s.text)
+		bytes += len(s.text)
 	}
-	t.Logf("wrote %d texts (%d bytes) to %s", len(texts), n, out)
+	return len(texts), bytes, writeTexts(out, texts)
 }
 
 func writeTexts(path string, texts []refText) error {
@@ -80,27 +93,25 @@ func writeTexts(path string, texts []refText) error {
 	return f.Close()
 }
 
-// TestReference compares Encode with tokenizers' ids in
-// AGENTKV_HF_REFERENCE for the texts of AGENTKV_HF_TOKENIZER.
+// TestReference compares Encode with Hugging Face tokenizers' own ids:
+// with AGENTKV_HF_TOKENIZER and AGENTKV_HF_REFERENCE (set by
+// .ci/tokenizer-ref.sh) for that tokenizer's texts, and always for the
+// committed goldens of the test tokenizers (made by .ci/tokenizer-ref.sh
+// --update-golden).
 func TestReference(t *testing.T) {
 	path, golden := os.Getenv("AGENTKV_HF_TOKENIZER"), os.Getenv("AGENTKV_HF_REFERENCE")
-	if path == "" || golden == "" {
-		t.Skip("needs Hugging Face tokenizers' own ids: run .ci/tokenizer-ref.sh (sets AGENTKV_HF_TOKENIZER and AGENTKV_HF_REFERENCE)")
+	if path != "" && golden != "" {
+		tok, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		count, maxBytes := referenceCount, referenceMaxSize
+		if os.Getenv("AGENTKV_HF_GOLDEN") == "1" {
+			count, maxBytes = goldenCount, goldenMaxBytes
+		}
+		checkGolden(t, tok, referenceTexts(tok, count, maxBytes), golden)
+		return
 	}
-	tok, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	count, maxBytes := referenceCount, referenceMaxSize
-	if os.Getenv("AGENTKV_HF_GOLDEN") == "1" {
-		count, maxBytes = goldenCount, goldenMaxBytes
-	}
-	checkGolden(t, tok, referenceTexts(tok, count, maxBytes), golden)
-}
-
-// TestGolden checks the committed goldens of the test tokenizers (made by
-// .ci/tokenizer-ref.sh --update-golden with Hugging Face tokenizers).
-func TestGolden(t *testing.T) {
 	for _, name := range testTokenizers {
 		t.Run(name, func(t *testing.T) {
 			tok := mustLoad(t, name)
