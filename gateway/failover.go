@@ -53,7 +53,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, c *call, s
 	retry := g.tracker.Retry()
 	for try := 1; ; try++ {
 		allowed = g.tracker.Allowed(allowed[:0], tried)
-		if len(allowed) == 0 && try == 1 && !sv.started {
+		if len(allowed) == 0 && try == 1 && !sv.started && !c.waitedReady {
 			// Nothing routable yet (workers starting, or all ejected a
 			// moment ago): wait a little for one, as a client would retry.
 			wctx, cancel := context.WithTimeout(ctx, g.cfg.ReadyWait)

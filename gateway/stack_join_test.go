@@ -120,3 +120,19 @@ func TestStackBlockSizesDisagree(t *testing.T) {
 	require.ErrorIs(t, err, vllm.ErrBlockSizeMismatch)
 	require.ErrorContains(t, err, "every worker must use the same")
 }
+
+// TestNoWorkerWaitsOnce: with no worker routable, a request waits
+// ReadyWait once (the tokenizer's wait counts for forward's), then gets
+// 503; it waited twice when /tokenize learned to wait for a routable
+// worker.
+func TestNoWorkerWaitsOnce(t *testing.T) {
+	const wait = 600 * time.Millisecond
+	_, srv := testStack(t, StackConfig{BlockSize: 16, Gateway: Config{Failover: fastFailover(), ReadyWait: wait}},
+		WorkerSpec{URL: "http://" + freeAddr(t)})
+	start := time.Now()
+	resp, b := postJSON(t, srv.URL+ChatPath, nil, chatBody("hello", false))
+	took := time.Since(start)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(b))
+	require.GreaterOrEqual(t, took, wait)
+	require.Less(t, took, 2*wait, "one ReadyWait, not two")
+}

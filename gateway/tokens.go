@@ -48,6 +48,7 @@ func (g *Gateway) tokens(ctx context.Context, c *call) ([]uint32, error) {
 		_ = g.tracker.WaitReady(wctx)
 		cancel()
 		anyRoutable = g.tracker.Ready()
+		c.waitedReady = !anyRoutable
 	}
 	for i := uint64(0); i < n; i++ {
 		k := (first + i) % n
