@@ -110,19 +110,7 @@ func BenchmarkEncode(b *testing.B) {
 		}
 		reportTokens(b, tokens, elapsed)
 	})
-	b.Run("warm/"+name, func(b *testing.B) {
-		tok := benchTokenizer(b, Config{})
-		tokens := len(tok.Encode(nil, prompt))
-		b.SetBytes(int64(len(prompt)))
-		b.ReportAllocs()
-		dst := make([]uint32, 0, tokens)
-		b.ResetTimer()
-		t0 := time.Now()
-		for i := 0; i < b.N; i++ {
-			dst = tok.Encode(dst[:0], prompt)
-		}
-		reportTokens(b, tokens, time.Since(t0))
-	})
+	b.Run("warm/"+name, func(b *testing.B) { benchRepeat(b, Config{}, prompt) })
 	b.Run("turn/"+name, func(b *testing.B) {
 		tok := benchTokenizer(b, Config{})
 		tokens := len(tok.Encode(nil, prompt))
@@ -141,19 +129,22 @@ func BenchmarkEncode(b *testing.B) {
 		}
 		reportTokens(b, tokens, elapsed)
 	})
-	b.Run("words/"+name, func(b *testing.B) {
-		tok := benchTokenizer(b, Config{SegmentCacheTokens: -1})
-		tokens := len(tok.Encode(nil, prompt))
-		b.SetBytes(int64(len(prompt)))
-		b.ReportAllocs()
-		dst := make([]uint32, 0, tokens)
-		b.ResetTimer()
-		t0 := time.Now()
-		for i := 0; i < b.N; i++ {
-			dst = tok.Encode(dst[:0], prompt)
-		}
-		reportTokens(b, tokens, time.Since(t0))
-	})
+	b.Run("words/"+name, func(b *testing.B) { benchRepeat(b, Config{SegmentCacheTokens: -1}, prompt) })
+}
+
+// benchRepeat encodes the same prompt b.N times with a tokenizer of cfg.
+func benchRepeat(b *testing.B, cfg Config, prompt string) {
+	tok := benchTokenizer(b, cfg)
+	tokens := len(tok.Encode(nil, prompt))
+	b.SetBytes(int64(len(prompt)))
+	b.ReportAllocs()
+	dst := make([]uint32, 0, tokens)
+	b.ResetTimer()
+	t0 := time.Now()
+	for i := 0; i < b.N; i++ {
+		dst = tok.Encode(dst[:0], prompt)
+	}
+	reportTokens(b, tokens, time.Since(t0))
 }
 
 // BenchmarkEncodeParallel is the warm-words case from all CPUs at once
