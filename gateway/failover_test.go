@@ -473,12 +473,27 @@ func TestFailoverUndoApproximate(t *testing.T) {
 // down).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		// The OS may give a closed port out again, to a later freeAddr
+		// or a test server; not to freeAddr, at least.
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr
+		}
+	}
 }
+
+// handedOut is every address freeAddr has returned in this process.
+var handedOut = struct {
+	sync.Mutex // guards addrs
+	addrs      map[string]bool
+}{addrs: map[string]bool{}}
 
 // TestFailoverWorkerDownAtStart: a worker that is down when the stack
 // starts is not fatal; /readyz says 503 until it is up, then it serves.

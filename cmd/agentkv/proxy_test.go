@@ -656,11 +656,29 @@ func TestProxyKVEvents(t *testing.T) {
 
 func freeTCPPort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		// A port handed out earlier may be free again (its worker not
+		// started yet, or stopped): the OS can give it twice, and a
+		// proxy then listened on its own worker's address (CI saw it
+		// read its own /metrics at start).
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port
+		}
+	}
 }
+
+// handedOut is every port freeTCPPort has returned in this process.
+var handedOut = struct {
+	sync.Mutex // guards ports
+	ports      map[int]bool
+}{ports: map[int]bool{}}
 
 // TestProxyDataParallelRank: a dp=2 worker is two routing targets; the
 // chosen rank is pinned with X-Data-Parallel-Rank and capacity is split.
