@@ -75,10 +75,12 @@ func BenchmarkTick(b *testing.B) {
 		b.ReportMetric(percentile(lat, 0.99), "p99-ns")
 	}
 	// "steady-improved" is "steady" with the options simrun's kv+admission
-	// runs (MaxWait, HomeFirst, a decaying acting weight) and every
-	// program's shared prefix recorded (SetShared, four distinct prefixes).
+	// runs (MaxWait, HomeFirst, a decaying acting weight, ReserveGrowth,
+	// ResumeOnEnd) and every program's shared prefix recorded (SetShared,
+	// four distinct prefixes).
 	b.Run(fmt.Sprintf("n=%d/workers=%d/steady-improved", n, w), func(b *testing.B) {
-		c := buildLoaded(b, n, w, 1000, Config{MaxWait: 3 * time.Minute, HomeFirst: true, DecayHalfLife: time.Minute})
+		c := buildLoaded(b, n, w, 1000, Config{MaxWait: 3 * time.Minute, HomeFirst: true, DecayHalfLife: time.Minute,
+			ReserveGrowth: true, ResumeOnEnd: true})
 		for i := 0; i < n; i++ {
 			_ = c.SetShared(fmt.Sprint("p", i), 500, uint64(i%4))
 		}
