@@ -9,10 +9,11 @@ import (
 	"io"
 	"math/bits"
 	"slices"
-	"sync"
+
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/agentkv/agentkv/internal/limitio"
-	"github.com/klauspost/compress/zstd"
+	"github.com/agentkv/agentkv/internal/zframe"
 )
 
 // Snapshot format, version 2:
@@ -45,7 +46,6 @@ import (
 const (
 	snapshotMagic   = "FLXI"
 	snapshotVersion = 2
-	snapshotWindow  = 1 << 22 // zstd window: bounds decoder memory on hostile input
 )
 
 // Snapshot writes the whole index (blocks, residencies, engine-hash maps,
@@ -55,17 +55,14 @@ const (
 func (ix *Index) Snapshot(w io.Writer) error {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if _, err := io.WriteString(w, snapshotMagic); err != nil {
+	if err := zframe.WriteHeader(w, snapshotMagic, snapshotVersion); err != nil {
 		return err
 	}
-	if _, err := w.Write([]byte{snapshotVersion}); err != nil {
-		return err
-	}
-	zw, err := getEncoder(w)
+	zw, err := zframe.Encoder(w, zstd.SpeedDefault)
 	if err != nil {
 		return err
 	}
-	defer encoders.Put(zw)
+	defer zframe.PutEncoder(zw, zstd.SpeedDefault)
 	bw := bufio.NewWriterSize(zw, 1<<16)
 	e := encoder{w: bw}
 	e.u(uint64(ix.blockSize))
@@ -214,27 +211,6 @@ func (ix *Index) snapshotApprox(e *encoder, num map[int]uint64) {
 	}
 }
 
-// Encoders and decoders are costly to build; reuse them.
-var encoders, decoders sync.Pool
-
-func getEncoder(w io.Writer) (*zstd.Encoder, error) {
-	if e, ok := encoders.Get().(*zstd.Encoder); ok {
-		e.Reset(w)
-		return e, nil
-	}
-	return zstd.NewWriter(w, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(snapshotWindow), zstd.WithLowerEncoderMem(true))
-}
-
-func getDecoder(r io.Reader) (*zstd.Decoder, error) {
-	if d, ok := decoders.Get().(*zstd.Decoder); ok {
-		if err := d.Reset(r); err != nil {
-			return nil, err
-		}
-		return d, nil
-	}
-	return zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(snapshotWindow), zstd.WithDecoderLowmem(true))
-}
-
 func b2u(b bool) uint64 {
 	if b {
 		return 1
@@ -365,22 +341,18 @@ func Restore(r io.Reader, cfg Config) (*Index, error) {
 		lim.Ratio = DefaultMaxSnapshotExpansion
 	}
 	r = lim.In
-	var head [len(snapshotMagic) + 1]byte
-	if _, err := io.ReadFull(r, head[:]); err != nil {
-		return nil, fmt.Errorf("%w: header: %v", ErrSnapshotFormat, err)
+	v, err := zframe.ReadHeader(r, snapshotMagic, ErrSnapshotFormat)
+	if err != nil {
+		return nil, err
 	}
-	if string(head[:len(snapshotMagic)]) != snapshotMagic {
-		return nil, fmt.Errorf("%w: bad magic %q", ErrSnapshotFormat, head[:len(snapshotMagic)])
-	}
-	v := head[len(snapshotMagic)]
 	if v < 1 || v > snapshotVersion {
 		return nil, fmt.Errorf("%w: version %d (this build reads 1 to %d)", ErrSnapshotVersion, v, snapshotVersion)
 	}
-	zr, err := getDecoder(r)
+	zr, err := zframe.Decoder(r)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSnapshotFormat, err)
 	}
-	defer func() { _ = zr.Reset(nil); decoders.Put(zr) }()
+	defer zframe.PutDecoder(zr)
 	lim.R = zr
 	d := &decoder{r: bufio.NewReaderSize(lim, 1<<16), lim: lim}
 	ix, err := restoreBody(d, cfg, v)

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sync"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/agentkv/agentkv/internal/limitio"
+	"github.com/agentkv/agentkv/internal/zframe"
 )
 
 // Snapshot format, version 1:
@@ -40,7 +40,6 @@ import (
 const (
 	snapshotMagic   = "SPIX"
 	snapshotVersion = 1
-	snapshotWindow  = 1 << 22 // zstd window: bounds decoder memory on hostile input
 	// snapshotExpansion bounds how far the body may expand the compressed
 	// bytes (plus snapshotSlack): a small hostile frame cannot make
 	// Restore read, or allocate for, gigabytes.
@@ -58,30 +57,21 @@ var (
 	ErrSnapshotVersion = errors.New("sharedpool: unsupported snapshot version")
 )
 
-var encoders, decoders sync.Pool
-
 // Snapshot writes the index's state — its layout, the last batch sequence
 // number, and every tracked page with the media of each object — to w,
 // zstd-compressed (see the format above). Counters in Stats are not saved.
 func (ix *Index) Snapshot(w io.Writer) error {
-	if _, err := w.Write([]byte(snapshotMagic + string(rune(snapshotVersion)))); err != nil {
+	if err := zframe.WriteHeader(w, snapshotMagic, snapshotVersion); err != nil {
 		return err
 	}
-	zw, _ := encoders.Get().(*zstd.Encoder)
-	if zw == nil {
-		var err error
-		// The fastest level: page digests (most of the body) are SHA-256
-		// output, which no level compresses; the media bytes compress
-		// well at any.
-		zw, err = zstd.NewWriter(w, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(snapshotWindow), zstd.WithLowerEncoderMem(true),
-			zstd.WithEncoderLevel(zstd.SpeedFastest))
-		if err != nil {
-			return err
-		}
-	} else {
-		zw.Reset(w)
+	// The fastest level: page digests (most of the body) are SHA-256
+	// output, which no level compresses; the media bytes compress well at
+	// any.
+	zw, err := zframe.Encoder(w, zstd.SpeedFastest)
+	if err != nil {
+		return err
 	}
-	defer encoders.Put(zw)
+	defer zframe.PutEncoder(zw, zstd.SpeedFastest)
 	bw := bufio.NewWriterSize(zw, 1<<16)
 	e := snapEncoder{w: bw}
 
@@ -175,27 +165,18 @@ func (ix *Index) Restore(r io.Reader) error {
 // restore decodes a snapshot into a new index with cfg and seed.
 func restore(r io.Reader, cfg Config, seed uint64) (*Index, error) {
 	in := &limitio.Counter{R: r}
-	var head [len(snapshotMagic) + 1]byte
-	if _, err := io.ReadFull(in, head[:]); err != nil {
-		return nil, fmt.Errorf("%w: header: %v", ErrSnapshotFormat, err)
+	v, err := zframe.ReadHeader(in, snapshotMagic, ErrSnapshotFormat)
+	if err != nil {
+		return nil, err
 	}
-	if string(head[:len(snapshotMagic)]) != snapshotMagic {
-		return nil, fmt.Errorf("%w: bad magic %q", ErrSnapshotFormat, head[:len(snapshotMagic)])
-	}
-	if v := head[len(snapshotMagic)]; v != snapshotVersion {
+	if v != snapshotVersion {
 		return nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrSnapshotVersion, v, snapshotVersion)
 	}
-	zr, _ := decoders.Get().(*zstd.Decoder)
-	if zr == nil {
-		var err error
-		zr, err = zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(snapshotWindow), zstd.WithDecoderLowmem(true))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrSnapshotFormat, err)
-		}
-	} else if err := zr.Reset(in); err != nil {
+	zr, err := zframe.Decoder(in)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSnapshotFormat, err)
 	}
-	defer func() { _ = zr.Reset(nil); decoders.Put(zr) }()
+	defer zframe.PutDecoder(zr)
 	lim := &limitio.Reader{R: zr, In: in, Ratio: snapshotExpansion, Slack: snapshotSlack, Err: ErrSnapshotFormat}
 	d := &snapDecoder{r: bufio.NewReaderSize(lim, 1<<16)}
 	cfg.Layout, cfg.Seed = Layout{}, seed

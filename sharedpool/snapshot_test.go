@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/agentkv/agentkv/internal/zframe"
 )
 
 func snapshotBytes(t testing.TB, ix *Index) []byte {
@@ -319,7 +321,7 @@ func ptr(w [4]uint64) *[4]uint64 { return &w }
 func compress(t testing.TB, body []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	zw, err := zstd.NewWriter(&buf, zstd.WithWindowSize(snapshotWindow))
+	zw, err := zstd.NewWriter(&buf, zstd.WithWindowSize(zframe.Window))
 	if err != nil {
 		t.Fatal(err)
 	}
