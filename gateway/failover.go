@@ -53,12 +53,8 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, c *call, s
 	retry := g.tracker.Retry()
 	for try := 1; ; try++ {
 		allowed = g.tracker.Allowed(allowed[:0], tried)
-		if len(allowed) == 0 && try == 1 && !sv.started && !c.waitedReady {
-			// Nothing routable yet (workers starting, or all ejected a
-			// moment ago): wait a little for one, as a client would retry.
-			wctx, cancel := context.WithTimeout(ctx, g.cfg.ReadyWait)
-			_ = g.tracker.WaitReady(wctx)
-			cancel()
+		if len(allowed) == 0 && try == 1 && !sv.started {
+			g.awaitRoutable(ctx, c)
 			allowed = g.tracker.Allowed(allowed[:0], tried)
 		}
 		if len(allowed) == 0 {
@@ -346,4 +342,17 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// awaitRoutable waits, at most once per request and up to ReadyWait, for a
+// worker to be routable when none is (workers starting, or all ejected a
+// moment ago), as a client would retry.
+func (g *Gateway) awaitRoutable(ctx context.Context, c *call) {
+	if c.waitedReady || g.cfg.ReadyWait <= 0 || g.tracker.Ready() {
+		return
+	}
+	c.waitedReady = true
+	wctx, cancel := context.WithTimeout(ctx, g.cfg.ReadyWait)
+	_ = g.tracker.WaitReady(wctx)
+	cancel()
 }

@@ -369,8 +369,8 @@ type call struct {
 	id     string // request id, also the translated reply's id
 	tokens []uint32
 	hdr    http.Header // the client's request headers (only `forwarded` ones are sent on)
-	// waitedReady: tokens already waited ReadyWait for a routable worker
-	// and found none; forward does not wait a second time.
+	// waitedReady: the request has waited for a routable worker
+	// (awaitRoutable waits once per request).
 	waitedReady bool
 }
 

@@ -40,16 +40,9 @@ func (g *Gateway) tokens(ctx context.Context, c *call) ([]uint32, error) {
 	first := g.tokIdx.Load()
 	// Routable workers only (a dead or black-holed one would cost a
 	// TokenizeTimeout each). With none routable yet (at start, before the
-	// first probes answer) wait for one as forward does, then, if still
-	// none, try them all.
+	// first probes answer) wait for one, then, if still none, try them all.
+	g.awaitRoutable(ctx, c)
 	anyRoutable := g.tracker.Ready()
-	if !anyRoutable && g.cfg.ReadyWait > 0 {
-		wctx, cancel := context.WithTimeout(ctx, g.cfg.ReadyWait)
-		_ = g.tracker.WaitReady(wctx)
-		cancel()
-		anyRoutable = g.tracker.Ready()
-		c.waitedReady = !anyRoutable
-	}
 	for i := uint64(0); i < n; i++ {
 		k := (first + i) % n
 		if anyRoutable && !g.tracker.Routable(g.order[k].ID) {
