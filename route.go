@@ -343,16 +343,13 @@ func (r *Router) holdLocked(rt *routing, req *Request, hold bool) (*heldRequest,
 // session must not die with its worker. Only with no candidate at all does
 // the turn end and the request get refused.
 func (r *Router) keepAdmissionWorkerLocked(rt *routing, sc *scratch) error {
-	has := func() bool {
-		w, ok := r.byAdm[rt.adm.Worker]
-		return ok && slices.ContainsFunc(sc.cands, func(c candidate) bool { return c.ws.key == w })
-	}
-	if !has() && len(sc.cands) > 0 {
-		if a, ok := r.adm.Relocate(rt.start, rt.program, r.preferenceLocked(sc.cands)); ok {
+	w, ok := r.byAdm[rt.adm.Worker]
+	if (!ok || !slices.ContainsFunc(sc.cands, func(c candidate) bool { return c.ws.key == w })) && len(sc.cands) > 0 {
+		if a, moved := r.adm.Relocate(rt.start, rt.program, r.preferenceLocked(sc.cands)); moved {
 			rt.adm = a
+			w, ok = r.byAdm[a.Worker]
 		}
 	}
-	w, ok := r.byAdm[rt.adm.Worker]
 	keep := sc.cands[:0]
 	for _, c := range sc.cands {
 		if ok && c.ws.key == w {
