@@ -84,6 +84,13 @@
 // workers ranked by cache cost to StartRequestOn: the first with room takes
 // the program (ReasonPreferred), otherwise placement proceeds as above.
 //
+// Workers fail. RemoveWorker pauses a worker's programs and resumes at
+// once those that fit elsewhere; before that, a router that cannot use a
+// running program's worker (failing, or excluded for one request) calls
+// Relocate, which moves the program with its turn to the first offered
+// worker with room, or to the roomiest one rather than lose the session
+// (ReasonRelocated; the next Tick pauses what overcommits).
+//
 // Two rules keep programs larger than the room under the resume ceiling
 // from starving (upstream would make them wait for the 30-minute forced
 // resume, and in simulation that cost a third of the throughput when one
