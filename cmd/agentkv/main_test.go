@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -96,5 +98,27 @@ func TestDispatcher(t *testing.T) {
 		code, stdout, _ := runCLI(t, "", name, "--help")
 		require.Equal(t, 0, code, name)
 		require.Contains(t, stdout, "usage: agentkv "+name, name)
+	}
+}
+
+// TestProxyBadTokenizer: a --tokenizer directory the proxy cannot use is a
+// one-line usage error at start, naming the flag and the reason.
+func TestProxyBadTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	// A SentencePiece-style model: not byte-level BPE.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"),
+		[]byte(`{"model":{"type":"Unigram","vocab":[]},"added_tokens":[]}`), 0o644))
+	for _, tc := range []struct{ name, dir, want string }{
+		{"missing", filepath.Join(dir, "nope"), "no such file"},
+		{"unsupported", dir, "hftok:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, "", "proxy", "--listen", "127.0.0.1:0", "--block-size", "16",
+				"--worker", "http://127.0.0.1:1", "--tokenizer", tc.dir)
+			require.Equal(t, 2, code, stderr)
+			require.Contains(t, stderr, "--tokenizer")
+			require.Contains(t, stderr, tc.want)
+			require.Equal(t, 1, strings.Count(stderr, "\n"), "one-line error: %q", stderr)
+		})
 	}
 }
