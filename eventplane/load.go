@@ -76,6 +76,13 @@ func (ls *loadShare) start(ctx context.Context) {
 		ls.mu.Lock()
 		ls.sub = sub
 		ls.mu.Unlock()
+		// The server registers a subscription asynchronously: without a
+		// round trip, another replica's report published just after this
+		// start (its first, or the only one for an hour) could miss this
+		// replica. A failed flush costs only that; the heartbeat repairs it.
+		if ferr := ls.rp.p.nc.FlushTimeout(2 * time.Second); ferr != nil {
+			ls.rp.log.Warn("eventplane: load subscription flush failed", "err", ferr)
+		}
 	} else {
 		ls.rp.log.Warn("eventplane: load subscription failed", "err", err)
 	}
