@@ -3,6 +3,7 @@ package agentkv
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -294,9 +295,13 @@ func (r *Router) admitLocked(rt *routing, req *Request, sc *scratch, hold bool) 
 		delete(r.held, id)
 	} else {
 		var prefer []admission.WorkerID
-		if r.cfg.Policy == KVAware && (r.adm.Status(rt.program) == admission.StatusUnknown ||
-			r.adm.Config().Rebalance && r.adm.Status(rt.program) == admission.StatusRunnable) {
-			prefer = r.preferenceLocked(sc.cands)
+		if r.cfg.Policy == KVAware {
+			switch st := r.adm.Status(rt.program); {
+			case st == admission.StatusUnknown:
+				prefer = r.preferenceLocked(sc.cands)
+			case st == admission.StatusRunnable && r.adm.Config().Rebalance:
+				prefer = r.rebalancePreferenceLocked(rt, sc.cands)
+			}
 		}
 		a, err := r.startTurnLocked(rt, req, prefer)
 		if err != nil {
@@ -478,6 +483,30 @@ func (r *Router) newDecision(rt *routing, req *Request, candidates int) *Decisio
 		agent:        req.Agent,
 		prompt:       rt.prompt,
 	}
+}
+
+// rebalancePreferenceLocked is the preference offered for a running
+// program's turn under Config.Rebalance: the candidates cheapest first when
+// the program's own worker costs more than the cheapest by at least
+// RebalanceMargin tokens of prefill, else none (the turn stays home).
+func (r *Router) rebalancePreferenceLocked(rt *routing, cands []candidate) []admission.WorkerID {
+	p, ok := r.adm.Program(rt.start, rt.program)
+	if !ok || !p.HasWorker || len(cands) < 2 {
+		return nil
+	}
+	home, best := math.Inf(1), math.Inf(1)
+	for _, c := range cands {
+		if c.ws.admID == p.Worker {
+			home = c.cost.Logit
+		}
+		best = min(best, c.cost.Logit)
+	}
+	margin := float64(r.adm.Config().RebalanceMargin) / float64(r.cfg.BlockSize)
+	if math.IsInf(home, 1) || home-best < margin {
+		return nil
+	}
+
+	return r.preferenceLocked(cands)
 }
 
 // preferenceLocked returns the candidates' admission ids, cheapest first.

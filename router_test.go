@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -614,4 +615,35 @@ func TestMetricsAdmissionAndGaps(t *testing.T) {
 	var bse *flashindex.BlockSizeError
 	require.ErrorAs(t, err, &bse)
 	require.Equal(t, 1.0, testutil.ToFloat64(m.events.WithLabelValues("1/0", "block_size")))
+}
+
+// TestRebalanceMargin: with admission's Rebalance, a program's turn moves
+// off its worker only when the router prices that worker at least
+// RebalanceMargin tokens dearer than the cheapest; a smaller backlog there
+// keeps the program home, where its cache is.
+func TestRebalanceMargin(t *testing.T) {
+	run := func(margin int64, backlog int) uint64 {
+		r, _ := newTestRouter(t, Config{Admission: &admission.Config{Rebalance: true, RebalanceMargin: margin}})
+		require.NoError(t, r.AddWorker(worker(1, 100_000)))
+		require.NoError(t, r.AddWorker(worker(2, 100_000)))
+		prompt := tokens(64, 1)
+		store(t, r, 1, flashindex.Device, prompt, 1)
+		a := session.AgentContext{SessionID: "a"}
+		d, err := r.TryRoute(&Request{ID: "a1", Tokens: prompt, Agent: a})
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), d.Worker.ID, "the first turn goes where its prefix is")
+		d.Done(Usage{PromptTokens: 64, CompletionTokens: 1})
+		// A request outside admission keeps worker 1 busy with backlog
+		// tokens of prefill while a is in its tool call.
+		busy, err := r.TryRoute(&Request{ID: "x", Tokens: tokens(backlog, 9), Override: &Override{AllowedWorkers: []uint64{1}}})
+		require.NoError(t, err)
+		defer busy.Done(Usage{})
+		d, err = r.TryRoute(&Request{ID: "a2", Tokens: append(slices.Clone(prompt), tokens(8, 2)...), Agent: a})
+		require.NoError(t, err)
+		defer d.Done(Usage{})
+		return d.Worker.ID
+	}
+	require.Equal(t, uint64(2), run(0, 64), "no margin: the cheaper worker takes the turn")
+	require.Equal(t, uint64(1), run(1024, 64), "a backlog under the margin keeps the program home")
+	require.Equal(t, uint64(2), run(1024, 4096), "a backlog over the margin moves it")
 }

@@ -119,11 +119,22 @@ type Config struct {
 	// Rebalance lets a turn of an Active program between turns (Acting)
 	// move to the first worker of StartRequestOn's prefer list when that
 	// is not its worker and has room for it under the resume ceiling
-	// (ReasonPreferred): the router ranks workers by KV cost, cache and
-	// load together, so a program leaves a worker only when another is
-	// cheaper despite its cache there. Off, a placed program's turns always
-	// run on its worker.
+	// (ReasonPreferred), but only while no turn waits for room: the room a
+	// move takes is the room a waiting turn needs, and the recompute it
+	// costs takes engine time a saturated cluster does not have. The
+	// router ranks workers by KV cost, cache and load together, and offers
+	// a running program that list only when its own worker costs at least
+	// RebalanceMargin more than the cheapest. Off, a placed program's turns
+	// always run on its worker.
 	Rebalance bool
+	// RebalanceMargin is that margin, in tokens of prefill (the router's
+	// cost: tokens queued for prefill plus the prompt's uncached tokens).
+	// A program leaves its cache only to escape a backlog, such as a long
+	// prompt's prefill at the head of its worker's queue: a turn of a few
+	// cached tokens otherwise waits a minute behind a 200 K-token prefill
+	// while another worker idles. Zero moves it whenever another worker is
+	// cheaper at all.
+	RebalanceMargin int64
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -143,6 +154,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"Buffer", float64(c.Buffer)}, {"ForcedResume", float64(c.ForcedResume)},
 		{"Interval", float64(c.Interval)}, {"DecayHalfLife", float64(c.DecayHalfLife)},
 		{"MaxPending", float64(c.MaxPending)}, {"MaxWait", float64(c.MaxWait)},
+		{"RebalanceMargin", float64(c.RebalanceMargin)},
 	} {
 		if err := neg(f.name, f.v); err != nil {
 			return c, err
@@ -191,6 +203,31 @@ func (c Config) withDefaults() (Config, error) {
 		return c, &ConfigError{"Hysteresis", "must be < PauseThreshold"}
 	}
 	return c, nil
+}
+
+// Agentic returns the configuration that agentkv runs by default and that
+// the README's admission study measures against KV-aware routing and the
+// best fixed concurrency cap (agentkv simulate's "kv+admission"; the
+// proxy's --admission): an Acting program's weight decays with a
+// one-minute half-life while its tool runs (most tool calls return within
+// seconds and need the cache back; a long one's KV is only cache); a held
+// turn of a running program waits at most 3 minutes and is then swapped in
+// (MaxWait); resumed programs go home first (HomeFirst); programs are
+// sized by what programs grow to (ReserveGrowth); a program's end lets the
+// next in at once (ResumeOnEnd); and a program between turns leaves its
+// worker only to escape a backlog of 128 K tokens of prefill, and only
+// while nothing waits for room (Rebalance, RebalanceMargin). Config{} is
+// ThunderAgent's configuration as upstream runs it.
+func Agentic() Config {
+	return Config{
+		DecayHalfLife:   time.Minute,
+		MaxWait:         3 * time.Minute,
+		HomeFirst:       true,
+		ReserveGrowth:   true,
+		ResumeOnEnd:     true,
+		Rebalance:       true,
+		RebalanceMargin: 128_000,
+	}
 }
 
 // ResumeCeiling is PauseThreshold − Hysteresis after defaults.

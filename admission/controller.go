@@ -448,7 +448,7 @@ func (c *RawAdmitter) StartRequest(now time.Time, id string, promptTokens int64)
 // A router passes its workers ranked by KV-cache cost, so a new program
 // lands where its prefix is cached. prefer is only read; it is ignored for
 // programs the controller already knows, except with Config.Rebalance (an
-// Acting program moves to prefer[0] when that has room).
+// Acting program moves to prefer[0] when that has room and no turn waits).
 func (c *RawAdmitter) StartRequestOn(now time.Time, id string, promptTokens int64, prefer []WorkerID) (Admission, error) {
 	if id == "" {
 		return Admission{}, ErrEmptyID
@@ -464,7 +464,7 @@ func (c *RawAdmitter) StartRequestOn(now time.Time, id string, promptTokens int6
 	if p.life == Active {
 		w := p.w
 		why := ReasonActive
-		if c.cfg.Rebalance && p.inflight == 0 && len(prefer) > 0 && prefer[0] != w.id {
+		if c.cfg.Rebalance && c.nWaiting == 0 && p.inflight == 0 && len(prefer) > 0 && prefer[0] != w.id {
 			if to := c.workerByID(prefer[0]); to != nil && c.used(to)+float64(c.need(p, to)) <= c.ceiling*float64(to.cap) {
 				w, why = to, ReasonPreferred
 			}

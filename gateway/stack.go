@@ -109,8 +109,8 @@ type StackConfig struct {
 	BlockSize int
 	Policy    agentkv.Policy
 	Affinity  agentkv.AffinityMode
-	// Admission enables program-aware admission with its defaults
-	// (ticking every Tick).
+	// Admission enables program-aware admission as admission.Agentic
+	// configures it (ticking every Tick).
 	Admission bool
 	// Tick is the control-loop period (default 5 s); Refresh the capacity
 	// refresh period (default 30 s; negative disables).
@@ -260,7 +260,9 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		rc.Trace = ts
 	}
 	if cfg.Admission {
-		rc.Admission = &admission.Config{Interval: cfg.Tick}
+		ac := admission.Agentic()
+		ac.Interval = cfg.Tick
+		rc.Admission = &ac
 	}
 	if s.router, err = agentkv.New(rc); err != nil {
 		s.closeWorkers()

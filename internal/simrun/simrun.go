@@ -106,26 +106,14 @@ var Policies = []Policy{
 	{Name: "kv+hints", Select: agentkv.KVAware, Hints: hintPolicies.All()},
 }
 
-// AdmissionConfig is the admission the "kv+admission" policy runs: an
-// Acting program (in a tool call) weighs its context, decaying with a
-// one-minute half-life while the tool runs (most tool calls return within
-// seconds and need the cache back; a long one's KV is only cache, and goes
-// cold); a held turn of a running program waits at most 3 minutes and is
-// then swapped in (Acting programs paused to make room, never a forced
-// overcommit); resumed programs go back to their home worker when it has
-// room. (A half acting weight, measured against this at 64-512 programs on
-// the synthetic, tiled Claude Code and SWE-bench-shaped workloads and two
-// seeds, was 1 % better at one level, even at another, and 1.5-9 % worse at
-// the rest.)
+// AdmissionConfig is the admission the "kv+admission" policy runs,
+// admission.Agentic (what the proxy's --admission runs too). (A half acting
+// weight, measured against it at 64-512 programs on the synthetic, tiled
+// Claude Code and SWE-bench-shaped workloads and two seeds, was 1 % better
+// at one level, even at another, and 1.5-9 % worse at the rest.)
 // "kv+admission:upstream" is ThunderAgent's configuration as Dynamo ports
 // it (admission.Config{}).
-var AdmissionConfig = admission.Config{
-	DecayHalfLife: time.Minute,
-	MaxWait:       3 * time.Minute,
-	HomeFirst:     true,
-	ReserveGrowth: true,
-	ResumeOnEnd:   true,
-}
+var AdmissionConfig = admission.Agentic()
 
 // HintPolicies are the kvhint built-ins the "kv+hint*" policies use.
 type HintPolicies struct {
