@@ -85,7 +85,13 @@ type Config struct {
 	// under the resume ceiling, and it resumes there (ReasonSwap). Where
 	// pausing every Acting program would not make room, Reasoning programs
 	// are marked to pause at their next tool boundary and it resumes once
-	// they have. While a held turn of a placed program waits, no queued
+	// they have. When the held turns due, with the running Reasoning
+	// programs (less the marked ones), weigh more than the workers hold
+	// under the resume ceiling, swaps would only rotate programs through
+	// each other's holds: the newest due ones are parked instead, sent
+	// back to the door (KindQueue, ReasonOvercommit) until the rest fit,
+	// where they wait in line by when their turns were held (home-first
+	// resumes still apply). While a held turn of a placed program waits, no queued
 	// new program (nor a paused one with nothing held) is resumed ahead of
 	// it by the Placement: the room it is waiting for stays its. New
 	// programs wait at the door first come, first served: one that does

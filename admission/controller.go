@@ -76,6 +76,7 @@ type program struct {
 	w         *worker // non-nil iff Active
 	home      *worker // where it last ran (nil: never placed, or removed)
 	placed    bool    // was ever placed (false: a queued new program)
+	parked    bool    // placed, and sent back to the door (see swapIn)
 	tokens    int64
 	shared    int64  // leading tokens shared with other programs (SetShared), ≤ tokens when counted
 	sharedID  uint64 // which prefix (SetShared's key)
@@ -872,7 +873,7 @@ func (c *RawAdmitter) forceResume(now time.Time, r *TickResult) {
 		// With MaxWait, placed programs are swapped in long before the
 		// cap, and new ones wait at the door in order: no forced resume
 		// overcommits a worker for them.
-		if p.held > 0 && now.Sub(p.waitSince) >= c.cfg.ForcedResume && (c.cfg.MaxWait <= 0 || p.placed && now.Sub(p.waitSince) >= 2*c.cfg.ForcedResume) {
+		if p.held > 0 && now.Sub(p.waitSince) >= c.cfg.ForcedResume && (c.cfg.MaxWait <= 0 || p.placed && !p.parked && now.Sub(p.waitSince) >= 2*c.cfg.ForcedResume) {
 			due = append(due, p)
 		}
 	}
@@ -922,7 +923,7 @@ func (c *RawAdmitter) resumeUsed(now time.Time, w *worker) float64 {
 // 2 = paused with no turn held.
 func resumeGroup(p *program) int {
 	switch {
-	case !p.placed:
+	case !p.placed || p.parked:
 		return 1
 	case p.held > 0:
 		return 0
@@ -1149,7 +1150,7 @@ func (c *RawAdmitter) swapIn(now time.Time, r *TickResult) {
 	}
 	due := c.sProgs[:0]
 	for _, p := range c.paused {
-		if p.held > 0 && p.placed && now.Sub(p.waitSince) >= c.cfg.MaxWait {
+		if p.held > 0 && p.placed && !p.parked && now.Sub(p.waitSince) >= c.cfg.MaxWait {
 			due = append(due, p)
 		}
 	}
@@ -1160,7 +1161,30 @@ func (c *RawAdmitter) swapIn(now time.Time, r *TickResult) {
 		return cmp.Compare(a.pauseSeq, b.pauseSeq)
 	})
 	due = slices.Clone(due) // pause below reuses the scratch slices
+	// Held turns of placed programs that, with the running Reasoning
+	// programs, weigh more than the workers hold under the resume ceiling
+	// cannot all run within MaxWait: a swap would pause an Acting program
+	// whose next turn would then wait for a swap in turn, round and round
+	// (in simulation, 256 SWE-bench-shaped agents that all started small
+	// and grew sixfold held their later turns 8-10 minutes each, for
+	// hours). The newest of the due ones go back to the door instead
+	// (parked), until the rest fit: in the door's line by when their turns
+	// were held, so ahead of newer programs, and resumed on their home
+	// worker (HomeFirst) as soon as it has room.
+	if len(due) > 0 {
+		over := c.heldOvercommit()
+		for i := len(due) - 1; i >= 0 && over > 0; i-- {
+			p := due[i]
+			p.parked = true
+			over -= float64(c.grownSize(tail(p)) + c.cfg.Buffer)
+			c.stats.Parked++
+			c.emit(Decision{At: now, Kind: KindQueue, Reason: ReasonOvercommit, Program: p.id, Tokens: p.tokens})
+		}
+	}
 	for _, p := range due {
+		if p.parked {
+			continue
+		}
 		var best *worker
 		bestCost := math.Inf(1)
 		for _, w := range c.workers {
@@ -1225,6 +1249,24 @@ func (c *RawAdmitter) swapIn(now time.Time, r *TickResult) {
 	c.sProgs = c.sProgs[:0]
 }
 
+// heldOvercommit is by how much the Reasoning programs, running (with
+// their growth reserve; not those marked to pause at their tool boundary)
+// or held (a turn waiting, not parked), outweigh the workers' room under
+// the resume ceiling; Acting programs, in their tool calls, are what a
+// swap pauses, so they do not count.
+func (c *RawAdmitter) heldOvercommit() float64 {
+	var over float64
+	for _, w := range c.workers {
+		over += float64(w.reasoning-w.marked) + float64(w.sharedSum) + c.reserved(w) - c.ceiling*float64(w.cap)
+	}
+	for _, p := range c.paused {
+		if p.held > 0 && p.placed && !p.parked {
+			over += float64(c.grownSize(tail(p)) + c.cfg.Buffer)
+		}
+	}
+	return over
+}
+
 // markFor marks Reasoning programs so that p fits once they pause at
 // their tool boundaries: on p's home worker if p can fit there at all,
 // else on the worker with the most weight to reclaim; enough of them
@@ -1276,6 +1318,7 @@ func (c *RawAdmitter) resumeOn(now time.Time, p *program, w *worker, reason Reas
 	c.removePaused(p)
 	p.life = Active
 	p.placed = true
+	p.parked = false
 	p.resumedAt = c.tickNo
 	c.attach(p, w)
 	d := Decision{At: now, Kind: KindResume, Reason: reason, Program: p.id, Worker: w.id, HasWorker: true,

@@ -128,7 +128,16 @@
 //     simulation, on the SWE-bench-shaped workload at 128 programs, that made
 //     17 K swaps instead of 7 K and a hit rate of 29 % instead of 43 %). A
 //     held turn waits at most MaxWait plus, where the swap had to mark
-//     Reasoning programs, the rest of their in-flight turns.
+//     Reasoning programs, the rest of their in-flight turns, unless it is
+//     parked: when the held turns due, with the running Reasoning programs,
+//     weigh more than the workers hold (programs placed small that all
+//     grew), a swap would pause an Acting program whose next turn then
+//     waits for a swap in turn, and every program cycles through holds
+//     (in simulation, 256 SWE-bench-shaped agents that started at 5-10 K
+//     tokens and grew sixfold held their later turns 8-10 minutes each for
+//     the first five hours, at 12 % less throughput). The newest due ones
+//     go back to the door instead (ReasonOvercommit) until the rest fit:
+//     a few programs wait long once rather than all waiting at every turn.
 //   - HomeFirst resumes a program on its home worker (where it last ran, so
 //     its prefix is cached there) whenever that has room, before the
 //     Placement sees it (ReasonHome).
