@@ -505,7 +505,6 @@ func (r *Router) rebalancePreferenceLocked(rt *routing, cands []candidate) []adm
 	if math.IsInf(home, 1) || home-best < margin {
 		return nil
 	}
-
 	return r.preferenceLocked(cands)
 }
 

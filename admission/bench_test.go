@@ -74,13 +74,12 @@ func BenchmarkTick(b *testing.B) {
 		b.ReportMetric(percentile(lat, 0.5), "p50-ns")
 		b.ReportMetric(percentile(lat, 0.99), "p99-ns")
 	}
-	// "steady-improved" is "steady" with the options simrun's kv+admission
-	// runs (MaxWait, HomeFirst, a decaying acting weight, ReserveGrowth,
-	// ResumeOnEnd) and every program's shared prefix recorded (SetShared,
-	// four distinct prefixes).
+	// "steady-improved" is "steady" with Agentic's options (what simrun's
+	// kv+admission and the proxy run: MaxWait, HomeFirst, a decaying
+	// acting weight, ReserveGrowth, ResumeOnEnd, Rebalance) and every
+	// program's shared prefix recorded (SetShared, four distinct prefixes).
 	b.Run(fmt.Sprintf("n=%d/workers=%d/steady-improved", n, w), func(b *testing.B) {
-		c := buildLoaded(b, n, w, 1000, Config{MaxWait: 3 * time.Minute, HomeFirst: true, DecayHalfLife: time.Minute,
-			ReserveGrowth: true, ResumeOnEnd: true})
+		c := buildLoaded(b, n, w, 1000, Agentic())
 		for i := 0; i < n; i++ {
 			_ = c.SetShared(fmt.Sprint("p", i), 500, uint64(i%4))
 		}
