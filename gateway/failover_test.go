@@ -242,6 +242,7 @@ func TestFailoverRetryBeforeFirstByte(t *testing.T) {
 	require.NoError(t, f.mock(0).ClearFaults())
 	f.waitRoutable(0, true)
 	opens := f.stack.gw.Tracker().Status()[0].BreakerOpens
+	retriedBefore := testutil.ToFloat64(f.stack.gw.m.failures.WithLabelValues("chat", "retried"))
 	require.NoError(t, f.mock(0).SetFaults(mock.Faults{Refuse: true}))
 	f.stack.cfg.HTTPClient.CloseIdleConnections() // refusing takes new connections only
 	for i := range 8 {
@@ -251,7 +252,15 @@ func TestFailoverRetryBeforeFirstByte(t *testing.T) {
 		require.Equal(t, 1, f.workerOf(resp))
 	}
 	require.False(t, f.routable(0))
-	require.Equal(t, opens+1, f.stack.gw.Tracker().Status()[0].BreakerOpens, "ejected once, on the first refusal")
+	// A request that met the refusal ejected the worker at once, and only
+	// once. Under load (-race) the 100 ms probe can find the refusal first
+	// and eject it before any request is routed there: then no breaker
+	// opened at all.
+	if testutil.ToFloat64(f.stack.gw.m.failures.WithLabelValues("chat", "retried")) > retriedBefore {
+		require.Equal(t, opens+1, f.stack.gw.Tracker().Status()[0].BreakerOpens, "ejected once, on the first refusal")
+	} else {
+		require.Equal(t, opens, f.stack.gw.Tracker().Status()[0].BreakerOpens, "ejected by the probe, no request refused")
+	}
 	// Back: the probes bring it in again.
 	require.NoError(t, f.mock(0).ClearFaults())
 	f.waitRoutable(0, true)
