@@ -57,13 +57,27 @@ func TestTrackerProbesUpAndDown(t *testing.T) {
 	tr, reg := newTracker(t, clk, Config{})
 	var code atomic.Int32
 	code.Store(200)
-	url := healthServer(t, &code)
+	// The first probe starts at Add: its reply waits for the gate, so the
+	// worker is seen before it (not racing the probe).
+	gate := make(chan struct{})
+	var first atomic.Bool
+	url := statusServerFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health" {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		if first.CompareAndSwap(false, true) {
+			<-gate
+		}
+		w.WriteHeader(int(code.Load()))
+	})
 	if err := tr.Add(0, url); err != nil {
 		t.Fatal(err)
 	}
 	if tr.Routable(0) {
 		t.Fatal("routable before its first probe")
 	}
+	close(gate)
 	a := clk.next(t) // the first probe ran
 	if a.d != DefaultProbeInterval || !tr.Routable(0) || !tr.Ready() {
 		t.Fatalf("after a good probe: wait %v routable %v", a.d, tr.Routable(0))
