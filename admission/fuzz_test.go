@@ -8,9 +8,10 @@ import (
 )
 
 // FuzzController decodes bytes into a sequence of operations (request
-// starts and ends, session ends, cancels, ticks, worker changes,
-// relocations, with
-// arbitrary ids, token counts and time steps) and checks after each one that
+// starts, with and without a placement preference, and ends, session ends,
+// cancels, ticks, worker changes, relocations, with arbitrary ids, token
+// counts and time steps) under configurations that switch the options on
+// (decay, growth reserve, MaxWait with swaps and parking, Rebalance) and checks after each one that
 // nothing panics, the bookkeeping matches a from-scratch recomputation, and
 // after each tick the pause postcondition holds.
 func FuzzController(f *testing.F) {
@@ -35,6 +36,12 @@ func FuzzController(f *testing.F) {
 		if cfgByte&32 != 0 {
 			cfg.ReserveGrowth, cfg.ResumeOnEnd = true, true
 		}
+		if cfgByte&64 != 0 {
+			cfg.MaxWait, cfg.HomeFirst = 20*time.Second, true // swaps and parking
+		}
+		if cfgByte&128 != 0 {
+			cfg.Rebalance = true
+		}
 		c, err := NewRawAdmitter(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -56,9 +63,12 @@ func FuzzController(f *testing.F) {
 			now = now.Add(time.Duration(op>>4) * time.Second)
 			var line string
 			switch op % 10 {
-			case 0, 1:
+			case 0:
 				line = "start " + id
 				_, _ = c.StartRequest(now, id, tokens)
+			case 1:
+				line = fmt.Sprint("start ", id, " prefer ", b%4, ",", a%4)
+				_, _ = c.StartRequestOn(now, id, tokens, []WorkerID{WorkerID(b % 4), WorkerID(a % 4)})
 			case 2, 3:
 				line = "end " + id
 				_ = c.EndRequest(now, id, tokens, int64(a))
