@@ -919,16 +919,18 @@ func (c *RawAdmitter) resumeUsed(now time.Time, w *worker) float64 {
 	return u
 }
 
-// resumeGroup: 0 = held turn of a placed program, 1 = queued new program,
-// 2 = paused with no turn held.
+// resumeGroup: 0 = held turn of a placed program, 1 = queued new program
+// (or a parked held turn), 2 = paused with no turn held.
 func resumeGroup(p *program) int {
 	switch {
-	case !p.placed || p.parked:
+	case !p.placed:
 		return 1
-	case p.held > 0:
-		return 0
-	default:
+	case p.held == 0:
 		return 2
+	case p.parked:
+		return 1 // a held turn parked at the door
+	default:
+		return 0
 	}
 }
 
