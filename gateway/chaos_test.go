@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv/internal/apiwire"
 )
 
 // chaosResult is what a chaos run's clients saw.
@@ -110,12 +112,12 @@ func chatStreamResult(body string) (string, int, Usage) {
 	var u Usage
 	n := 0
 	s.on = func(_ string, data []byte) {
-		var ch chatChunk
+		var ch apiwire.ChatChunk
 		if json.Unmarshal(data, &ch) != nil {
 			return
 		}
 		n++
-		ch.learn(&u)
+		learn(&ch, &u)
 		for _, c := range ch.Choices {
 			b.WriteString(deref(c.Delta.Content))
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentkv/agentkv"
+	"github.com/agentkv/agentkv/internal/apiwire"
 )
 
 // TestRejectsInCallersShape: bad requests get errors in the caller's API
@@ -188,10 +189,10 @@ func TestChunkMatters(t *testing.T) {
 	} {
 		require.Equal(t, tc.want, chunkMatters([]byte(tc.in)), tc.in)
 		// The reference: a full decode.
-		var c chatChunk
+		var c apiwire.ChatChunk
 		require.NoError(t, json.Unmarshal([]byte(tc.in), &c))
 		var u Usage
-		fin := c.learn(&u)
+		fin := learn(&c, &u)
 		if fin || u.HasUsage || len(u.ToolCalls) > 0 {
 			require.True(t, chunkMatters([]byte(tc.in)), "a chunk that teaches something is decoded: %s", tc.in)
 		}

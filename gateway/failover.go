@@ -267,6 +267,9 @@ func continueChat(body []byte, text string, sent int) ([]byte, bool) {
 	return b, err == nil
 }
 
+// jobj is a JSON object written ad hoc.
+type jobj = map[string]any
+
 // endStream ends a client stream that broke off with its API's own error
 // event: an OpenAI error chunk, Responses response.failed, Anthropic
 // event: error. It returns false for a reply that was not a stream (the

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentkv/agentkv"
+	"github.com/agentkv/agentkv/internal/apiwire"
 )
 
 // Outcome classifies one attempt to serve a request on one worker.
@@ -249,7 +250,7 @@ type streamSoFar struct {
 }
 
 // learn folds a chat chunk's content into what was sent.
-func (sv *streamSoFar) learn(ch *chatChunk) {
+func (sv *streamSoFar) learn(ch *apiwire.ChatChunk) {
 	for _, c := range ch.Choices {
 		if c.Index != 0 {
 			continue
@@ -414,7 +415,7 @@ func (r *relay) writeEvents(b []byte, write func([]byte)) {
 		ev := b[:i+2]
 		b = b[i+2:]
 		data, ok := bytes.CutPrefix(bytes.TrimSpace(ev), []byte("data:"))
-		var ch chatChunk
+		var ch apiwire.ChatChunk
 		if ok && json.Unmarshal(bytes.TrimSpace(data), &ch) == nil {
 			if r.sv.migrations > 0 && roleOnly(&ch) {
 				continue
@@ -426,7 +427,7 @@ func (r *relay) writeEvents(b []byte, write func([]byte)) {
 }
 
 // roleOnly reports a chunk that carries nothing but the assistant role.
-func roleOnly(ch *chatChunk) bool {
+func roleOnly(ch *apiwire.ChatChunk) bool {
 	if ch.Usage != nil || len(ch.Choices) == 0 {
 		return false
 	}
@@ -447,9 +448,9 @@ func (r *relay) translateStream() AttemptResult {
 	tr, ew := r.sv.tr, r.sv.ew
 	var sse sseScanner
 	sse.on = func(_ string, data []byte) {
-		var ch chatChunk
+		var ch apiwire.ChatChunk
 		if json.Unmarshal(data, &ch) == nil {
-			if ch.learn(&u) {
+			if learn(&ch, &u) {
 				finished = true
 			}
 			r.sv.learn(&ch)

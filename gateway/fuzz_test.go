@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentkv/agentkv"
+	"github.com/agentkv/agentkv/internal/apiwire"
 )
 
 // FuzzTranslateRequests: whatever the body, the request translators never
@@ -29,8 +30,8 @@ func FuzzTranslateRequests(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, tr := range []func([]byte) (*chatRequest, error){
-			func(b []byte) (*chatRequest, error) { c, _, err := responsesToChat(b); return c, err },
+		for _, tr := range []func([]byte) (*apiwire.ChatRequest, error){
+			func(b []byte) (*apiwire.ChatRequest, error) { c, _, err := responsesToChat(b); return c, err },
 			messagesToChat,
 		} {
 			cr, err := tr(body)
@@ -60,7 +61,7 @@ func FuzzTranslateReplies(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	req := &chatRequest{Model: "m"}
+	req := &apiwire.ChatRequest{Model: "m"}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if out, _, err := chatToResponses(b, req, map[string]bool{"f": true}, "r"); err == nil {
 			require.True(t, json.Valid(out))
@@ -89,7 +90,7 @@ func FuzzTranslateReplies(f *testing.F) {
 			tr.start()
 			var sc sseScanner
 			sc.on = func(_ string, data []byte) {
-				var ch chatChunk
+				var ch apiwire.ChatChunk
 				if json.Unmarshal(data, &ch) == nil {
 					tr.chunk(&ch)
 				}

@@ -19,6 +19,7 @@ import (
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/internal/apiwire"
 	"github.com/agentkv/agentkv/session"
 )
 
@@ -359,9 +360,9 @@ func (g *Gateway) reject(w http.ResponseWriter, a API, code int, msg string) {
 // call is one request on its way through the gateway.
 type call struct {
 	api    API
-	body   []byte       // as forwarded to a worker serving the API natively
-	chat   *chatRequest // the chat translation (nil for Chat and Completions)
-	chatB  []byte       // chat (or completions) body for translating workers and /tokenize
+	body   []byte               // as forwarded to a worker serving the API natively
+	chat   *apiwire.ChatRequest // the chat translation (nil for Chat and Completions)
+	chatB  []byte               // chat (or completions) body for translating workers and /tokenize
 	stream bool
 	model  string
 	custom map[string]bool // Responses custom tools

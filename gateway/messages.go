@@ -5,78 +5,29 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/agentkv/agentkv/internal/apiwire"
 )
-
-// messagesRequest is the part of an Anthropic Messages (or count_tokens)
-// request the translation to chat completions reads.
-type messagesRequest struct {
-	Model         string          `json:"model"`
-	System        json.RawMessage `json:"system"`
-	Messages      []anthMessage   `json:"messages"`
-	Tools         []anthTool      `json:"tools"`
-	ToolChoice    *anthToolChoice `json:"tool_choice"`
-	MaxTokens     *int            `json:"max_tokens"`
-	Temperature   *float64        `json:"temperature"`
-	TopP          *float64        `json:"top_p"`
-	TopK          *int            `json:"top_k"`
-	StopSequences []string        `json:"stop_sequences"`
-	Stream        bool            `json:"stream"`
-}
-
-type anthMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-type anthTool struct {
-	Type        string          `json:"type"`
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"input_schema"`
-}
-
-type anthToolChoice struct {
-	Type                   string `json:"type"`
-	Name                   string `json:"name"`
-	DisableParallelToolUse bool   `json:"disable_parallel_tool_use"`
-}
-
-// anthBlock is one content block of a message.
-type anthBlock struct {
-	Type      string          `json:"type"`
-	Text      string          `json:"text"`
-	ID        string          `json:"id"`
-	Name      string          `json:"name"`
-	Input     json.RawMessage `json:"input"`
-	ToolUseID string          `json:"tool_use_id"`
-	Content   json.RawMessage `json:"content"`
-	IsError   bool            `json:"is_error"`
-	Source    *struct {
-		Type      string `json:"type"`
-		MediaType string `json:"media_type"`
-		Data      string `json:"data"`
-		URL       string `json:"url"`
-	} `json:"source"`
-}
 
 // systemText joins the system prompt's text: a string or text blocks,
 // joined with "\n".
-func systemText(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
+func systemText(c apiwire.TextOr[apiwire.ContentBlock]) string {
+	if !c.IsArray() {
+		return c.Text
 	}
-	var blocks []anthBlock
-	if json.Unmarshal(raw, &blocks) != nil {
-		return ""
-	}
-	parts := make([]string, 0, len(blocks))
-	for _, b := range blocks {
+	parts := make([]string, 0, len(c.Parts))
+	for _, b := range c.Parts {
 		if b.Type == "text" || b.Type == "" {
 			parts = append(parts, b.Text)
 		}
 	}
 	return strings.Join(parts, "\n")
+}
+
+// namedTool is a chat tool_choice naming one function.
+func namedTool(name string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": name}})
+	return b
 }
 
 // messagesToChat translates an Anthropic Messages request to chat
@@ -89,40 +40,46 @@ func systemText(raw json.RawMessage) string {
 // dropped; client tools (with an input_schema) become functions, server
 // tools are dropped; tool_choice any → "required", tool → the named
 // function, none → "none"; stop_sequences → stop.
-func messagesToChat(body []byte) (*chatRequest, error) {
-	var in messagesRequest
+func messagesToChat(body []byte) (*apiwire.ChatRequest, error) {
+	var in apiwire.MessagesRequest
 	if err := json.Unmarshal(body, &in); err != nil {
 		return nil, badRequest("messages request: %v", err)
 	}
-	cr := &chatRequest{Model: in.Model, MaxTokens: in.MaxTokens, Temperature: in.Temperature, TopP: in.TopP,
-		TopK: in.TopK, Stop: in.StopSequences, Stream: in.Stream}
+	cr := &apiwire.ChatRequest{Model: in.Model, MaxTokens: in.MaxTokens, Temperature: in.Temperature, TopP: in.TopP,
+		TopK: in.TopK, Stream: in.Stream}
+	if len(in.StopSequences) > 0 {
+		cr.Stop.Parts = in.StopSequences
+	}
 	if in.Stream {
-		cr.StreamOptions = &streamOptions{IncludeUsage: true}
+		cr.StreamOptions = &apiwire.StreamOptions{IncludeUsage: true}
 	}
 	if s := systemText(in.System); s != "" {
-		cr.Messages = append(cr.Messages, chatMessage{Role: "system", Content: s})
+		cr.Messages = append(cr.Messages, apiwire.ChatMessage{Role: "system", Content: text(s)})
 	}
 	for _, t := range in.Tools {
 		if len(t.InputSchema) == 0 {
 			continue // a server tool (web search, ...): the engine cannot run it
 		}
-		cr.Tools = append(cr.Tools, chatTool{Type: "function", Function: chatToolDef{Name: t.Name,
+		cr.Tools = append(cr.Tools, apiwire.ChatTool{Type: "function", Function: apiwire.FunctionDecl{Name: t.Name,
 			Description: t.Description, Parameters: t.InputSchema}})
 	}
-	if tc := in.ToolChoice; tc != nil {
+	if len(in.ToolChoice) > 0 {
+		var tc apiwire.AnthropicToolChoice
+		if err := json.Unmarshal(in.ToolChoice, &tc); err != nil {
+			return nil, badRequest("messages request: tool_choice: %v", err)
+		}
 		switch tc.Type {
 		case "auto":
-			cr.ToolChoice = "auto"
+			cr.ToolChoice = json.RawMessage(`"auto"`)
 		case "any":
-			cr.ToolChoice = "required"
+			cr.ToolChoice = json.RawMessage(`"required"`)
 		case "none":
-			cr.ToolChoice = "none"
+			cr.ToolChoice = json.RawMessage(`"none"`)
 		case "tool":
-			cr.ToolChoice = map[string]any{"type": "function", "function": map[string]string{"name": tc.Name}}
+			cr.ToolChoice = namedTool(tc.Name)
 		}
 		if tc.DisableParallelToolUse {
-			f := false
-			cr.ParallelToolCalls = &f
+			cr.ParallelToolCalls = apiwire.Ptr(false)
 		}
 	}
 	for i, m := range in.Messages {
@@ -132,51 +89,53 @@ func messagesToChat(body []byte) (*chatRequest, error) {
 		if m.Role == "system" {
 			// Claude Code 2.1 sends mid-conversation system messages
 			// (anthropic-beta mid-conversation-tool-changes): text only.
-			cr.Messages = append(cr.Messages, chatMessage{Role: "system", Content: systemText(m.Content)})
+			cr.Messages = append(cr.Messages, apiwire.ChatMessage{Role: "system", Content: text(systemText(m.Content))})
 			continue
 		}
-		var s string
-		if json.Unmarshal(m.Content, &s) == nil {
-			cr.Messages = append(cr.Messages, chatMessage{Role: m.Role, Content: s})
+		if !m.Content.IsArray() {
+			if m.Content.IsZero() {
+				return nil, badRequest("messages.%d.content: want a string or a list of blocks", i)
+			}
+			cr.Messages = append(cr.Messages, apiwire.ChatMessage{Role: m.Role, Content: text(m.Content.Text)})
 			continue
 		}
-		var blocks []anthBlock
-		if err := json.Unmarshal(m.Content, &blocks); err != nil {
-			return nil, badRequest("messages.%d.content: want a string or a list of blocks", i)
-		}
-		var parts []chatPart
-		var calls []chatToolCall
-		for _, b := range blocks {
+		var parts []apiwire.ChatContentPart
+		var calls []apiwire.ToolCall
+		for _, b := range m.Content.Parts {
 			switch b.Type {
 			case "text":
-				parts = append(parts, chatPart{Type: "text", Text: b.Text})
+				parts = append(parts, apiwire.ChatContentPart{Type: "text", Text: b.Text})
 			case "image":
-				if b.Source == nil {
+				var src *apiwire.ImageSource
+				if len(b.Source) > 0 && json.Unmarshal(b.Source, &src) != nil {
+					return nil, badRequest("messages.%d.content: want a string or a list of blocks", i)
+				}
+				if src == nil {
 					continue
 				}
-				u := b.Source.URL
-				if b.Source.Type == "base64" {
-					u = "data:" + b.Source.MediaType + ";base64," + b.Source.Data
+				u := src.URL
+				if src.Type == "base64" {
+					u = "data:" + src.MediaType + ";base64," + src.Data
 				}
-				parts = append(parts, chatPart{Type: "image_url", ImageURL: &imageURL{URL: u}})
+				parts = append(parts, apiwire.ImageURLPart(u))
 			case "tool_use":
 				args := "{}"
 				if in := bytes.TrimSpace(b.Input); len(in) > 0 {
 					args = string(in)
 				}
-				calls = append(calls, chatToolCall{ID: b.ID, Type: "function", Function: chatFunction{Name: b.Name, Arguments: args}})
+				calls = append(calls, apiwire.ToolCall{ID: b.ID, Type: "function", Function: apiwire.FunctionCall{Name: b.Name, Arguments: args}})
 			case "tool_result":
 				txt := textContent(b.Content)
 				if b.IsError && !strings.HasPrefix(txt, "Error") {
 					txt = "Error: " + txt
 				}
-				cr.Messages = append(cr.Messages, chatMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: txt})
+				cr.Messages = append(cr.Messages, apiwire.ChatMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: text(txt)})
 			}
 		}
 		if len(parts) == 0 && len(calls) == 0 {
 			continue // a user turn of tool results only
 		}
-		msg := chatMessage{Role: m.Role, ToolCalls: calls}
+		msg := apiwire.ChatMessage{Role: m.Role, ToolCalls: calls}
 		if len(parts) > 0 {
 			msg.Content = content(parts)
 		}
@@ -188,37 +147,8 @@ func messagesToChat(body []byte) (*chatRequest, error) {
 	return cr, nil
 }
 
-// The Messages reply shapes.
-
-type anthResponse struct {
-	ID           string         `json:"id"`
-	Type         string         `json:"type"`
-	Role         string         `json:"role"`
-	Model        string         `json:"model"`
-	Content      []anthOutBlock `json:"content"`
-	StopReason   *string        `json:"stop_reason"`
-	StopSequence *string        `json:"stop_sequence"`
-	Usage        anthUsage      `json:"usage"`
-}
-
-type anthOutBlock struct {
-	Type  string          `json:"type"`
-	Text  *string         `json:"text,omitempty"`
-	ID    string          `json:"id,omitempty"`
-	Name  string          `json:"name,omitempty"`
-	Input json.RawMessage `json:"input,omitempty"`
-}
-
-// anthUsage is Anthropic's usage: input_tokens excludes the cached part.
-type anthUsage struct {
-	InputTokens              int `json:"input_tokens"`
-	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
-	OutputTokens             int `json:"output_tokens"`
-}
-
-func newAnthUsage(u Usage) anthUsage {
-	return anthUsage{InputTokens: max(u.PromptTokens-u.CachedTokens, 0), CacheReadInputTokens: u.CachedTokens,
+func newAnthUsage(u Usage) apiwire.AnthropicUsage {
+	return apiwire.AnthropicUsage{InputTokens: max(u.PromptTokens-u.CachedTokens, 0), CacheReadInputTokens: u.CachedTokens,
 		OutputTokens: u.CompletionTokens}
 }
 
@@ -248,26 +178,26 @@ func toolInput(args string) json.RawMessage {
 
 // chatToMessages translates a non-streamed chat completion reply.
 func chatToMessages(b []byte, id string) ([]byte, Usage, error) {
-	var cr chatResponse
+	var cr apiwire.ChatResponse
 	if err := json.Unmarshal(b, &cr); err != nil {
 		return nil, Usage{}, fmt.Errorf("gateway: worker reply: %w", err)
 	}
 	var u Usage
-	cr.Usage.into(&u)
-	out := anthResponse{ID: id, Type: "message", Role: "assistant", Model: cr.Model, Content: []anthOutBlock{}}
+	usageInto(cr.Usage, &u)
+	out := apiwire.MessagesResponse{ID: id, Type: "message", Role: "assistant", Model: cr.Model, Content: []apiwire.ContentBlock{}}
 	var stopSeq *string
 	if len(cr.Choices) > 0 {
-		ch := cr.Choices[0]
-		u.FinishReason = deref(ch.FinishReason)
+		ch := &cr.Choices[0]
+		u.FinishReason = ch.FinishReason
 		if t := deref(ch.Message.Content); t != "" {
-			out.Content = append(out.Content, anthOutBlock{Type: "text", Text: &t})
+			out.Content = append(out.Content, apiwire.ContentBlock{Type: "text", Text: t})
 		}
 		for _, tc := range ch.Message.ToolCalls {
 			u.ToolCalls = append(u.ToolCalls, tc.Function.Name)
-			out.Content = append(out.Content, anthOutBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name,
+			out.Content = append(out.Content, apiwire.ContentBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name,
 				Input: toolInput(tc.Function.Arguments)})
 		}
-		if s, ok := ch.StopReason.(string); ok && u.FinishReason == "stop" {
+		if s, ok := ch.StopString(); ok && u.FinishReason == "stop" {
 			stopSeq = &s // vLLM names the stop string that ended the text
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/agentkv/agentkv/internal/apiwire"
 )
 
 // eventWriter writes server-sent events to the client, flushing each.
@@ -53,7 +55,7 @@ func (e *eventWriter) write(name string, v any) {
 // before it finished (the client then gets the API's error event).
 type translator interface {
 	start()
-	chunk(c *chatChunk)
+	chunk(c *apiwire.ChatChunk)
 	end(u Usage, complete bool, msg string)
 }
 
@@ -68,9 +70,10 @@ type toolAcc struct {
 type responsesStream struct {
 	ew     *eventWriter
 	seq    int
-	resp   responsesResponse
+	resp   apiwire.Response
 	custom map[string]bool
 	id     string
+	ev     apiwire.ResponsesStreamEvent // the event being written
 
 	textOut int // output index of the open message item, -1 when none
 	text    strings.Builder
@@ -78,50 +81,32 @@ type responsesStream struct {
 	open    *toolAcc
 }
 
-func newResponsesStream(ew *eventWriter, id, model string, created int64, req *chatRequest, custom map[string]bool) *responsesStream {
+func newResponsesStream(ew *eventWriter, id, model string, created int64, req *apiwire.ChatRequest, custom map[string]bool) *responsesStream {
 	return &responsesStream{ew: ew, resp: responsesShell(id, model, created, req), custom: custom, id: id,
 		textOut: -1, tools: map[int]*toolAcc{}}
 }
 
-type jobj = map[string]any
-
-func (s *responsesStream) emit(typ string, v jobj) {
-	v["type"], v["sequence_number"] = typ, s.seq
+// emit writes ev with the next sequence number.
+func (s *responsesStream) emit(ev apiwire.ResponsesStreamEvent) {
+	s.ev = ev
+	s.ev.SequenceNumber = s.seq
 	s.seq++
-	s.ew.event(typ, v)
+	s.ew.event(ev.Type, &s.ev)
 }
 
-// respDelta is the per-chunk Responses event (output_text.delta,
-// function_call_arguments.delta), encoded from a struct: the hot path.
-type respDelta struct {
-	Type           string `json:"type"`
-	SequenceNumber int    `json:"sequence_number"`
-	ItemID         string `json:"item_id"`
-	OutputIndex    int    `json:"output_index"`
-	ContentIndex   *int   `json:"content_index,omitempty"`
-	Delta          string `json:"delta"`
-	Logprobs       *[]any `json:"logprobs,omitempty"`
-}
-
-var zero = 0
-
-func (s *responsesStream) emitDelta(typ, item string, out int, text bool, delta string) {
-	ev := respDelta{Type: typ, SequenceNumber: s.seq, ItemID: item, OutputIndex: out, Delta: delta}
-	if text {
-		ev.ContentIndex, ev.Logprobs = &zero, &[]any{}
-	}
-	s.seq++
-	s.ew.event(typ, &ev)
+// emitResponse writes a response.* event carrying the response so far.
+func (s *responsesStream) emitResponse(typ string) {
+	s.emit(apiwire.ResponsesStreamEvent{Type: typ, Response: &s.resp})
 }
 
 func (s *responsesStream) start() {
-	s.emit("response.created", jobj{"response": s.resp})
-	s.emit("response.in_progress", jobj{"response": s.resp})
+	s.emitResponse(apiwire.EventResponseCreated)
+	s.emitResponse(apiwire.EventResponseInProgress)
 }
 
 func (s *responsesStream) msgID() string { return "msg_" + s.id }
 
-func (s *responsesStream) chunk(c *chatChunk) {
+func (s *responsesStream) chunk(c *apiwire.ChatChunk) {
 	if s.resp.Model == "" && c.Model != "" {
 		s.resp.Model = c.Model
 	}
@@ -133,21 +118,19 @@ func (s *responsesStream) chunk(c *chatChunk) {
 			if s.textOut < 0 {
 				s.closeTool()
 				s.textOut = len(s.resp.Output)
-				item := responsesOutput{Type: "message", ID: s.msgID(), Status: "in_progress", Role: "assistant",
-					Content: &[]responsesText{}}
+				item := apiwire.OutputItem{Type: apiwire.ItemMessage, ID: s.msgID(), Status: "in_progress", Role: "assistant"}
 				s.resp.Output = append(s.resp.Output, item)
-				s.emit("response.output_item.added", jobj{"output_index": s.textOut, "item": item})
-				s.emit("response.content_part.added", jobj{"item_id": s.msgID(), "output_index": s.textOut,
-					"content_index": 0, "part": responsesText{Type: "output_text", Annotations: []any{}}})
+				s.emit(apiwire.ResponsesStreamEvent{Type: apiwire.EventOutputItemAdded, OutputIndex: s.textOut, Item: &item})
+				part := outputText("")
+				s.emit(apiwire.ResponsesStreamEvent{Type: apiwire.EventContentPartAdded, ItemID: s.msgID(),
+					OutputIndex: s.textOut, Part: &part})
 			}
 			s.text.WriteString(t)
-			s.emitDelta("response.output_text.delta", s.msgID(), s.textOut, true, t)
+			s.emit(apiwire.ResponsesStreamEvent{Type: apiwire.EventOutputTextDelta, ItemID: s.msgID(), OutputIndex: s.textOut,
+				Delta: t})
 		}
 		for _, tc := range ch.Delta.ToolCalls {
-			idx := 0
-			if tc.Index != nil {
-				idx = *tc.Index
-			}
+			idx := tc.Index
 			a := s.tools[idx]
 			if a == nil {
 				s.closeText()
@@ -161,12 +144,13 @@ func (s *responsesStream) chunk(c *chatChunk) {
 				item := toolItem(s.itemID(a), a.id, a.name, "", s.custom)
 				item.Status = "in_progress"
 				s.resp.Output = append(s.resp.Output, item)
-				s.emit("response.output_item.added", jobj{"output_index": a.out, "item": item})
+				s.emit(apiwire.ResponsesStreamEvent{Type: apiwire.EventOutputItemAdded, OutputIndex: a.out, Item: &item})
 			}
 			if d := tc.Function.Arguments; d != "" {
 				a.args.WriteString(d)
 				if !s.custom[a.name] {
-					s.emitDelta("response.function_call_arguments.delta", s.itemID(a), a.out, false, d)
+					s.emit(apiwire.ResponsesStreamEvent{Type: apiwire.EventFunctionCallArgumentsDelta, ItemID: s.itemID(a),
+						OutputIndex: a.out, Delta: d})
 				}
 			}
 		}
@@ -179,15 +163,14 @@ func (s *responsesStream) closeText() {
 	if s.textOut < 0 {
 		return
 	}
-	t := s.text.String()
-	part := responsesText{Type: "output_text", Text: t, Annotations: []any{}}
-	s.emit("response.output_text.done", jobj{"item_id": s.msgID(), "output_index": s.textOut, "content_index": 0,
-		"text": t, "logprobs": []any{}})
-	s.emit("response.content_part.done", jobj{"item_id": s.msgID(), "output_index": s.textOut, "content_index": 0,
-		"part": part})
+	part := outputText(s.text.String())
+	s.emit(apiwire.ResponsesStreamEvent{Type: apiwire.EventOutputTextDone, ItemID: s.msgID(), OutputIndex: s.textOut,
+		Text: part.Text})
+	s.emit(apiwire.ResponsesStreamEvent{Type: apiwire.EventContentPartDone, ItemID: s.msgID(), OutputIndex: s.textOut,
+		Part: &part})
 	item := &s.resp.Output[s.textOut]
-	item.Status, item.Content = "completed", &[]responsesText{part}
-	s.emit("response.output_item.done", jobj{"output_index": s.textOut, "item": *item})
+	item.Status, item.Content = "completed", []apiwire.ResponsesContent{part}
+	s.emit(apiwire.ResponsesStreamEvent{Type: apiwire.EventOutputItemDone, OutputIndex: s.textOut, Item: item})
 	s.textOut = -1
 }
 
@@ -198,15 +181,17 @@ func (s *responsesStream) closeTool() {
 	}
 	s.open = nil
 	item := toolItem(s.itemID(a), a.id, a.name, a.args.String(), s.custom)
-	if item.Input != nil {
-		s.emit("response.custom_tool_call_input.delta", jobj{"item_id": item.ID, "output_index": a.out, "delta": *item.Input})
-		s.emit("response.custom_tool_call_input.done", jobj{"item_id": item.ID, "output_index": a.out, "input": *item.Input})
+	if item.Type == apiwire.ItemCustomToolCall {
+		s.emit(apiwire.ResponsesStreamEvent{Type: apiwire.EventCustomToolCallInputDelta, ItemID: item.ID, OutputIndex: a.out,
+			Delta: item.Input})
+		s.emit(apiwire.ResponsesStreamEvent{Type: apiwire.EventCustomToolCallInputDone, ItemID: item.ID, OutputIndex: a.out,
+			Input: item.Input})
 	} else {
-		s.emit("response.function_call_arguments.done", jobj{"item_id": item.ID, "output_index": a.out,
-			"arguments": *item.Arguments})
+		s.emit(apiwire.ResponsesStreamEvent{Type: apiwire.EventFunctionCallArgumentsDone, ItemID: item.ID, OutputIndex: a.out,
+			Arguments: item.Arguments})
 	}
 	s.resp.Output[a.out] = item
-	s.emit("response.output_item.done", jobj{"output_index": a.out, "item": item})
+	s.emit(apiwire.ResponsesStreamEvent{Type: apiwire.EventOutputItemDone, OutputIndex: a.out, Item: &item})
 }
 
 func (s *responsesStream) end(u Usage, complete bool, msg string) {
@@ -214,17 +199,17 @@ func (s *responsesStream) end(u Usage, complete bool, msg string) {
 	s.closeTool()
 	if !complete {
 		s.resp.Status = "failed"
-		s.resp.Error = &responsesError{Code: "server_error", Message: msg}
-		s.emit("response.failed", jobj{"response": s.resp})
+		s.resp.Error = &apiwire.ResponseError{Code: "server_error", Message: msg}
+		s.emitResponse(apiwire.EventResponseFailed)
 		return
 	}
 	s.resp.Status, s.resp.IncompleteDetails = responsesStatus(u.FinishReason)
 	s.resp.Usage = newResponsesUsage(u)
-	typ := "response.completed"
+	typ := apiwire.EventResponseCompleted
 	if s.resp.Status == "incomplete" {
-		typ = "response.incomplete"
+		typ = apiwire.EventResponseIncomplete
 	}
-	s.emit(typ, jobj{"response": s.resp})
+	s.emitResponse(typ)
 }
 
 // messagesStream translates to Anthropic Messages events.
@@ -237,36 +222,33 @@ type messagesStream struct {
 	textIdx int // index of the open text block, -1 when none
 	tools   map[int]*toolAcc
 	open    *toolAcc
+	ev      apiwire.MessagesStreamEvent // the event being written
+	delta   apiwire.StreamDelta         // its delta
 }
 
 func newMessagesStream(ew *eventWriter, id, model string, prompt int) *messagesStream {
 	return &messagesStream{ew: ew, id: id, model: model, prompt: prompt, textIdx: -1, tools: map[int]*toolAcc{}}
 }
 
-// anthDelta is a content_block_delta event, encoded from a struct: the
-// hot path.
-type anthDelta struct {
-	Type  string        `json:"type"`
-	Index int           `json:"index"`
-	Delta anthDeltaBody `json:"delta"`
+func (s *messagesStream) emit(ev apiwire.MessagesStreamEvent) {
+	s.ev = ev
+	s.ew.event(ev.Type, &s.ev)
 }
 
-type anthDeltaBody struct {
-	Type        string  `json:"type"`
-	Text        *string `json:"text,omitempty"`
-	PartialJSON *string `json:"partial_json,omitempty"`
+// emitDelta writes a content_block_delta.
+func (s *messagesStream) emitDelta(index int, d apiwire.StreamDelta) {
+	s.delta = d
+	s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventContentBlockDelta, Index: index, Delta: &s.delta})
 }
 
 func (s *messagesStream) start() {
-	s.ew.event("message_start", jobj{"type": "message_start", "message": jobj{
-		"id": s.id, "type": "message", "role": "assistant", "model": s.model, "content": []any{},
-		"stop_reason": nil, "stop_sequence": nil,
-		"usage": anthUsage{InputTokens: s.prompt},
-	}})
-	s.ew.event("ping", jobj{"type": "ping"})
+	s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventMessageStart, Message: &apiwire.MessagesResponse{
+		ID: s.id, Type: "message", Role: "assistant", Model: s.model, Content: []apiwire.ContentBlock{},
+		Usage: apiwire.AnthropicUsage{InputTokens: s.prompt}}})
+	s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventPing})
 }
 
-func (s *messagesStream) chunk(c *chatChunk) {
+func (s *messagesStream) chunk(c *apiwire.ChatChunk) {
 	for _, ch := range c.Choices {
 		if ch.Index != 0 {
 			continue
@@ -276,17 +258,13 @@ func (s *messagesStream) chunk(c *chatChunk) {
 				s.closeTool()
 				s.textIdx = s.block
 				s.block++
-				s.ew.event("content_block_start", jobj{"type": "content_block_start", "index": s.textIdx,
-					"content_block": jobj{"type": "text", "text": ""}})
+				s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventContentBlockStart, Index: s.textIdx,
+					ContentBlock: &apiwire.ContentBlock{Type: apiwire.BlockText}})
 			}
-			s.ew.event("content_block_delta", &anthDelta{Type: "content_block_delta", Index: s.textIdx,
-				Delta: anthDeltaBody{Type: "text_delta", Text: &t}})
+			s.emitDelta(s.textIdx, apiwire.StreamDelta{Type: apiwire.DeltaText, Text: t})
 		}
 		for _, tc := range ch.Delta.ToolCalls {
-			idx := 0
-			if tc.Index != nil {
-				idx = *tc.Index
-			}
+			idx := tc.Index
 			a := s.tools[idx]
 			if a == nil {
 				s.closeText()
@@ -298,13 +276,12 @@ func (s *messagesStream) chunk(c *chatChunk) {
 				s.block++
 				s.tools[idx] = a
 				s.open = a
-				s.ew.event("content_block_start", jobj{"type": "content_block_start", "index": a.out,
-					"content_block": jobj{"type": "tool_use", "id": a.id, "name": a.name, "input": jobj{}}})
+				s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventContentBlockStart, Index: a.out,
+					ContentBlock: &apiwire.ContentBlock{Type: apiwire.BlockToolUse, ID: a.id, Name: a.name}})
 			}
 			if d := tc.Function.Arguments; d != "" {
 				a.args.WriteString(d)
-				s.ew.event("content_block_delta", &anthDelta{Type: "content_block_delta", Index: a.out,
-					Delta: anthDeltaBody{Type: "input_json_delta", PartialJSON: &d}})
+				s.emitDelta(a.out, apiwire.StreamDelta{Type: apiwire.DeltaInputJSON, PartialJSON: d})
 			}
 		}
 	}
@@ -312,14 +289,14 @@ func (s *messagesStream) chunk(c *chatChunk) {
 
 func (s *messagesStream) closeText() {
 	if s.textIdx >= 0 {
-		s.ew.event("content_block_stop", jobj{"type": "content_block_stop", "index": s.textIdx})
+		s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventContentBlockStop, Index: s.textIdx})
 		s.textIdx = -1
 	}
 }
 
 func (s *messagesStream) closeTool() {
 	if s.open != nil {
-		s.ew.event("content_block_stop", jobj{"type": "content_block_stop", "index": s.open.out})
+		s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventContentBlockStop, Index: s.open.out})
 		s.open = nil
 	}
 }
@@ -328,11 +305,12 @@ func (s *messagesStream) end(u Usage, complete bool, msg string) {
 	s.closeText()
 	s.closeTool()
 	if !complete {
-		s.ew.event("error", jobj{"type": "error", "error": jobj{"type": "api_error", "message": msg}})
+		s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventError,
+			Error: &apiwire.AnthropicErrorDetail{Type: "api_error", Message: msg}})
 		return
 	}
-	s.ew.event("message_delta", jobj{"type": "message_delta",
-		"delta": jobj{"stop_reason": stopReason(u.FinishReason, false), "stop_sequence": nil},
-		"usage": newAnthUsage(u)})
-	s.ew.event("message_stop", jobj{"type": "message_stop"})
+	au := newAnthUsage(u)
+	s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventMessageDelta,
+		Delta: &apiwire.StreamDelta{StopReason: apiwire.Ptr(stopReason(u.FinishReason, false))}, Usage: &au})
+	s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventMessageStop})
 }

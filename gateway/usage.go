@@ -3,6 +3,9 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+
+	"github.com/agentkv/agentkv/internal/apiwire"
 )
 
 // Usage is what a worker's reply said about one request, in the chat
@@ -130,16 +133,28 @@ func (s *sniffer) finish() Usage {
 	return s.u
 }
 
+// sniffJSON decodes a worker's reply (or event) into v, apiwire's shape of
+// it. A value of an unexpected type is skipped, not fatal: the sniffer
+// reads a few fields of a large shape, which a worker may extend.
+func sniffJSON(data []byte, v any) bool {
+	err := json.Unmarshal(data, v)
+	if err == nil {
+		return true
+	}
+	var te *json.UnmarshalTypeError
+	return errors.As(err, &te)
+}
+
 func (s *sniffer) onWhole(b []byte) {
 	switch s.api {
 	case Chat, Completions:
-		var cr chatResponse
-		if json.Unmarshal(b, &cr) != nil {
+		var cr apiwire.ChatResponse
+		if !sniffJSON(b, &cr) {
 			return
 		}
-		cr.Usage.into(&s.u)
+		usageInto(cr.Usage, &s.u)
 		for _, ch := range cr.Choices {
-			if f := deref(ch.FinishReason); f != "" {
+			if f := ch.FinishReason; f != "" {
 				s.u.FinishReason = f
 			}
 			for _, tc := range ch.Message.ToolCalls {
@@ -148,15 +163,15 @@ func (s *sniffer) onWhole(b []byte) {
 		}
 		s.done = len(cr.Choices) > 0
 	case Responses:
-		var r nativeResponse
-		if json.Unmarshal(b, &r) == nil {
+		var r apiwire.Response
+		if sniffJSON(b, &r) {
 			s.fromResponse(&r)
 		}
 	case Messages:
-		var m nativeMessage
-		if json.Unmarshal(b, &m) == nil && m.Type == "message" {
+		var m sniffedMessage
+		if sniffJSON(b, &m) && m.Type == "message" {
 			s.fromMessageUsage(&m.Usage, true)
-			s.u.FinishReason = chatFinish(m.StopReason)
+			s.u.FinishReason = chatFinish(deref(m.StopReason))
 			for _, c := range m.Content {
 				if c.Type == "tool_use" {
 					s.u.ToolCalls = append(s.u.ToolCalls, c.Name)
@@ -167,19 +182,8 @@ func (s *sniffer) onWhole(b []byte) {
 	}
 }
 
-// nativeResponse is the part of a Responses response object sniffed.
-type nativeResponse struct {
-	Status string          `json:"status"`
-	Usage  *responsesUsage `json:"usage"`
-	Output []struct {
-		Type string `json:"type"`
-		Name string `json:"name"`
-	} `json:"output"`
-	IncompleteDetails *incompleteDetails `json:"incomplete_details"`
-}
-
-func (s *sniffer) fromResponse(r *nativeResponse) {
-	r.Usage.into(&s.u)
+func (s *sniffer) fromResponse(r *apiwire.Response) {
+	responsesUsageInto(r.Usage, &s.u)
 	s.u.ToolCalls = s.u.ToolCalls[:0]
 	calls := false
 	for _, o := range r.Output {
@@ -199,23 +203,14 @@ func (s *sniffer) fromResponse(r *nativeResponse) {
 	s.done = r.Status == "completed" || r.Status == "incomplete"
 }
 
-// nativeMessage is the part of an Anthropic message object sniffed.
-type nativeMessage struct {
-	Type       string         `json:"type"`
-	StopReason string         `json:"stop_reason"`
-	Usage      anthUsageIn    `json:"usage"`
-	Content    []anthOutBlock `json:"content"`
+// sniffedMessage is an Anthropic message (a whole reply, or
+// message_start's) with its usage read count by count (nil: left out).
+type sniffedMessage struct {
+	apiwire.MessagesResponse
+	Usage apiwire.MessageDeltaUsage `json:"usage"`
 }
 
-// anthUsageIn reads usage fields that may be absent (message_delta).
-type anthUsageIn struct {
-	InputTokens              *int `json:"input_tokens"`
-	CacheCreationInputTokens *int `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     *int `json:"cache_read_input_tokens"`
-	OutputTokens             *int `json:"output_tokens"`
-}
-
-func (s *sniffer) fromMessageUsage(u *anthUsageIn, start bool) {
+func (s *sniffer) fromMessageUsage(u *apiwire.MessageDeltaUsage, start bool) {
 	if u.InputTokens == nil && u.OutputTokens == nil && u.CacheReadInputTokens == nil {
 		return
 	}
@@ -242,8 +237,8 @@ func (s *sniffer) fromMessageUsage(u *anthUsageIn, start bool) {
 // learn folds what a chat chunk says about usage into u: the usage
 // object, a finish reason (it returns true: the stream finished), the
 // names of new tool calls (only a call's first delta names it).
-func (c *chatChunk) learn(u *Usage) (finished bool) {
-	c.Usage.into(u)
+func learn(c *apiwire.ChatChunk, u *Usage) (finished bool) {
+	usageInto(c.Usage, u)
 	for _, ch := range c.Choices {
 		if f := deref(ch.FinishReason); f != "" {
 			u.FinishReason, finished = f, true
@@ -301,22 +296,19 @@ func (s *sniffer) onEvent(event string, data []byte) {
 		if !chunkMatters(data) {
 			return // a plain content delta: nothing to learn
 		}
-		var c chatChunk
-		if json.Unmarshal(data, &c) != nil {
+		var c apiwire.ChatChunk
+		if !sniffJSON(data, &c) {
 			return
 		}
-		if c.learn(&s.u) {
+		if learn(&c, &s.u) {
 			s.done = true
 		}
 	case Responses:
 		if event != "" && event != "response.completed" && event != "response.incomplete" && event != "response.failed" {
 			return
 		}
-		var ev struct {
-			Type     string          `json:"type"`
-			Response *nativeResponse `json:"response"`
-		}
-		if json.Unmarshal(data, &ev) != nil {
+		var ev apiwire.ResponsesStreamEvent
+		if !sniffJSON(data, &ev) {
 			return
 		}
 		switch ev.Type {
@@ -334,15 +326,12 @@ func (s *sniffer) onEvent(event string, data []byte) {
 			return // deltas, pings: nothing to learn
 		}
 		var ev struct {
-			Type    string         `json:"type"`
-			Message *nativeMessage `json:"message"`
-			Delta   *struct {
-				StopReason string `json:"stop_reason"`
-			} `json:"delta"`
-			Usage        *anthUsageIn  `json:"usage"`
-			ContentBlock *anthOutBlock `json:"content_block"`
+			apiwire.MessagesStreamEvent
+			// These shadow the event's: usage counts may be left out.
+			Message *sniffedMessage            `json:"message"`
+			Usage   *apiwire.MessageDeltaUsage `json:"usage"`
 		}
-		if json.Unmarshal(data, &ev) != nil {
+		if !sniffJSON(data, &ev) {
 			return
 		}
 		switch ev.Type {
@@ -355,8 +344,8 @@ func (s *sniffer) onEvent(event string, data []byte) {
 				s.u.ToolCalls = append(s.u.ToolCalls, ev.ContentBlock.Name)
 			}
 		case "message_delta":
-			if ev.Delta != nil && ev.Delta.StopReason != "" {
-				s.u.FinishReason = chatFinish(ev.Delta.StopReason)
+			if ev.Delta != nil && deref(ev.Delta.StopReason) != "" {
+				s.u.FinishReason = chatFinish(*ev.Delta.StopReason)
 			}
 			if ev.Usage != nil {
 				s.fromMessageUsage(ev.Usage, false)

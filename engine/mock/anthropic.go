@@ -42,7 +42,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if req.MaxTokens < 1 {
+	if req.MaxTokens == nil || *req.MaxTokens < 1 {
 		s.fail(w, true, http.StatusBadRequest, "max_tokens: Field required (a positive integer)")
 		return
 	}
@@ -58,7 +58,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	g, err := s.generate(prompt, req.MaxTokens, tool, cont)
+	g, err := s.generate(prompt, *req.MaxTokens, tool, cont)
 	if err != nil {
 		s.replyError(w, r, true, err)
 		return

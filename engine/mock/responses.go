@@ -53,8 +53,8 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	if resp.Tools == nil {
 		resp.Tools = []apiwire.ResponsesTool{}
 	}
-	if req.Instructions != "" {
-		resp.Instructions = &req.Instructions
+	if s := req.InstructionsText(); s != "" {
+		resp.Instructions = &s
 	}
 	if req.PreviousResponseID != "" {
 		resp.PreviousResponseID = &req.PreviousResponseID

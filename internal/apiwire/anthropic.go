@@ -21,16 +21,16 @@ const (
 
 // MessagesRequest is the body of POST /v1/messages (Anthropic's Messages
 // API, as Claude Code sends it) and, without MaxTokens, of POST
-// /v1/messages/count_tokens.
+// /v1/messages/count_tokens. MaxTokens is nil when absent.
 type MessagesRequest struct {
 	Model         string               `json:"model"`
 	System        TextOr[ContentBlock] `json:"system,omitzero"`
 	Messages      []AnthropicMessage   `json:"messages"`
-	MaxTokens     int                  `json:"max_tokens,omitempty"`
+	MaxTokens     *int                 `json:"max_tokens,omitempty"`
 	StopSequences []string             `json:"stop_sequences,omitempty"`
 	Stream        bool                 `json:"stream,omitempty"`
 	Tools         []AnthropicTool      `json:"tools,omitempty"`
-	ToolChoice    json.RawMessage      `json:"tool_choice,omitempty"` // {"type":"auto"|"any"|"tool"|"none","name"?}
+	ToolChoice    json.RawMessage      `json:"tool_choice,omitempty"` // an AnthropicToolChoice
 	Metadata      *AnthropicMetadata   `json:"metadata,omitempty"`
 	Temperature   *float64             `json:"temperature,omitempty"`
 	TopP          *float64             `json:"top_p,omitempty"`
@@ -42,6 +42,14 @@ type MessagesRequest struct {
 // SystemText returns the system prompt's text (text blocks joined with
 // "\n").
 func (r *MessagesRequest) SystemText() string { return BlocksText(r.System) }
+
+// AnthropicToolChoice is a Messages request's tool_choice: Type "auto",
+// "any", "tool" (with Name) or "none".
+type AnthropicToolChoice struct {
+	Type                   string `json:"type"`
+	Name                   string `json:"name,omitempty"`
+	DisableParallelToolUse bool   `json:"disable_parallel_tool_use,omitempty"`
+}
 
 // AnthropicMetadata is a request's metadata. Claude Code puts a JSON
 // string holding its session id in UserID.
@@ -77,7 +85,9 @@ func BlocksText(c TextOr[ContentBlock]) string {
 
 // ContentBlock is a block of Anthropic content: text {text}, tool_use
 // {id, name, input}, tool_result {tool_use_id, content (a string or
-// blocks), is_error}, thinking {thinking, signature}, image {source}.
+// blocks), is_error}, thinking {thinking, signature}, image {source (see
+// ImageSource)}. Content is kept raw: server tool results
+// (web_search_tool_result, ...) may hold an object there.
 // MarshalJSON writes exactly the fields of Type (a text block always has
 // text, a tool_use block always has input); CacheControl, when set, is
 // kept.
@@ -89,9 +99,9 @@ type ContentBlock struct {
 	Name  string          `json:"name,omitempty"`
 	Input json.RawMessage `json:"input,omitempty"`
 
-	ToolUseID string                `json:"tool_use_id,omitempty"`
-	Content   *TextOr[ContentBlock] `json:"content,omitempty"`
-	IsError   bool                  `json:"is_error,omitempty"`
+	ToolUseID string          `json:"tool_use_id,omitempty"`
+	Content   json.RawMessage `json:"content,omitempty"`
+	IsError   bool            `json:"is_error,omitempty"`
 
 	Thinking  string `json:"thinking,omitempty"`
 	Signature string `json:"signature,omitempty"`
@@ -101,12 +111,23 @@ type ContentBlock struct {
 	Citations    json.RawMessage `json:"citations,omitempty"`
 }
 
-// ResultText returns a tool_result block's text.
+// ResultText returns a tool_result block's text ("" when its content is
+// neither a string nor blocks).
 func (b *ContentBlock) ResultText() string {
-	if b.Content == nil {
+	var c TextOr[ContentBlock]
+	if json.Unmarshal(b.Content, &c) != nil {
 		return ""
 	}
-	return BlocksText(*b.Content)
+	return BlocksText(c)
+}
+
+// ImageSource is an image block's source: {"type":"base64","media_type",
+// "data"} or {"type":"url","url"}.
+type ImageSource struct {
+	Type      string `json:"type"`
+	MediaType string `json:"media_type,omitempty"`
+	Data      string `json:"data,omitempty"`
+	URL       string `json:"url,omitempty"`
 }
 
 var emptyObject = json.RawMessage("{}")
@@ -175,6 +196,16 @@ type AnthropicUsage struct {
 	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
 	OutputTokens             int `json:"output_tokens"`
+}
+
+// MessageDeltaUsage is a usage object as read from a stream, whose counts
+// may be absent (nil): a message_delta's usage holds output_tokens and,
+// in newer API versions, the input counts.
+type MessageDeltaUsage struct {
+	InputTokens              *int `json:"input_tokens"`
+	CacheCreationInputTokens *int `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     *int `json:"cache_read_input_tokens"`
+	OutputTokens             *int `json:"output_tokens"`
 }
 
 // Messages stream event types.

@@ -233,3 +233,55 @@ func TestSSEReaderRules(t *testing.T) {
 		t.Errorf("after a long line: %v", err)
 	}
 }
+
+// TestGatewayShapes pins the shapes the gateway's translations write and
+// read: an empty string content that is written, custom tool calls, vLLM's
+// stop_reason, a tool_result whose content is an object.
+func TestGatewayShapes(t *testing.T) {
+	for _, tc := range []struct {
+		v    any
+		want string
+	}{
+		{ChatMessage{Role: "tool", ToolCallID: "c", Content: Str[ChatContentPart]("")}, `{"role":"tool","content":"","tool_call_id":"c"}`},
+		{ChatMessage{Role: "user", Content: TextOr[ChatContentPart]{Parts: []ChatContentPart{ImageURLPart("data:x")}}},
+			`{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:x"}}]}`},
+		{OutputItem{Type: ItemCustomToolCall, ID: "f", Status: StatusCompleted, CallID: "c", Name: "p"},
+			`{"type":"custom_tool_call","id":"f","status":"completed","call_id":"c","name":"p","input":""}`},
+		{ResponsesStreamEvent{Type: EventCustomToolCallInputDelta, SequenceNumber: 3, ItemID: "f", Delta: "x"},
+			`{"type":"response.custom_tool_call_input.delta","sequence_number":3,"item_id":"f","output_index":0,"delta":"x"}`},
+		{ResponsesStreamEvent{Type: EventCustomToolCallInputDone, SequenceNumber: 4, ItemID: "f", Input: "x"},
+			`{"type":"response.custom_tool_call_input.done","sequence_number":4,"item_id":"f","output_index":0,"input":"x"}`},
+	} {
+		b, err := json.Marshal(tc.v)
+		if err != nil || string(b) != tc.want {
+			t.Errorf("%T:\n got %s (%v)\nwant %s", tc.v, b, err, tc.want)
+		}
+	}
+	// A content given as "" or null is written back as ""; an absent one
+	// stays absent.
+	for in, want := range map[string]string{`"content":""`: `"content":""`, `"content":null`: `"content":""`, `"name":"n"`: ``} {
+		var m ChatMessage
+		if err := json.Unmarshal([]byte(`{"role":"user",`+in+`}`), &m); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := json.Marshal(m); strings.Contains(string(b), `"content"`) != (want != "") || !strings.Contains(string(b), want) {
+			t.Errorf("%s re-encoded as %s", in, b)
+		}
+	}
+	for in, want := range map[string]string{`"stop_reason":"END"`: "END", `"stop_reason":null`: "-", `"stop_reason":12`: "-", `"index":0`: "-"} {
+		var c ChatChoice
+		if err := json.Unmarshal([]byte(`{`+in+`}`), &c); err != nil {
+			t.Fatal(err)
+		}
+		if s, ok := c.StopString(); (ok && s != want) || (!ok && want != "-") {
+			t.Errorf("%s: %q %v", in, s, ok)
+		}
+	}
+	var r MessagesRequest
+	if err := json.Unmarshal([]byte(`{"max_tokens":0,"messages":[{"role":"assistant","content":[{"type":"web_search_tool_result","tool_use_id":"s","content":{"type":"web_search_tool_result_error"}}]}]}`), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.MaxTokens == nil || *r.MaxTokens != 0 || r.Messages[0].Content.Parts[0].ResultText() != "" {
+		t.Errorf("request %+v", r)
+	}
+}

@@ -13,8 +13,8 @@
 //     which is also the stream chunk.
 //   - OpenAI Responses (POST /v1/responses): ResponsesRequest (instructions,
 //     input as a string or InputItem values: messages with input_text /
-//     output_text parts, function_call and function_call_output items),
-//     Response with OutputItem values and ResponsesUsage
+//     output_text parts, function_call, custom_tool_call and their output
+//     items), Response with OutputItem values and ResponsesUsage
 //     (input_tokens_details.cached_tokens), and ResponsesStreamEvent for
 //     response.created ... response.completed with sequence_number.
 //   - Anthropic Messages (POST /v1/messages, /v1/messages/count_tokens):

@@ -12,20 +12,29 @@ import (
 // input (a string or items), stop sequences (a string or strings).
 //
 // After decoding, exactly one form is set: Parts is non-nil for the array
-// form (possibly empty), otherwise Text holds the string. JSON null and an
-// absent field decode to the zero value. Encoding writes the array form
-// when Parts is non-nil, else the string.
+// form (possibly empty), otherwise Text holds the string. JSON null reads
+// as the empty string; an absent field leaves the zero value. Encoding
+// writes the array form when Parts is non-nil, else the string.
+//
+// Under omitzero, a value that was given (decoded from a string or null,
+// or built by Str) is written even when empty ("content":""); only the
+// zero value, a field never given, is dropped.
 type TextOr[P any] struct {
 	Text  string
 	Parts []P
+	given bool // the string form was given, possibly empty
 }
+
+// Str returns the string form holding s, written even when s is "".
+func Str[P any](s string) TextOr[P] { return TextOr[P]{Text: s, given: true} }
 
 // IsArray reports whether the value was (or will be) written as an array.
 func (t TextOr[P]) IsArray() bool { return t.Parts != nil }
 
-// IsZero reports whether t holds neither a non-empty string nor an array,
-// so that encoding/json's omitzero drops it.
-func (t TextOr[P]) IsZero() bool { return t.Parts == nil && t.Text == "" }
+// IsZero reports whether t was never given (an absent field, or a zero
+// TextOr holding neither a string nor an array), so that encoding/json's
+// omitzero drops it.
+func (t TextOr[P]) IsZero() bool { return t.Parts == nil && t.Text == "" && !t.given }
 
 // MarshalJSON implements json.Marshaler.
 func (t TextOr[P]) MarshalJSON() ([]byte, error) {
@@ -45,8 +54,10 @@ func (t *TextOr[P]) UnmarshalJSON(b []byte) error {
 	switch b[0] {
 	case 'n':
 		var v any
+		t.given = true
 		return json.Unmarshal(b, &v) // accepts exactly null
 	case '"':
+		t.given = true
 		return json.Unmarshal(b, &t.Text)
 	case '[':
 		parts := []P{}

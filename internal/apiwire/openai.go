@@ -49,6 +49,7 @@ type ChatRequest struct {
 	// vLLM extensions. AddGenerationPrompt defaults to true when absent;
 	// ContinueFinalMessage (with AddGenerationPrompt false) continues the
 	// last (assistant) message instead of starting a new one.
+	TopK                 *int            `json:"top_k,omitempty"`
 	AddGenerationPrompt  *bool           `json:"add_generation_prompt,omitempty"`
 	ContinueFinalMessage bool            `json:"continue_final_message,omitempty"`
 	MinTokens            *int            `json:"min_tokens,omitempty"`
@@ -130,6 +131,15 @@ type ChatContentPart struct {
 	File       json.RawMessage `json:"file,omitempty"`
 }
 
+// ImageURLPart returns an image_url part: {"type":"image_url","image_url":
+// {"url":url}} (url may be a data: URL).
+func ImageURLPart(url string) ChatContentPart {
+	u, _ := json.Marshal(struct {
+		URL string `json:"url"`
+	}{url})
+	return ChatContentPart{Type: "image_url", ImageURL: u}
+}
+
 // ChatTool is one entry of a chat request's tools.
 type ChatTool struct {
 	Type     string       `json:"type"` // "function"
@@ -145,8 +155,9 @@ type FunctionDecl struct {
 }
 
 // ToolCall is a tool call of an assistant message (request or reply).
+// An empty ID (or function name) is left out.
 type ToolCall struct {
-	ID       string       `json:"id"`
+	ID       string       `json:"id,omitempty"`
 	Type     string       `json:"type"` // "function"
 	Function FunctionCall `json:"function"`
 }
@@ -154,7 +165,7 @@ type ToolCall struct {
 // FunctionCall is a called function: its name and its arguments as a JSON
 // text (a string holding JSON, as OpenAI sends it).
 type FunctionCall struct {
-	Name      string `json:"name"`
+	Name      string `json:"name,omitempty"`
 	Arguments string `json:"arguments"`
 }
 
@@ -212,6 +223,17 @@ type ChatChoice struct {
 	// StopReason is vLLM's: the stop string or token that ended the
 	// choice, else null.
 	StopReason json.RawMessage `json:"stop_reason,omitempty"`
+}
+
+// StopString returns vLLM's stop_reason when it is a string (the stop
+// string that ended the choice); false when it is null, absent or a token
+// id.
+func (c *ChatChoice) StopString() (string, bool) {
+	var s string
+	if len(c.StopReason) == 0 || c.StopReason[0] != '"' || json.Unmarshal(c.StopReason, &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // ChatResponseMessage is the assistant message of a choice; Content is null

@@ -5,36 +5,56 @@ import (
 )
 
 // ResponsesRequest is the body of POST /v1/responses (OpenAI's Responses
-// API, as Codex sends it).
+// API, as Codex sends it). Instructions is a string (or, from some
+// clients, text parts).
 type ResponsesRequest struct {
-	Model              string            `json:"model"`
-	Instructions       string            `json:"instructions,omitempty"`
-	Input              TextOr[InputItem] `json:"input,omitzero"`
-	Tools              []ResponsesTool   `json:"tools,omitempty"`
-	ToolChoice         json.RawMessage   `json:"tool_choice,omitempty"`
-	ParallelToolCalls  *bool             `json:"parallel_tool_calls,omitempty"`
-	Stream             bool              `json:"stream,omitempty"`
-	MaxOutputTokens    *int              `json:"max_output_tokens,omitempty"`
-	Temperature        *float64          `json:"temperature,omitempty"`
-	TopP               *float64          `json:"top_p,omitempty"`
-	Store              *bool             `json:"store,omitempty"`
-	PreviousResponseID string            `json:"previous_response_id,omitempty"`
-	Reasoning          json.RawMessage   `json:"reasoning,omitempty"`
-	Text               json.RawMessage   `json:"text,omitempty"`
-	Include            []string          `json:"include,omitempty"`
-	PromptCacheKey     string            `json:"prompt_cache_key,omitempty"`
-	Metadata           json.RawMessage   `json:"metadata,omitempty"`
-	User               string            `json:"user,omitempty"`
-	Truncation         string            `json:"truncation,omitempty"`
-	ServiceTier        string            `json:"service_tier,omitempty"`
+	Model              string                   `json:"model"`
+	Instructions       TextOr[ResponsesContent] `json:"instructions,omitzero"`
+	Input              TextOr[InputItem]        `json:"input,omitzero"`
+	Tools              []ResponsesTool          `json:"tools,omitempty"`
+	ToolChoice         json.RawMessage          `json:"tool_choice,omitempty"`
+	ParallelToolCalls  *bool                    `json:"parallel_tool_calls,omitempty"`
+	Stream             bool                     `json:"stream,omitempty"`
+	MaxOutputTokens    *int                     `json:"max_output_tokens,omitempty"`
+	Temperature        *float64                 `json:"temperature,omitempty"`
+	TopP               *float64                 `json:"top_p,omitempty"`
+	Store              *bool                    `json:"store,omitempty"`
+	PreviousResponseID string                   `json:"previous_response_id,omitempty"`
+	Reasoning          json.RawMessage          `json:"reasoning,omitempty"`
+	Text               json.RawMessage          `json:"text,omitempty"`
+	Include            []string                 `json:"include,omitempty"`
+	PromptCacheKey     string                   `json:"prompt_cache_key,omitempty"`
+	Metadata           json.RawMessage          `json:"metadata,omitempty"`
+	User               string                   `json:"user,omitempty"`
+	Truncation         string                   `json:"truncation,omitempty"`
+	ServiceTier        string                   `json:"service_tier,omitempty"`
+}
+
+// InstructionsText returns the instructions' text (text parts joined
+// with "\n").
+func (r *ResponsesRequest) InstructionsText() string { return responsesText(r.Instructions) }
+
+// ReasoningEffort returns reasoning.effort ("" when absent); an error when
+// reasoning is not an object.
+func (r *ResponsesRequest) ReasoningEffort() (string, error) {
+	var v struct {
+		Effort string `json:"effort"`
+	}
+	if len(r.Reasoning) == 0 {
+		return "", nil
+	}
+	err := json.Unmarshal(r.Reasoning, &v)
+	return v.Effort, err
 }
 
 // Types of Responses input and output items.
 const (
-	ItemMessage            = "message"
-	ItemFunctionCall       = "function_call"
-	ItemFunctionCallOutput = "function_call_output"
-	ItemReasoning          = "reasoning"
+	ItemMessage              = "message"
+	ItemFunctionCall         = "function_call"
+	ItemFunctionCallOutput   = "function_call_output"
+	ItemCustomToolCall       = "custom_tool_call"
+	ItemCustomToolCallOutput = "custom_tool_call_output"
+	ItemReasoning            = "reasoning"
 )
 
 // Types of Responses content parts.
@@ -47,8 +67,9 @@ const (
 
 // InputItem is one item of a Responses input: a message ({"role", "content"},
 // with or without "type":"message"; content a string or input_text /
-// output_text parts), a function_call (call_id, name, arguments) or a
-// function_call_output (call_id, output). Other item types (reasoning,
+// output_text parts), a function_call (call_id, name, arguments), a
+// custom_tool_call (call_id, name, input), or a function_call_output or
+// custom_tool_call_output (call_id, output). Other item types (reasoning,
 // ...) decode with their Type set and their payload dropped, except
 // reasoning's summary and encrypted content, kept raw.
 type InputItem struct {
@@ -61,6 +82,8 @@ type InputItem struct {
 	CallID    string `json:"call_id,omitempty"`
 	Name      string `json:"name,omitempty"`
 	Arguments string `json:"arguments,omitempty"`
+	// Input of a custom_tool_call: the free-form text the model wrote.
+	Input string `json:"input,omitempty"`
 	// Output of a function_call_output: a string, or (newer clients) an
 	// array of content parts.
 	Output TextOr[ResponsesContent] `json:"output,omitzero"`
@@ -181,7 +204,8 @@ type IncompleteDetails struct {
 }
 
 // OutputItem is one output item of a response: a message (role
-// "assistant", output_text parts) or a function_call.
+// "assistant", output_text parts), a function_call or a custom_tool_call
+// (its Input).
 type OutputItem struct {
 	Type    string             `json:"type"`
 	ID      string             `json:"id"`
@@ -192,12 +216,14 @@ type OutputItem struct {
 	CallID    string `json:"call_id,omitempty"`
 	Name      string `json:"name,omitempty"`
 	Arguments string `json:"arguments,omitempty"`
+	Input     string `json:"input,omitempty"`
 
 	Summary json.RawMessage `json:"summary,omitempty"`
 }
 
 // MarshalJSON writes each item type with exactly its own fields (a message
-// always has content, a function call always has arguments).
+// always has content, a function call always has arguments, a custom tool
+// call always has input).
 func (o OutputItem) MarshalJSON() ([]byte, error) {
 	switch o.Type {
 	case ItemFunctionCall:
@@ -209,6 +235,15 @@ func (o OutputItem) MarshalJSON() ([]byte, error) {
 			Arguments string `json:"arguments"`
 			Status    string `json:"status"`
 		}{o.Type, o.ID, o.CallID, o.Name, o.Arguments, o.Status})
+	case ItemCustomToolCall:
+		return json.Marshal(struct {
+			Type   string `json:"type"`
+			ID     string `json:"id"`
+			Status string `json:"status"`
+			CallID string `json:"call_id"`
+			Name   string `json:"name"`
+			Input  string `json:"input"`
+		}{o.Type, o.ID, o.Status, o.CallID, o.Name, o.Input})
 	case ItemMessage:
 		c := o.Content
 		if c == nil {
@@ -262,6 +297,8 @@ const (
 	EventOutputTextDone             = "response.output_text.done"
 	EventFunctionCallArgumentsDelta = "response.function_call_arguments.delta"
 	EventFunctionCallArgumentsDone  = "response.function_call_arguments.done"
+	EventCustomToolCallInputDelta   = "response.custom_tool_call_input.delta"
+	EventCustomToolCallInputDone    = "response.custom_tool_call_input.done"
 	EventResponsesError             = "error"
 )
 
@@ -271,9 +308,10 @@ const (
 // item; part events: item_id, output_index, content_index, part; text
 // deltas: item_id, output_index, content_index, delta, logprobs; text
 // done: ... text, logprobs; argument deltas: item_id, output_index,
-// delta; arguments done: item_id, output_index, name, arguments; error:
-// code, message, param), each with sequence_number. Decoding fills what
-// is present.
+// delta; arguments done: item_id, output_index, name, arguments; custom
+// tool call input delta: item_id, output_index, delta; input done:
+// item_id, output_index, input; error: code, message, param), each with
+// sequence_number. Decoding fills what is present.
 type ResponsesStreamEvent struct {
 	Type           string            `json:"type"`
 	SequenceNumber int               `json:"sequence_number"`
@@ -287,6 +325,7 @@ type ResponsesStreamEvent struct {
 	Text           string            `json:"text,omitempty"`
 	Name           string            `json:"name,omitempty"`
 	Arguments      string            `json:"arguments,omitempty"`
+	Input          string            `json:"input,omitempty"`
 	Code           string            `json:"code,omitempty"`
 	Message        string            `json:"message,omitempty"`
 	Param          *string           `json:"param,omitempty"`
@@ -340,7 +379,7 @@ func (e ResponsesStreamEvent) MarshalJSON() ([]byte, error) {
 			Text         string          `json:"text"`
 			Logprobs     json.RawMessage `json:"logprobs"`
 		}{e.Type, e.SequenceNumber, e.ItemID, e.OutputIndex, e.ContentIndex, e.Text, emptyArray})
-	case EventFunctionCallArgumentsDelta:
+	case EventFunctionCallArgumentsDelta, EventCustomToolCallInputDelta:
 		return json.Marshal(struct {
 			Type        string `json:"type"`
 			Seq         int    `json:"sequence_number"`
@@ -357,6 +396,14 @@ func (e ResponsesStreamEvent) MarshalJSON() ([]byte, error) {
 			Name        string `json:"name,omitempty"`
 			Arguments   string `json:"arguments"`
 		}{e.Type, e.SequenceNumber, e.ItemID, e.OutputIndex, e.Name, e.Arguments})
+	case EventCustomToolCallInputDone:
+		return json.Marshal(struct {
+			Type        string `json:"type"`
+			Seq         int    `json:"sequence_number"`
+			ItemID      string `json:"item_id"`
+			OutputIndex int    `json:"output_index"`
+			Input       string `json:"input"`
+		}{e.Type, e.SequenceNumber, e.ItemID, e.OutputIndex, e.Input})
 	case EventResponsesError:
 		return json.Marshal(struct {
 			Type    string  `json:"type"`

@@ -261,7 +261,7 @@ func TestResponsesSDK(t *testing.T) {
 	usage := &apiwire.ResponsesUsage{InputTokens: 100, InputTokensDetails: apiwire.InputTokensDetails{CachedTokens: 48}, OutputTokens: 2, TotalTokens: 102}
 	url := server(t, map[string]http.HandlerFunc{"/v1/responses": func(w http.ResponseWriter, r *http.Request) {
 		req := decode[apiwire.ResponsesRequest](t, r)
-		if req.Instructions != "be a coder" || !req.Input.IsArray() || len(req.Input.Parts) != 3 || *req.MaxOutputTokens != 8 {
+		if req.InstructionsText() != "be a coder" || !req.Input.IsArray() || len(req.Input.Parts) != 3 || *req.MaxOutputTokens != 8 {
 			t.Fatalf("request %+v", req)
 		}
 		in := req.Input.Parts
@@ -381,7 +381,7 @@ func TestAnthropicSDK(t *testing.T) {
 	url := server(t, map[string]http.HandlerFunc{
 		"/v1/messages": func(w http.ResponseWriter, r *http.Request) {
 			req := decode[apiwire.MessagesRequest](t, r)
-			if req.SystemText() != "be a coder" || !req.System.IsArray() || req.MaxTokens != 9 || len(req.Messages) != 3 ||
+			if req.SystemText() != "be a coder" || !req.System.IsArray() || req.MaxTokens == nil || *req.MaxTokens != 9 || len(req.Messages) != 3 ||
 				req.Metadata == nil || req.Metadata.UserID != `{"session_id":"s1"}` || len(req.StopSequences) != 1 {
 				t.Fatalf("request %+v", req)
 			}

@@ -158,8 +158,8 @@ func ChatOptionsOf(req *apiwire.ChatRequest) ChatOptions {
 // function_call_output items tool messages; other items are skipped.
 func FromResponses(req *apiwire.ResponsesRequest) ([]Message, []Tool) {
 	var msgs []Message
-	if req.Instructions != "" {
-		msgs = append(msgs, Message{Role: "system", Content: req.Instructions})
+	if s := req.InstructionsText(); s != "" {
+		msgs = append(msgs, Message{Role: "system", Content: s})
 	}
 	if !req.Input.IsArray() {
 		if req.Input.Text != "" {
