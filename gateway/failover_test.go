@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/agentkv/agentkv/engine/mock"
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/internal/freeport"
 )
 
 // These tests break real mock workers (engine/mock: HTTP and ZMQ on
@@ -478,36 +478,10 @@ func TestFailoverUndoApproximate(t *testing.T) {
 	_ = flashindex.Worker{}
 }
 
-// freeAddr returns a loopback address nothing listens on (a worker that is
-// down).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := ln.Addr().String()
-		require.NoError(t, ln.Close())
-		// The OS may give a closed port out again, to a later freeAddr
-		// or a test server; not to freeAddr, at least.
-		if !handedOut.addrs[addr] {
-			handedOut.addrs[addr] = true
-			return addr
-		}
-	}
-}
-
-// handedOut is every address freeAddr has returned in this process.
-var handedOut = struct {
-	sync.Mutex // guards addrs
-	addrs      map[string]bool
-}{addrs: map[string]bool{}}
-
 // TestFailoverWorkerDownAtStart: a worker that is down when the stack
 // starts is not fatal; /readyz says 503 until it is up, then it serves.
 func TestFailoverWorkerDownAtStart(t *testing.T) {
-	addr := freeAddr(t)
+	addr := freeport.Addr(t)
 	s, srv := testStack(t, StackConfig{BlockSize: 16, Gateway: Config{Failover: fastFailover(), ReadyWait: -1}},
 		WorkerSpec{URL: "http://" + addr})
 	get := func(path string) int {

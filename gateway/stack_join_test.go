@@ -13,6 +13,7 @@ import (
 	"github.com/agentkv/agentkv/engine/mock"
 	"github.com/agentkv/agentkv/engine/sim"
 	"github.com/agentkv/agentkv/engine/vllm"
+	"github.com/agentkv/agentkv/internal/freeport"
 )
 
 // TestStackReadyOnlyWhenJoined: a worker down at start is ready (/readyz
@@ -22,7 +23,7 @@ import (
 // retry every 100 ms, the join backoff has grown to 800 ms); counting it
 // ready before it joined answered such a request 503 "no workers".
 func TestStackReadyOnlyWhenJoined(t *testing.T) {
-	addr := freeAddr(t)
+	addr := freeport.Addr(t)
 	s, srv := testStack(t, StackConfig{BlockSize: 16, Gateway: Config{Failover: fastFailover(), ReadyWait: -1}},
 		WorkerSpec{URL: "http://" + addr})
 	get := func(path string) (int, string) {
@@ -128,7 +129,7 @@ func TestStackBlockSizesDisagree(t *testing.T) {
 func TestNoWorkerWaitsOnce(t *testing.T) {
 	const wait = 600 * time.Millisecond
 	_, srv := testStack(t, StackConfig{BlockSize: 16, Gateway: Config{Failover: fastFailover(), ReadyWait: wait}},
-		WorkerSpec{URL: "http://" + freeAddr(t)})
+		WorkerSpec{URL: "http://" + freeport.Addr(t)})
 	start := time.Now()
 	resp, b := postJSON(t, srv.URL+ChatPath, nil, chatBody("hello", false))
 	took := time.Since(start)

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentkv/agentkv/engine/mock"
+	"github.com/agentkv/agentkv/internal/freeport"
 )
 
 // These tests meet worker failures the way a user of "agentkv proxy"
@@ -50,7 +51,7 @@ type mockProc struct {
 }
 
 func newMockProc(t *testing.T) *mockProc {
-	return &mockProc{t: t, port: freeTCPPort(t), zmq: freeTCPPort(t)}
+	return &mockProc{t: t, port: freeport.Port(t), zmq: freeport.Port(t)}
 }
 
 func (m *mockProc) url() string { return "http://127.0.0.1:" + strconv.Itoa(m.port) }
@@ -88,7 +89,7 @@ type proxyProc struct {
 // not wait for it.
 func startProxyProc(t *testing.T, args ...string) *proxyProc {
 	t.Helper()
-	base := "127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+	base := "127.0.0.1:" + strconv.Itoa(freeport.Port(t))
 	p := startProcess(t, append([]string{"proxy", "--listen", base}, args...)...)
 	noRaces(t, "proxy", p)
 	return &proxyProc{p: p, base: "http://" + base}

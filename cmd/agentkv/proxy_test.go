@@ -26,6 +26,7 @@ import (
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/internal/freeport"
 )
 
 // fakeVLLM is an in-process stand-in for a vLLM OpenAI server: /metrics
@@ -610,7 +611,7 @@ func TestProxyAdmissionHolds(t *testing.T) {
 func TestProxyKVEvents(t *testing.T) {
 	const bs = 16
 	a, b := newFakeVLLM(t, bs, 1000), newFakeVLLM(t, bs, 1000)
-	ep := fmt.Sprintf("tcp://127.0.0.1:%d", freeTCPPort(t))
+	ep := fmt.Sprintf("tcp://127.0.0.1:%d", freeport.Port(t))
 	pub := zmq4.NewPub(context.Background(), zmq4.WithLogger(log.New(io.Discard, "", 0)))
 	require.NoError(t, pub.Listen(ep))
 	defer pub.Close()
@@ -653,32 +654,6 @@ func TestProxyKVEvents(t *testing.T) {
 	require.Equal(t, strconv.Itoa(nb*bs), resp.Header.Get(headerCachedTokens))
 	require.Greater(t, metricValue(t, srv.URL, `agentkv_index_events_total{result="applied",worker="1/0"}`), 0.0)
 }
-
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		// A port handed out earlier may be free again (its worker not
-		// started yet, or stopped): the OS can give it twice, and a
-		// proxy then listened on its own worker's address (CI saw it
-		// read its own /metrics at start).
-		if !handedOut.ports[port] {
-			handedOut.ports[port] = true
-			return port
-		}
-	}
-}
-
-// handedOut is every port freeTCPPort has returned in this process.
-var handedOut = struct {
-	sync.Mutex // guards ports
-	ports      map[int]bool
-}{ports: map[int]bool{}}
 
 // TestProxyDataParallelRank: a dp=2 worker is two routing targets; the
 // chosen rank is pinned with X-Data-Parallel-Rank and capacity is split.

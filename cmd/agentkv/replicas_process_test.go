@@ -29,6 +29,7 @@ import (
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/eventplane/embedded"
 	"github.com/agentkv/agentkv/gateway"
+	"github.com/agentkv/agentkv/internal/freeport"
 	"github.com/agentkv/agentkv/sharedpool"
 )
 
@@ -277,15 +278,15 @@ func TestReplicaProcessesSurviveAKill(t *testing.T) {
 	// Two mock vLLM workers, their KV events on ZMQ with replay sockets.
 	var workers, events, replays []string
 	for range 2 {
-		ev, rep := fmt.Sprintf("tcp://127.0.0.1:%d", freeTCPPort(t)), fmt.Sprintf("tcp://127.0.0.1:%d", freeTCPPort(t))
-		p := startProcess(t, "mock-worker", "--listen", "127.0.0.1:"+strconv.Itoa(freeTCPPort(t)), "--events", ev, "--replay", rep,
+		ev, rep := fmt.Sprintf("tcp://127.0.0.1:%d", freeport.Port(t)), fmt.Sprintf("tcp://127.0.0.1:%d", freeport.Port(t))
+		p := startProcess(t, "mock-worker", "--listen", "127.0.0.1:"+strconv.Itoa(freeport.Port(t)), "--events", ev, "--replay", rep,
 			"--speedup", "1000", "--min-output", "4", "--max-output", "8")
 		url, _, _ := strings.Cut(strings.TrimPrefix(p.line(t, "mock worker "), "mock worker "), " ")
 		workers, events, replays = append(workers, url), append(events, ev), append(replays, rep)
 	}
 	// A fake Mooncake master: SGLang HiCache pages as MLA objects, one per page.
 	poolLayout := sharedpool.Layout{PageSize: bs, MLA: true}
-	master := fmt.Sprintf("tcp://127.0.0.1:%d", freeTCPPort(t))
+	master := fmt.Sprintf("tcp://127.0.0.1:%d", freeport.Port(t))
 	mpub := zmq4.NewPub(context.Background(), zmq4.WithLogger(log.New(io.Discard, "", 0)))
 	require.NoError(t, mpub.Listen(master))
 	defer mpub.Close()
@@ -303,7 +304,7 @@ func TestReplicaProcessesSurviveAKill(t *testing.T) {
 	}
 	relays[0].line(t, "agentkv relay: pool mooncake")
 
-	ports := []int{freeTCPPort(t), freeTCPPort(t), freeTCPPort(t)}
+	ports := []int{freeport.Port(t), freeport.Port(t), freeport.Port(t)}
 	bases := make([]string, 3)
 	startReplica := func(i int) *cliProcess {
 		p := startProcess(t, "proxy", "--listen", "127.0.0.1:"+strconv.Itoa(ports[i]), "--worker", workers[0], "--worker", workers[1],

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/internal/freeport"
 	"github.com/agentkv/agentkv/sharedpool"
 )
 
@@ -51,7 +52,7 @@ func drain(s *bufio.Scanner) {
 func TestProxyReplicasOnNATS(t *testing.T) {
 	const bs = 16
 	a, b := newFakeVLLM(t, bs, 1000), newFakeVLLM(t, bs, 1000)
-	ep := fmt.Sprintf("tcp://127.0.0.1:%d", freeTCPPort(t))
+	ep := fmt.Sprintf("tcp://127.0.0.1:%d", freeport.Port(t))
 	pub := zmq4.NewPub(context.Background(), zmq4.WithLogger(log.New(io.Discard, "", 0)))
 	require.NoError(t, pub.Listen(ep))
 	defer pub.Close()
