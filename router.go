@@ -355,6 +355,17 @@ func (r *Router) AdmissionStats() admission.Stats {
 	return r.adm.Stats()
 }
 
+// AdmissionConfig returns the admission configuration in force, defaults
+// filled in, and whether admission is on.
+func (r *Router) AdmissionConfig() (admission.Config, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.adm == nil {
+		return admission.Config{}, false
+	}
+	return r.adm.Config(), true
+}
+
 // Close stops routing; held requests are dropped.
 func (r *Router) Close() error {
 	r.mu.Lock()

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv/admission"
 )
 
 // TestFailoverKilledWorkerAdmission: with admission on, every session is a
@@ -41,4 +43,22 @@ func TestFailoverKilledWorkerAdmission(t *testing.T) {
 		}
 	}
 	t.Logf("%d of 16 programs were on the killed worker; every later turn served", onDead)
+}
+
+// TestStackAdmissionIsAgentic: a Stack with admission runs
+// admission.Agentic, the configuration the README's study measures, ticking
+// at the Stack's Tick; without admission there is none.
+func TestStackAdmissionIsAgentic(t *testing.T) {
+	f := newFleet(t, 1, nil, Config{}, true)
+	cfg, on := f.stack.Router().AdmissionConfig()
+	require.True(t, on)
+	want := admission.Agentic()
+	require.Equal(t, want.MaxWait, cfg.MaxWait)
+	require.Equal(t, want.DecayHalfLife, cfg.DecayHalfLife)
+	require.Equal(t, want.RebalanceMargin, cfg.RebalanceMargin)
+	require.True(t, cfg.HomeFirst && cfg.ReserveGrowth && cfg.ResumeOnEnd && cfg.Rebalance)
+	require.Equal(t, DefaultTick, cfg.Interval)
+
+	_, on = newFleet(t, 1, nil, Config{}, false).stack.Router().AdmissionConfig()
+	require.False(t, on)
 }
