@@ -135,6 +135,7 @@ func (r *Router) done(d *Decision, u Usage) {
 			_ = r.adm.SetShared(d.program, int64(sp.Shared*r.cfg.BlockSize), key)
 		}
 		if d.agent.Final {
+			r.syncBacklogLocked()
 			_ = r.adm.EndSession(now, d.program)
 		}
 		rel = r.drainAdmissionLocked()

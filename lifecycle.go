@@ -50,6 +50,18 @@ type TickResult struct {
 	ExpiredHeld int
 }
 
+// syncBacklogLocked reports each worker's prefill backlog to admission
+// before a resume pass (Tick, a program's end), where Rebalance keeps
+// programs off a worker with a long prefill queued.
+func (r *Router) syncBacklogLocked() {
+	if !r.adm.Config().Rebalance {
+		return
+	}
+	for _, ws := range r.workers {
+		r.adm.SetBacklog(ws.admID, int64(r.loads.load(ws.key).PrefillTokens))
+	}
+}
+
 // Tick runs one control-loop round: admission pause/resume, the expiry
 // sweeps of requests, sessions and approximate index entries. Call it
 // periodically (every 5 s by default; see admission.Config.Interval).
@@ -71,6 +83,7 @@ func (r *Router) Tick() TickResult {
 	if r.adm != nil {
 		rel = r.expireHeldLocked(now)
 		res.ExpiredHeld = len(rel)
+		r.syncBacklogLocked()
 		res.Admission = r.adm.Tick(now)
 		waiting = r.adm.Waiting()
 	}

@@ -505,7 +505,15 @@ func (r *Router) rebalancePreferenceLocked(rt *routing, cands []candidate) []adm
 	if math.IsInf(home, 1) || home-best < margin {
 		return nil
 	}
-	return r.preferenceLocked(cands)
+	r.syncBacklogLocked()
+	out := r.preferenceLocked(cands)
+	n := 0
+	for _, c := range cands {
+		if home-c.cost.Logit >= margin {
+			n++
+		}
+	}
+	return out[:n] // the cheapest first, each at least the margin below home
 }
 
 // preferenceLocked returns the candidates' admission ids, cheapest first.

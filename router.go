@@ -319,6 +319,7 @@ func (r *Router) onSessionRemoved(rm session.Removal) {
 	delete(r.acting, rm.ID)
 	var rel []release
 	if r.adm != nil {
+		r.syncBacklogLocked()
 		_ = r.adm.EndSession(r.cfg.Now(), rm.ID)
 		rel = r.drainAdmissionLocked()
 	}

@@ -621,6 +621,35 @@ func TestMetricsAdmissionAndGaps(t *testing.T) {
 // off its worker only when the router prices that worker at least
 // RebalanceMargin tokens dearer than the cheapest; a smaller backlog there
 // keeps the program home, where its cache is.
+// TestRouterReportsBacklog: with Rebalance, the router reports each
+// worker's prefill backlog (uncached tokens of requests without a first
+// token yet) to admission before its resume pass, and it drains as the
+// requests produce their first token.
+func TestRouterReportsBacklog(t *testing.T) {
+	r, _ := newTestRouter(t, Config{Admission: &admission.Config{Rebalance: true, RebalanceMargin: 1024}})
+	require.NoError(t, r.AddWorker(worker(1, 100_000)))
+	require.NoError(t, r.AddWorker(worker(2, 100_000)))
+	backlog := func(w uint64) int64 {
+		r.Tick()
+		for _, ws := range r.workers {
+			if ws.key.ID == w {
+				info, ok := r.adm.Worker(ws.admID)
+				require.True(t, ok)
+				return info.Backlog
+			}
+		}
+		t.Fatalf("no worker %d", w)
+		return 0
+	}
+	d, err := r.TryRoute(&Request{ID: "x", Tokens: tokens(4096, 9), Override: &Override{AllowedWorkers: []uint64{1}}})
+	require.NoError(t, err)
+	require.Equal(t, int64(4096), backlog(1))
+	require.Zero(t, backlog(2))
+	d.FirstToken()
+	require.Zero(t, backlog(1), "prefilled")
+	d.Done(Usage{})
+}
+
 func TestRebalanceMargin(t *testing.T) {
 	run := func(margin int64, backlog int) uint64 {
 		r, _ := newTestRouter(t, Config{Admission: &admission.Config{Rebalance: true, RebalanceMargin: margin}})

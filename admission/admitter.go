@@ -159,8 +159,8 @@ func (a *Admitter) TryAdmit(id string, promptTokens int64) (Admission, error) {
 	a.mu.Lock()
 	st := a.ctl.Status(id)
 	if st == StatusUnknown {
-		need := promptTokens + a.ctl.cfg.Buffer
-		if a.ctl.nWaiting > 0 || a.ctl.leastUtilisedWithRoom(need) == nil {
+		need := a.ctl.grownSize(promptTokens) + a.ctl.cfg.Buffer // as StartRequest sizes it
+		if a.ctl.nWaiting > 0 || a.ctl.leastUtilisedWithRoom(need, a.ctl.cfg.MaxWait > 0) == nil {
 			a.mu.Unlock()
 			return Admission{Status: StatusQueued}, ErrWouldWait
 		}

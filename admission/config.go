@@ -113,6 +113,26 @@ type Config struct {
 	// engines 30-40 % idle. Off (default): programs are sized by their
 	// current context.
 	ReserveGrowth bool
+	// ColdStartPrograms is, with ReserveGrowth, how many programs a
+	// worker takes at most before growth is learned: until 8 programs (of
+	// any length) have ended, every program is reserved at least the
+	// largest worker's room under the resume ceiling divided by this. At a
+	// cold start there is nothing to learn from, and agents that all
+	// started at 5-10 K tokens were all placed at once and then grew
+	// sixfold, which held their later turns for up to an hour (parked,
+	// below). Eight on 440 K-token workers is 47 K tokens each. Zero: no
+	// prior; programs are sized by their current context until growth is
+	// learned.
+	ColdStartPrograms int
+	// DoorActingGrowth is the share of its Acting programs' growth
+	// reserve (up to the ReserveGrowth estimate) that a worker keeps from
+	// new programs at the door (with MaxWait): an Acting program reserves
+	// nothing against held turns, since a swap can pause it, but it comes
+	// back from its tool call and grows, and a door that fills the room
+	// it left held turns of running programs past MaxWait (into swaps and
+	// parking) whenever the programs came back together. Zero: the door
+	// sees only the Reasoning programs' reserve. In [0, 1].
+	DoorActingGrowth float64
 	// ResumeOnEnd runs the resume pass as soon as a running program ends
 	// (EndSession), so a program waiting at the door takes the room that
 	// ending freed at once instead of at the next Tick (up to Interval
@@ -123,15 +143,18 @@ type Config struct {
 	// program finds its prefix cached instead of landing elsewhere.
 	HomeFirst bool
 	// Rebalance lets a turn of an Active program between turns (Acting)
-	// move to the first worker of StartRequestOn's prefer list when that
-	// is not its worker and has room for it under the resume ceiling
+	// move to the first worker of StartRequestOn's prefer list that is not
+	// its worker and has room for it under the resume ceiling
 	// (ReasonPreferred), but only while no turn waits for room: the room a
 	// move takes is the room a waiting turn needs, and the recompute it
 	// costs takes engine time a saturated cluster does not have. The
 	// router ranks workers by KV cost, cache and load together, and offers
-	// a running program that list only when its own worker costs at least
-	// RebalanceMargin more than the cheapest. Off, a placed program's turns
-	// always run on its worker.
+	// a running program those at least RebalanceMargin cheaper than its own
+	// worker. While turns wait, a program still escapes a worker whose
+	// prefill backlog (SetBacklog) is RebalanceMargin or more, to one whose
+	// backlog is not, with room under PauseThreshold; and the resume pass
+	// places programs on such a worker only when no other has room. Off, a
+	// placed program's turns always run on its worker.
 	Rebalance bool
 	// RebalanceMargin is that margin, in tokens of prefill (the router's
 	// cost: tokens queued for prefill plus the prompt's uncached tokens).
@@ -160,7 +183,8 @@ func (c Config) withDefaults() (Config, error) {
 		{"Buffer", float64(c.Buffer)}, {"ForcedResume", float64(c.ForcedResume)},
 		{"Interval", float64(c.Interval)}, {"DecayHalfLife", float64(c.DecayHalfLife)},
 		{"MaxPending", float64(c.MaxPending)}, {"MaxWait", float64(c.MaxWait)},
-		{"RebalanceMargin", float64(c.RebalanceMargin)},
+		{"RebalanceMargin", float64(c.RebalanceMargin)}, {"ColdStartPrograms", float64(c.ColdStartPrograms)},
+		{"DoorActingGrowth", c.DoorActingGrowth},
 	} {
 		if err := neg(f.name, f.v); err != nil {
 			return c, err
@@ -199,6 +223,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Buffer > MaxTokens {
 		return c, &ConfigError{"Buffer", "must be ≤ MaxTokens"}
 	}
+	if c.DoorActingGrowth > 1 {
+		return c, &ConfigError{"DoorActingGrowth", "must be ≤ 1"}
+	}
 	if c.PauseTarget > c.PauseThreshold {
 		return c, &ConfigError{"PauseTarget", "must be ≤ PauseThreshold"}
 	}
@@ -219,20 +246,25 @@ func (c Config) withDefaults() (Config, error) {
 // seconds and need the cache back; a long one's KV is only cache); a held
 // turn of a running program waits at most 3 minutes and is then swapped in
 // (MaxWait); resumed programs go home first (HomeFirst); programs are
-// sized by what programs grow to (ReserveGrowth); a program's end lets the
-// next in at once (ResumeOnEnd); and a program between turns leaves its
-// worker only to escape a backlog of 128 K tokens of prefill, and only
-// while nothing waits for room (Rebalance, RebalanceMargin). Config{} is
+// sized by what programs grow to (ReserveGrowth), at most eight per
+// worker until eight have ended (ColdStartPrograms), and the door keeps
+// 60 % of the Acting programs' growth free (DoorActingGrowth), so that
+// programs coming back from their tool calls find room within MaxWait; a
+// program's end lets the next in at once (ResumeOnEnd); and a program
+// between turns leaves its worker only to escape a backlog of 128 K
+// tokens of prefill (Rebalance, RebalanceMargin). Config{} is
 // ThunderAgent's configuration as upstream runs it.
 func Agentic() Config {
 	return Config{
-		DecayHalfLife:   time.Minute,
-		MaxWait:         3 * time.Minute,
-		HomeFirst:       true,
-		ReserveGrowth:   true,
-		ResumeOnEnd:     true,
-		Rebalance:       true,
-		RebalanceMargin: 128_000,
+		DecayHalfLife:     time.Minute,
+		MaxWait:           3 * time.Minute,
+		HomeFirst:         true,
+		ReserveGrowth:     true,
+		ColdStartPrograms: 8,
+		DoorActingGrowth:  0.6,
+		ResumeOnEnd:       true,
+		Rebalance:         true,
+		RebalanceMargin:   128_000,
 	}
 }
 

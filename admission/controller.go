@@ -38,10 +38,15 @@ type RawAdmitter struct {
 	sProgs []*program
 	sBinW  []*worker
 	// grown holds the final tails of the last len(grown) programs that
-	// ended (ReserveGrowth), nGrown how many were recorded in all;
-	// growthEst is their lower quartile once growthMin have ended (0 before).
+	// ended after two turns or more (ReserveGrowth), nGrown how many were
+	// recorded in all, nEnded how many programs ended at all; learned is
+	// the lower quartile of grown once growthMin are recorded (0 before);
+	// growthEst is the cold-start prior until growthMin programs have
+	// ended (Config.ColdStartPrograms), then learned.
 	grown     [64]int64
 	nGrown    int
+	nEnded    int
+	learned   int64
 	growthEst int64
 }
 
@@ -64,9 +69,12 @@ type worker struct {
 	// room here (markFor): resume places nothing else on it in that tick.
 	reserved uint64
 	// growth is Σ max(0, growthEst − tail) over its Reasoning programs:
-	// the room ReserveGrowth keeps for them (kept by attach and detach,
-	// recomputed when growthEst changes).
-	growth int64
+	// the room ReserveGrowth keeps for them, actGrowth the same over its
+	// Acting ones (the door keeps Config.DoorActingGrowth of it); both
+	// kept by attach and detach, recomputed when growthEst changes.
+	growth, actGrowth int64
+	// backlog is the prefill backlog the caller last reported (SetBacklog).
+	backlog int64
 }
 
 type program struct {
@@ -141,6 +149,7 @@ func (c *RawAdmitter) AddWorker(id WorkerID, capacity int64) error {
 	c.workers = append(c.workers, nil)
 	copy(c.workers[i+1:], c.workers[i:])
 	c.workers[i] = w
+	c.refreshGrowth()
 	return nil
 }
 
@@ -154,7 +163,20 @@ func (c *RawAdmitter) SetCapacity(id WorkerID, capacity int64) error {
 		return ErrUnknownWorker
 	}
 	w.cap = capacity
+	c.refreshGrowth()
 	return nil
+}
+
+// SetBacklog records a worker's prefill backlog: the uncached prompt
+// tokens of requests sent to it that have not produced their first token
+// (a router's load accounting). With Rebalance, the resume pass places
+// no program on a worker whose backlog is RebalanceMargin or more while
+// another worker has room: a turn placed there would queue behind that
+// prefill. Unknown workers are ignored; negative values count as zero.
+func (c *RawAdmitter) SetBacklog(id WorkerID, tokens int64) {
+	if w, ok := c.byID[id]; ok {
+		w.backlog = min(max(tokens, 0), MaxTokens)
+	}
 }
 
 // RemoveWorker removes a worker. Its programs are paused (reason
@@ -179,6 +201,7 @@ func (c *RawAdmitter) RemoveWorker(now time.Time, id WorkerID) error {
 	delete(c.byID, id)
 	i := sort.Search(len(c.workers), func(i int) bool { return c.workers[i].id >= id })
 	c.workers = append(c.workers[:i], c.workers[i+1:]...)
+	c.refreshGrowth()
 	for _, p := range c.paused {
 		if p.home == w {
 			p.home = nil
@@ -195,7 +218,7 @@ func (c *RawAdmitter) Workers(dst []WorkerInfo) []WorkerInfo {
 		dst = append(dst, WorkerInfo{
 			ID: w.id, Capacity: w.cap, Used: c.used(w), Util: c.util(w),
 			Marked: float64(w.marked), Programs: len(w.progs), Demoted: w.demoted,
-			Reasoning: len(w.progs) - w.nAct, ActingN: w.nAct,
+			Reasoning: len(w.progs) - w.nAct, ActingN: w.nAct, Backlog: w.backlog,
 		})
 	}
 	return dst
@@ -250,6 +273,15 @@ func (c *RawAdmitter) grownSize(tail int64) int64 {
 // sizes (an Acting one, in a tool call, reserves nothing).
 func (c *RawAdmitter) reserved(w *worker) float64 { return float64(w.growth) }
 
+// doorIf is, when door is set, the room w keeps from new programs at the
+// door beyond reserved: DoorActingGrowth of its Acting programs' growth.
+func (c *RawAdmitter) doorIf(w *worker, door bool) float64 {
+	if !door {
+		return 0
+	}
+	return c.cfg.DoorActingGrowth * float64(w.actGrowth)
+}
+
 // growthOf is what p reserves on its worker (see reserved).
 func (c *RawAdmitter) growthOf(p *program) int64 {
 	if p.phase != Reasoning {
@@ -258,25 +290,53 @@ func (c *RawAdmitter) growthOf(p *program) int64 {
 	return max(0, c.growthEst-tail(p))
 }
 
-// recordGrowth adds an ended program's final tail to the window and
-// recomputes the lower quartile.
-func (c *RawAdmitter) recordGrowth(final int64) {
-	c.grown[c.nGrown%len(c.grown)] = final
-	c.nGrown++
-	n := min(c.nGrown, len(c.grown))
-	if n < growthMin {
+// actGrowthOf is an Acting p's growth (see doorReserved).
+func (c *RawAdmitter) actGrowthOf(p *program) int64 {
+	if p.phase != Acting {
+		return 0
+	}
+	return max(0, c.growthEst-tail(p))
+}
+
+// recordEnd counts an ended program and, when it ran two turns or more,
+// adds its final tail to the window and re-learns the lower quartile once
+// the window holds growthMin.
+func (c *RawAdmitter) recordEnd(p *program) {
+	c.nEnded++
+	if p.steps >= 2 {
+		c.grown[c.nGrown%len(c.grown)] = tail(p)
+		c.nGrown++
+		if n := min(c.nGrown, len(c.grown)); n >= growthMin {
+			w := make([]int64, n)
+			copy(w, c.grown[:n])
+			slices.Sort(w)
+			c.learned = w[n/4]
+		}
+	}
+	c.refreshGrowth()
+}
+
+// refreshGrowth sets growthEst (ReserveGrowth): the cold-start prior until
+// growthMin programs have ended, an equal share of the largest worker's
+// room for ColdStartPrograms programs; then what was learned. The
+// workers' growth sums follow.
+func (c *RawAdmitter) refreshGrowth() {
+	if !c.cfg.ReserveGrowth {
 		return
 	}
-	w := make([]int64, n)
-	copy(w, c.grown[:n])
-	slices.Sort(w)
-	if est := w[n/4]; est != c.growthEst {
-		c.growthEst = est
-		for _, wk := range c.workers {
-			wk.growth = 0
-			for _, p := range wk.progs {
-				wk.growth += c.growthOf(p)
-			}
+	est := c.learned
+	if c.nEnded < growthMin && c.cfg.ColdStartPrograms > 0 {
+		est = int64(c.ceiling * float64(c.maxCap()) / float64(c.cfg.ColdStartPrograms))
+	}
+	if est == c.growthEst {
+		return
+	}
+	c.growthEst = est
+	for _, wk := range c.workers {
+		wk.growth, wk.actGrowth = 0, 0
+		for _, p := range wk.progs {
+			wk.growth += c.growthOf(p)
+			wk.actGrowth += c.actGrowthOf(p)
 		}
 	}
 }
@@ -465,9 +525,12 @@ func (c *RawAdmitter) StartRequestOn(now time.Time, id string, promptTokens int6
 	if p.life == Active {
 		w := p.w
 		why := ReasonActive
-		if c.cfg.Rebalance && c.nWaiting == 0 && p.inflight == 0 && len(prefer) > 0 && prefer[0] != w.id {
-			if to := c.workerByID(prefer[0]); to != nil && c.used(to)+float64(c.need(p, to)) <= c.ceiling*float64(to.cap) {
-				w, why = to, ReasonPreferred
+		if c.cfg.Rebalance && (c.nWaiting == 0 || w.backlog >= c.cfg.RebalanceMargin) && p.inflight == 0 {
+			for _, id := range prefer {
+				if to := c.workerByID(id); to != nil && to != w && (to.backlog < c.cfg.RebalanceMargin || c.nWaiting == 0) && c.used(to)+float64(c.need(p, to)) <= c.cfg.PauseThreshold*float64(to.cap) {
+					w, why = to, ReasonPreferred
+					break
+				}
 			}
 		}
 		c.detach(p)
@@ -550,9 +613,10 @@ func (c *RawAdmitter) startNewAs(now time.Time, id string, tokens int64, prefer 
 	reason := ReasonFairness
 	if c.nWaiting == 0 || home != nil {
 		need := c.grownSize(tokens) + c.cfg.Buffer
-		w, why := c.preferredWithRoom(need, prefer), ReasonPreferred
+		door := home == nil && c.cfg.MaxWait > 0 // a new program, not a subagent of a running one
+		w, why := c.preferredWithRoom(need, prefer, door), ReasonPreferred
 		if w == nil {
-			w, why = c.leastUtilisedWithRoom(need), ReasonRoom
+			w, why = c.leastUtilisedWithRoom(need, door), ReasonRoom
 		}
 		if w == nil {
 			w, why = c.emptyWorker(), ReasonEmptyWorker
@@ -641,10 +705,10 @@ func (c *RawAdmitter) Relocate(now time.Time, id string, prefer []WorkerID) (Adm
 
 // preferredWithRoom returns the first worker of prefer that has room for
 // need under the resume ceiling, or nil.
-func (c *RawAdmitter) preferredWithRoom(need int64, prefer []WorkerID) *worker {
+func (c *RawAdmitter) preferredWithRoom(need int64, prefer []WorkerID, door bool) *worker {
 	for _, id := range prefer {
 		w := c.workerByID(id)
-		if w != nil && c.used(w)+c.reserved(w)+float64(need) <= c.ceiling*float64(w.cap) {
+		if w != nil && c.used(w)+c.reserved(w)+c.doorIf(w, door)+float64(need) <= c.ceiling*float64(w.cap) {
 			return w
 		}
 	}
@@ -665,11 +729,11 @@ func (c *RawAdmitter) emptyWorker() *worker {
 
 // leastUtilisedWithRoom returns the worker with the lowest U among those
 // where used + need ≤ ceiling·capacity (ties: lowest id), or nil.
-func (c *RawAdmitter) leastUtilisedWithRoom(need int64) *worker {
+func (c *RawAdmitter) leastUtilisedWithRoom(need int64, door bool) *worker {
 	var best *worker
 	var bestU float64
 	for _, w := range c.workers {
-		u := c.used(w) + c.reserved(w)
+		u := c.used(w) + c.reserved(w) + c.doorIf(w, door)
 		if u+float64(need) > c.ceiling*float64(w.cap) {
 			continue
 		}
@@ -797,8 +861,8 @@ func (c *RawAdmitter) EndSession(now time.Time, id string) error {
 			c.nWaiting--
 		}
 	}
-	if c.cfg.ReserveGrowth && p.steps >= 2 {
-		c.recordGrowth(tail(p))
+	if c.cfg.ReserveGrowth {
+		c.recordEnd(p)
 	}
 	p.life = Terminated
 	delete(c.progs, id)
@@ -983,6 +1047,9 @@ func (c *RawAdmitter) resume(now time.Time, r *TickResult) {
 			binW = append(binW, w)
 		}
 	}
+	if c.cfg.Rebalance {
+		bins, binW = c.skipBacklogged(bins, binW)
+	}
 	c.sBins, c.sBinW = bins, binW
 	if len(bins) == 0 {
 		return
@@ -1015,6 +1082,22 @@ func (c *RawAdmitter) resume(now time.Time, r *TickResult) {
 		// fit keeps the worker with the most room for itself, and later
 		// ones may only take the others (backfill).
 		reserved := false
+		if c.cfg.DoorActingGrowth > 0 {
+			// What the Acting programs' growth keeps from the door.
+			k := 0
+			for j := range bins {
+				bins[j].Free -= int64(math.Ceil(c.doorIf(binW[j], true)))
+				if bins[j].Free > c.cfg.Buffer {
+					bins[k], binW[k] = bins[j], binW[j]
+					k++
+				}
+			}
+			bins, binW = bins[:k], binW[:k]
+			if k == 0 {
+				c.sProgs = c.sProgs[:0]
+				return
+			}
+		}
 		for len(cand) > 0 && resumeGroup(cand[0]) == 1 {
 			if !c.place(now, cand[:1], bins, binW, r) {
 				best := 0
@@ -1041,6 +1124,22 @@ func (c *RawAdmitter) resume(now time.Time, r *TickResult) {
 	}
 	c.place(now, cand, bins, binW, r)
 	c.sProgs = c.sProgs[:0]
+}
+
+// skipBacklogged drops, from the bins, the workers with a prefill backlog
+// of RebalanceMargin or more, unless that would leave none.
+func (c *RawAdmitter) skipBacklogged(bins []Bin, binW []*worker) ([]Bin, []*worker) {
+	k := 0
+	for j := range bins {
+		if binW[j].backlog < c.cfg.RebalanceMargin {
+			bins[k], binW[k] = bins[j], binW[j]
+			k++
+		}
+	}
+	if k == 0 {
+		return bins, binW
+	}
+	return bins[:k], binW[:k]
 }
 
 // place offers cand, in order, to the Placement over bins (charging the
@@ -1513,6 +1612,7 @@ func (c *RawAdmitter) attach(p *program, w *worker) {
 		w.marked += t
 	}
 	w.growth += c.growthOf(p)
+	w.actGrowth += c.actGrowthOf(p)
 	w.addShared(sharedOf(p))
 }
 
@@ -1533,6 +1633,7 @@ func (c *RawAdmitter) detach(p *program) {
 		w.marked -= t
 	}
 	w.growth -= c.growthOf(p)
+	w.actGrowth -= c.actGrowthOf(p)
 	w.dropShared(sharedOf(p))
 	last := len(w.progs) - 1
 	w.progs[p.slot] = w.progs[last]

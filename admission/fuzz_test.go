@@ -11,7 +11,8 @@ import (
 // starts, with and without a placement preference, and ends, session ends,
 // cancels, ticks, worker changes, relocations, with arbitrary ids, token
 // counts and time steps) under configurations that switch the options on
-// (decay, growth reserve, MaxWait with swaps and parking, Rebalance) and checks after each one that
+// (decay, growth reserve with a prior and the door's share, MaxWait with
+// swaps and parking, Rebalance) and checks after each one that
 // nothing panics, the bookkeeping matches a from-scratch recomputation, and
 // after each tick the pause postcondition holds.
 func FuzzController(f *testing.F) {
@@ -35,6 +36,7 @@ func FuzzController(f *testing.F) {
 		}
 		if cfgByte&32 != 0 {
 			cfg.ReserveGrowth, cfg.ResumeOnEnd = true, true
+			cfg.ColdStartPrograms, cfg.DoorActingGrowth = 4, 0.6
 		}
 		if cfgByte&64 != 0 {
 			cfg.MaxWait, cfg.HomeFirst = 20*time.Second, true // swaps and parking

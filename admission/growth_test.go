@@ -96,3 +96,134 @@ func TestResumeOnEnd(t *testing.T) {
 		require.Equal(t, StatusRunnable, c.Status("next"))
 	}
 }
+
+// TestColdStartPrograms: before anything has ended, programs are sized
+// at an equal share of the largest worker's room for ColdStartPrograms
+// programs; the share follows the workers' capacities, and gives way once
+// 8 programs have ended: to what they grew to, or, when none ran two
+// turns (single-turn requests, as in the Mooncake trace), to nothing.
+func TestColdStartPrograms(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c, err := NewRawAdmitter(Config{ReserveGrowth: true, ColdStartPrograms: 2})
+	require.NoError(t, err)
+	require.Zero(t, c.growthEst, "no worker, no room to share")
+	require.NoError(t, c.AddWorker(1, 100_000))
+	require.Equal(t, int64(42_500), c.growthEst, "85,000 under the ceiling, for two")
+	placed := 0
+	for i := range 20 {
+		a, err := c.StartRequest(now, fmt.Sprint("cold-", i), 5_000)
+		require.NoError(t, err)
+		if a.Run {
+			placed++
+		}
+	}
+	require.Equal(t, 1, placed, "as if 42,500 each: 42,600 + 37,500 reserved + 42,600 > 85,000")
+	require.NoError(t, c.AddWorker(2, 200_000))
+	require.Equal(t, int64(85_000), c.growthEst, "the largest worker's room")
+	require.NoError(t, c.SetCapacity(2, 50_000))
+	require.Equal(t, int64(42_500), c.growthEst)
+	require.NoError(t, c.RemoveWorker(now, 1))
+	require.Equal(t, int64(21_250), c.growthEst)
+
+	// Eight single-turn programs end: nothing was learned, and the prior
+	// is dropped.
+	c, err = NewRawAdmitter(Config{ReserveGrowth: true, ColdStartPrograms: 8})
+	require.NoError(t, err)
+	require.NoError(t, c.AddWorker(1, 1_000_000))
+	for i := range 8 {
+		id := fmt.Sprint("one-", i)
+		a, err := c.StartRequest(now, id, 1_000)
+		require.NoError(t, err)
+		require.True(t, a.Run)
+		require.NoError(t, c.EndRequest(now, id, 1_000, 10))
+		require.NoError(t, c.EndSession(now, id))
+		if i < 7 {
+			require.Equal(t, int64(106_250), c.growthEst, "after %d ends", i+1)
+		}
+	}
+	require.Zero(t, c.growthEst)
+
+	// Without ReserveGrowth there is no prior.
+	c, err = NewRawAdmitter(Config{ColdStartPrograms: 8})
+	require.NoError(t, err)
+	require.NoError(t, c.AddWorker(1, 1_000_000))
+	require.Zero(t, c.growthEst)
+}
+
+// TestDoorActingGrowth: an Acting program reserves nothing against held
+// turns, but with DoorActingGrowth the door keeps that share of its growth
+// from new programs, both when a new program arrives and at the resume
+// pass; a subagent of a running program is not a new program.
+func TestDoorActingGrowth(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, share := range []float64{0, 0.5, 1} {
+		// One worker of 100,000 (85,000 under the ceiling); programs are
+		// learned to grow to 50,000.
+		c, err := NewRawAdmitter(Config{ReserveGrowth: true, MaxWait: 3 * time.Minute, DoorActingGrowth: share})
+		require.NoError(t, err)
+		require.NoError(t, c.AddWorker(1, 100_000))
+		learn(t, c, now, 50_000)
+		// A program of 10,000, reserved as 50,000, goes Acting: its growth
+		// (40,000) is reserved against nothing but the door.
+		a, err := c.StartRequest(now, "run", 10_000)
+		require.NoError(t, err)
+		require.True(t, a.Run)
+		require.NoError(t, c.EndRequest(now, "run", 10_000, 0))
+		require.Zero(t, c.reserved(c.workers[0]))
+		require.Equal(t, share*40_000, c.doorIf(c.workers[0], true))
+		require.Zero(t, c.doorIf(c.workers[0], false))
+
+		// A new program is sized 50,100: 85,000 − 10,000 − share·40,000 of
+		// room takes it at 0 and 0.5, not at 1.
+		a, err = c.StartRequest(now, "new", 20_000)
+		require.NoError(t, err)
+		require.Equal(t, share < 1, a.Run, "share %v", share)
+		c.Drain(nil)
+
+		// A newcomer queued while the program reasons (its growth reserved
+		// against everything) is resumed, once the program is Acting, only
+		// if the door's share of that growth leaves room.
+		c2, err := NewRawAdmitter(c.Config())
+		require.NoError(t, err)
+		require.NoError(t, c2.AddWorker(1, 100_000))
+		learn(t, c2, now, 50_000)
+		a, err = c2.StartRequest(now, "run", 10_000)
+		require.NoError(t, err)
+		require.True(t, a.Run)
+		a, err = c2.StartRequest(now, "new", 20_000)
+		require.NoError(t, err)
+		require.False(t, a.Run, "10,000 + 40,000 reserved + 50,100 > 85,000")
+		require.NoError(t, c2.EndRequest(now, "run", 10_000, 0))
+		c2.Tick(now.Add(5 * time.Second))
+		want := StatusRunnable
+		if share == 1 {
+			want = StatusQueued // 10,000 + 40,000 + 50,100 > 85,000
+		}
+		require.Equal(t, want, c2.Status("new"), "share %v", share)
+		if share < 1 {
+			continue
+		}
+		// A subagent of the running program is placed by the room alone
+		// (10,000 + 50,100), though a newcomer waits.
+		a, err = c2.StartSubRequest(now.Add(6*time.Second), "run/sub", "run", 20_000, nil)
+		require.NoError(t, err)
+		require.True(t, a.Run, "a subagent does not wait for the door's reserve")
+	}
+}
+
+// learn ends 8 programs of two turns at size tokens: c learns that
+// programs grow to size.
+func learn(t *testing.T, c *RawAdmitter, now time.Time, size int64) {
+	t.Helper()
+	for i := range growthMin {
+		id := fmt.Sprint("learn-", i)
+		for turn := range 2 {
+			_, err := c.StartRequest(now, id, size/2)
+			require.NoError(t, err)
+			require.NoError(t, c.EndRequest(now, id, size/2+int64(turn)*size/2, 0))
+		}
+		require.NoError(t, c.EndSession(now, id))
+	}
+	require.Equal(t, size, c.growthEst)
+	c.Drain(nil)
+}

@@ -105,14 +105,16 @@ func checkInvariants(c *RawAdmitter) error {
 		return fmt.Errorf("nWaiting %d, recomputed %d", c.nWaiting, waiting)
 	}
 	for _, w := range c.workers {
-		var growth int64
+		var growth, actGrowth int64
 		for _, p := range w.progs {
 			if p.phase == Reasoning {
 				growth += max(0, c.growthEst-tail(p))
+			} else {
+				actGrowth += max(0, c.growthEst-tail(p))
 			}
 		}
-		if growth != w.growth {
-			return fmt.Errorf("worker %v: growth reserve %d, recomputed %d", w.id, w.growth, growth)
+		if growth != w.growth || actGrowth != w.actGrowth {
+			return fmt.Errorf("worker %v: growth reserve %d / acting %d, recomputed %d / %d", w.id, w.growth, w.actGrowth, growth, actGrowth)
 		}
 		s := ref[w.id]
 		if s.reasoning != w.reasoning || s.acting != w.acting || s.marked != w.marked || s.n != len(w.progs) || s.nAct != w.nAct || s.sharedSum != w.sharedSum {

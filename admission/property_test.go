@@ -461,6 +461,9 @@ func TestPropertyRandomWorkloads(t *testing.T) {
 					cfg.MaxWait = time.Duration(1+seed%4) * time.Minute
 					cfg.HomeFirst = true
 					cfg.ActingWeight = 0.5
+					if seed%2 == 0 {
+						cfg.ReserveGrowth, cfg.ColdStartPrograms, cfg.DoorActingGrowth = true, 8, 0.6
+					}
 					shared = int64(500 + 100*(seed%10))
 				}
 				s := newSim(t, seed, cfg, churn)

@@ -341,6 +341,8 @@ type WorkerInfo struct {
 	Demoted   bool
 	Reasoning int
 	ActingN   int
+	// Backlog is the prefill backlog last reported (SetBacklog), in tokens.
+	Backlog int64
 }
 
 // Stats counts decisions and anomalies since the controller was created.

@@ -45,8 +45,8 @@ that ends is replaced by the next).
 Throughput is measured in a steady-state window, from half a cohort of
 refills after the start to the last refill (not tokens over the makespan of a
 draining workload); goodput counts only turns whose TTFT met --slo. The
-wait to be admitted (hold: a program's first turn, later turns) is reported
-apart from dispatch-to-first-token. It prints a table, writes the results as
+wait to be admitted (hold: a program's first turn, later turns at p99 and
+at most) is reported apart from dispatch-to-first-token. It prints a table, writes the results as
 JSON and a plot of throughput and prefix hit rate against concurrency (SVG).
 
 --workload reads any trace format the trace package reads (agentkv/Dynamo
@@ -233,15 +233,15 @@ func isTerminal(w io.Writer) bool {
 
 func printSimTable(w io.Writer, results []*simrun.Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tconc\tcap\ttok/s\tgoodput\tbusy%\thit%\tTTFT p50\tTTFT p99\thold1 p99\thold p99\tdispatch p99\tprog p50\tprog p99\tforced\tpreempt\twindow\t")
+	fmt.Fprintln(tw, "policy\tconc\tcap\ttok/s\tgoodput\tbusy%\thit%\tTTFT p50\tTTFT p99\thold1 p99\thold p99\thold max\tdispatch p99\tprog p50\tprog p99\tforced\tpreempt\twindow\t")
 	for _, r := range results {
 		win := dur(r.Window.End - r.Window.Start)
 		if !r.Window.Steady {
 			win = "none"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.0f\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.0f\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t\n",
 			r.Policy, concLabel(r.Concurrency), capLabel(r.Cap), r.SteadyThroughput(), r.Goodput, 100*r.Busy, 100*r.HitRate,
-			dur(r.TTFT.P50), dur(r.TTFT.P99), dur(r.HoldFirst.P99), dur(r.HoldLater.P99), dur(r.DispatchTTFT.P99),
+			dur(r.TTFT.P50), dur(r.TTFT.P99), dur(r.HoldFirst.P99), dur(r.HoldLater.P99), dur(r.HoldLater.Max), dur(r.DispatchTTFT.P99),
 			dur(r.Completion.P50), dur(r.Completion.P99), r.Admission.Forced, r.Preemptions, win)
 	}
 	tw.Flush()
