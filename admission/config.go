@@ -85,13 +85,7 @@ type Config struct {
 	// under the resume ceiling, and it resumes there (ReasonSwap). Where
 	// pausing every Acting program would not make room, Reasoning programs
 	// are marked to pause at their next tool boundary and it resumes once
-	// they have. When the held turns due, with the running Reasoning
-	// programs (less the marked ones), weigh more than the workers hold
-	// under the resume ceiling, swaps would only rotate programs through
-	// each other's holds: the newest due ones are parked instead, sent
-	// back to the door (KindQueue, ReasonOvercommit) until the rest fit,
-	// where they wait in line by when their turns were held (home-first
-	// resumes still apply). While a held turn of a placed program waits, no queued
+	// they have. While a held turn of a placed program waits, no queued
 	// new program (nor a paused one with nothing held) is resumed ahead of
 	// it by the Placement: the room it is waiting for stays its. New
 	// programs wait at the door first come, first served: one that does
@@ -119,8 +113,7 @@ type Config struct {
 	// largest worker's room under the resume ceiling divided by this. At a
 	// cold start there is nothing to learn from, and agents that all
 	// started at 5-10 K tokens were all placed at once and then grew
-	// sixfold, which held their later turns for up to an hour (parked,
-	// below). Eight on 440 K-token workers is 47 K tokens each. Zero: no
+	// sixfold, which held their later turns for up to an hour. Eight on 440 K-token workers is 47 K tokens each. Zero: no
 	// prior; programs are sized by their current context until growth is
 	// learned.
 	ColdStartPrograms int
@@ -129,9 +122,9 @@ type Config struct {
 	// new programs at the door (with MaxWait): an Acting program reserves
 	// nothing against held turns, since a swap can pause it, but it comes
 	// back from its tool call and grows, and a door that fills the room
-	// it left held turns of running programs past MaxWait (into swaps and
-	// parking) whenever the programs came back together. Zero: the door
-	// sees only the Reasoning programs' reserve. In [0, 1].
+	// it left sent turns of running programs into swaps, each pausing
+	// another program, whenever the programs came back together. Zero:
+	// the door sees only the Reasoning programs' reserve. In [0, 1].
 	DoorActingGrowth float64
 	// ResumeOnEnd runs the resume pass as soon as a running program ends
 	// (EndSession), so a program waiting at the door takes the room that

@@ -84,7 +84,6 @@ type program struct {
 	w         *worker // non-nil iff Active
 	home      *worker // where it last ran (nil: never placed, or removed)
 	placed    bool    // was ever placed (false: a queued new program)
-	parked    bool    // placed, and sent back to the door (see swapIn)
 	tokens    int64
 	shared    int64  // leading tokens shared with other programs (SetShared), ≤ tokens when counted
 	sharedID  uint64 // which prefix (SetShared's key)
@@ -248,11 +247,18 @@ func tail(p *program) int64 {
 }
 
 // need is the room p takes on w: its tail, the buffer, and the part of its
-// shared prefix longer than what w's programs already share.
+// shared prefix longer than what w's programs already share. The growth
+// reserve (ReserveGrowth) never takes it past w's room under the resume
+// ceiling: a program that would grow past a whole worker reserves the
+// worker, and a swap can still make room for it.
 func (c *RawAdmitter) need(p *program, w *worker) int64 {
-	n := c.grownSize(tail(p)) + c.cfg.Buffer
+	var shared int64
 	if k := sharedOf(p); k.n > 0 && w.sharedN[k] == 0 {
-		n += k.n
+		shared = k.n
+	}
+	n := c.grownSize(tail(p)) + c.cfg.Buffer + shared
+	if lim := int64(c.ceiling * float64(w.cap)); n > lim {
+		n = max(lim, tail(p)+c.cfg.Buffer+shared)
 	}
 	return n
 }
@@ -937,7 +943,7 @@ func (c *RawAdmitter) forceResume(now time.Time, r *TickResult) {
 		// With MaxWait, placed programs are swapped in long before the
 		// cap, and new ones wait at the door in order: no forced resume
 		// overcommits a worker for them.
-		if p.held > 0 && now.Sub(p.waitSince) >= c.cfg.ForcedResume && (c.cfg.MaxWait <= 0 || p.placed && !p.parked && now.Sub(p.waitSince) >= 2*c.cfg.ForcedResume) {
+		if p.held > 0 && now.Sub(p.waitSince) >= c.cfg.ForcedResume && (c.cfg.MaxWait <= 0 || p.placed && now.Sub(p.waitSince) >= 2*c.cfg.ForcedResume) {
 			due = append(due, p)
 		}
 	}
@@ -983,16 +989,14 @@ func (c *RawAdmitter) resumeUsed(now time.Time, w *worker) float64 {
 	return u
 }
 
-// resumeGroup: 0 = held turn of a placed program, 1 = queued new program
-// (or a parked held turn), 2 = paused with no turn held.
+// resumeGroup: 0 = held turn of a placed program, 1 = queued new program,
+// 2 = paused with no turn held.
 func resumeGroup(p *program) int {
 	switch {
 	case !p.placed:
 		return 1
 	case p.held == 0:
 		return 2
-	case p.parked:
-		return 1 // a held turn parked at the door
 	default:
 		return 0
 	}
@@ -1251,7 +1255,7 @@ func (c *RawAdmitter) swapIn(now time.Time, r *TickResult) {
 	}
 	due := c.sProgs[:0]
 	for _, p := range c.paused {
-		if p.held > 0 && p.placed && !p.parked && now.Sub(p.waitSince) >= c.cfg.MaxWait {
+		if p.held > 0 && p.placed && now.Sub(p.waitSince) >= c.cfg.MaxWait {
 			due = append(due, p)
 		}
 	}
@@ -1262,30 +1266,7 @@ func (c *RawAdmitter) swapIn(now time.Time, r *TickResult) {
 		return cmp.Compare(a.pauseSeq, b.pauseSeq)
 	})
 	due = slices.Clone(due) // pause below reuses the scratch slices
-	// Held turns of placed programs that, with the running Reasoning
-	// programs, weigh more than the workers hold under the resume ceiling
-	// cannot all run within MaxWait: a swap would pause an Acting program
-	// whose next turn would then wait for a swap in turn, round and round
-	// (in simulation, 256 SWE-bench-shaped agents that all started small
-	// and grew sixfold held their later turns 8-10 minutes each, for
-	// hours). The newest of the due ones go back to the door instead
-	// (parked), until the rest fit: in the door's line by when their turns
-	// were held, so ahead of newer programs, and resumed on their home
-	// worker (HomeFirst) as soon as it has room.
-	if len(due) > 0 {
-		over := c.heldOvercommit()
-		for i := len(due) - 1; i >= 0 && over > 0; i-- {
-			p := due[i]
-			p.parked = true
-			over -= float64(c.grownSize(tail(p)) + c.cfg.Buffer)
-			c.stats.Parked++
-			c.emit(Decision{At: now, Kind: KindQueue, Reason: ReasonOvercommit, Program: p.id, Tokens: p.tokens})
-		}
-	}
 	for _, p := range due {
-		if p.parked {
-			continue
-		}
 		var best *worker
 		bestCost := math.Inf(1)
 		for _, w := range c.workers {
@@ -1350,24 +1331,6 @@ func (c *RawAdmitter) swapIn(now time.Time, r *TickResult) {
 	c.sProgs = c.sProgs[:0]
 }
 
-// heldOvercommit is by how much the Reasoning programs, running (with
-// their growth reserve; not those marked to pause at their tool boundary)
-// or held (a turn waiting, not parked), outweigh the workers' room under
-// the resume ceiling; Acting programs, in their tool calls, are what a
-// swap pauses, so they do not count.
-func (c *RawAdmitter) heldOvercommit() float64 {
-	var over float64
-	for _, w := range c.workers {
-		over += float64(w.reasoning-w.marked) + float64(w.sharedSum) + c.reserved(w) - c.ceiling*float64(w.cap)
-	}
-	for _, p := range c.paused {
-		if p.held > 0 && p.placed && !p.parked {
-			over += float64(c.grownSize(tail(p)) + c.cfg.Buffer)
-		}
-	}
-	return over
-}
-
 // markFor marks Reasoning programs so that p fits once they pause at
 // their tool boundaries: on p's home worker if p can fit there at all,
 // else on the worker with the most weight to reclaim; enough of them
@@ -1419,7 +1382,6 @@ func (c *RawAdmitter) resumeOn(now time.Time, p *program, w *worker, reason Reas
 	c.removePaused(p)
 	p.life = Active
 	p.placed = true
-	p.parked = false
 	p.resumedAt = c.tickNo
 	c.attach(p, w)
 	d := Decision{At: now, Kind: KindResume, Reason: reason, Program: p.id, Worker: w.id, HasWorker: true,

@@ -130,19 +130,15 @@
 //     simulation, on the SWE-bench-shaped workload at 128 programs, that made
 //     17 K swaps instead of 7 K and a hit rate of 29 % instead of 43 %). A
 //     held turn waits at most MaxWait plus, where the swap had to mark
-//     Reasoning programs, the rest of their in-flight turns, unless it is
-//     parked: when the held turns due, with the running Reasoning programs,
-//     weigh more than the workers hold (programs placed small that all
-//     grew), a swap would pause an Acting program whose next turn then
-//     waits for a swap in turn, and every program cycles through holds
-//     (in simulation, 256 SWE-bench-shaped agents that started at 5-10 K
-//     tokens and grew sixfold held their later turns 8-10 minutes each for
-//     the first five hours, at 12 % less throughput). The newest due ones
-//     go back to the door instead (ReasonOvercommit) until the rest fit:
-//     a few programs wait long once rather than all waiting at every turn.
-//     With ColdStartPrograms and DoorActingGrowth (below) the door no longer
-//     places programs that outgrow the workers, and no turn was parked in
-//     the README's study: every later turn waited at most 3.2 minutes.
+//     Reasoning programs, the rest of their in-flight turns. That bound
+//     holds without overcommitting only if the door has not placed more
+//     programs than the workers hold once they have grown: otherwise a
+//     swap pauses an Acting program whose next turn then waits for a swap
+//     in turn, and every program cycles through holds (in simulation, 256
+//     SWE-bench-shaped agents that started at 5-10 K tokens and grew
+//     sixfold held their later turns 8-10 minutes each for the first five
+//     hours, at 12 % less throughput). ReserveGrowth, ColdStartPrograms and
+//     DoorActingGrowth (below) keep the door from that.
 //   - HomeFirst resumes a program on its home worker (where it last ran, so
 //     its prefix is cached there) whenever that has room, before the
 //     Placement sees it (ReasonHome).
@@ -161,9 +157,10 @@
 //     it), but DoorActingGrowth keeps a share of its growth from new
 //     programs at the door, so that programs coming back from their tools
 //     together find room within MaxWait (in simulation, SWE-bench-shaped at
-//     512 programs: later turns held 5.0 minutes at p99 and up to 75
-//     minutes, 176-395 of them parked; with both, p99 1.2 and at most 3.1
-//     minutes, none parked, at the same throughput).
+//     512 programs, the turns due were parked at the door for up to 75
+//     minutes, p99 5.0, where the swaps would have rotated; with both, no
+//     turn waited more than 3.1 minutes, p99 1.2-1.4, at the same
+//     throughput).
 //   - ResumeOnEnd runs the resume pass when a running program ends, so the
 //     room it frees goes to a waiting program at once rather than at the
 //     next Tick (in simulation, with every request a program of one turn

@@ -12,7 +12,7 @@ import (
 // cancels, ticks, worker changes, relocations, with arbitrary ids, token
 // counts and time steps) under configurations that switch the options on
 // (decay, growth reserve with a prior and the door's share, MaxWait with
-// swaps and parking, Rebalance) and checks after each one that
+// swaps, Rebalance) and checks after each one that
 // nothing panics, the bookkeeping matches a from-scratch recomputation, and
 // after each tick the pause postcondition holds.
 func FuzzController(f *testing.F) {
@@ -39,7 +39,7 @@ func FuzzController(f *testing.F) {
 			cfg.ColdStartPrograms, cfg.DoorActingGrowth = 4, 0.6
 		}
 		if cfgByte&64 != 0 {
-			cfg.MaxWait, cfg.HomeFirst = 20*time.Second, true // swaps and parking
+			cfg.MaxWait, cfg.HomeFirst = 20*time.Second, true // swaps
 		}
 		if cfgByte&128 != 0 {
 			cfg.Rebalance = true

@@ -244,7 +244,7 @@ func (s *sim) run(maxTime time.Duration) {
 			waiting := map[string]bool{}     // held turns of placed programs before the tick
 			queued := map[string]time.Time{} // new programs at the door before the tick
 			for _, p := range s.ctl.paused {
-				if p.held > 0 && p.placed && !p.parked {
+				if p.held > 0 && p.placed {
 					waiting[p.id] = true
 				}
 				if !p.placed {
@@ -253,7 +253,7 @@ func (s *sim) run(maxTime time.Duration) {
 			}
 			s.ctl.Tick(epoch.Add(s.now))
 			s.check("tick")
-			if s.ctl.Config().MaxWait > 0 && slices.ContainsFunc(s.ctl.paused, func(p *program) bool { return p.held > 0 && p.placed && !p.parked }) {
+			if s.ctl.Config().MaxWait > 0 && slices.ContainsFunc(s.ctl.paused, func(p *program) bool { return p.held > 0 && p.placed }) {
 				// A held turn of a placed program is still waiting: no
 				// other program took room by the Placement in this tick.
 				for _, d := range s.dec {
@@ -306,10 +306,9 @@ func (s *sim) run(maxTime time.Duration) {
 						// room at their tool boundaries (programs resumed in
 						// a tick are not marked in it: two ticks of grace),
 						// or behind an older one that was swapped in this
-						// tick; a new program, or a parked one, waits at the
-						// door.
+						// tick; a new program waits at the door.
 						tooBig := float64(p.tokens+cfg.Buffer) > s.ctl.ceiling*float64(s.ctl.maxCap())
-						if p.held > 0 && p.placed && !p.parked && !tooBig && epoch.Add(s.now).Sub(p.waitSince) >= cfg.MaxWait+2*cfg.Interval && !s.marksPending() && !swappedNow {
+						if p.held > 0 && p.placed && !tooBig && epoch.Add(s.now).Sub(p.waitSince) >= cfg.MaxWait+2*cfg.Interval && !s.marksPending() && !swappedNow {
 							s.fail("%s (tail %d, shared %d) held since %v, past MaxWait, and no marked program will make room; workers %+v", p.id, tail(p), p.shared, p.waitSince.Sub(epoch), s.ctl.Workers(nil))
 						}
 						continue

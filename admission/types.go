@@ -108,9 +108,7 @@ type Kind uint8
 const (
 	// KindAdmit: a turn may run now on Worker with Priority.
 	KindAdmit Kind = iota + 1
-	// KindQueue: a new program found no place, its first turn held; or
-	// (ReasonOvercommit) a placed program's held turn went back to the
-	// door.
+	// KindQueue: a new program found no place, its first turn held.
 	KindQueue
 	// KindHold: a turn of a paused program is held.
 	KindHold
@@ -200,13 +198,9 @@ const (
 	// caller could not use it: failing, or out of routing), and the
 	// program moved to a worker the caller offered (Relocate).
 	ReasonRelocated
-	// ReasonOvercommit: a held turn reached Config.MaxWait while the
-	// placed programs weighed more than the workers hold under the resume
-	// ceiling; it went back to the door (KindQueue) instead of a swap.
-	ReasonOvercommit
 )
 
-var reasonNames = [...]string{"", "active", "room", "no-room", "fairness", "paused", "over-threshold", "tool-boundary", "below-target", "bin-packed", "forced", "band", "session-end", "worker-removed", "cancelled", "preferred", "empty-worker", "swap", "home", "relocated", "overcommit"}
+var reasonNames = [...]string{"", "active", "room", "no-room", "fairness", "paused", "over-threshold", "tool-boundary", "below-target", "bin-packed", "forced", "band", "session-end", "worker-removed", "cancelled", "preferred", "empty-worker", "swap", "home", "relocated"}
 
 func (r Reason) String() string {
 	if int(r) > 0 && int(r) < len(reasonNames) {
@@ -351,9 +345,6 @@ type Stats struct {
 	// Swapped counts programs resumed at Config.MaxWait by making room
 	// (ReasonSwap); SwapPaused the Acting programs paused for them.
 	Swapped, SwapPaused uint64
-	// Parked counts held turns sent back to the door at Config.MaxWait
-	// because the placed programs overcommitted the workers.
-	Parked uint64
 	// Relocated counts running programs moved off a worker the caller
 	// could not use (Relocate).
 	Relocated uint64
