@@ -12,6 +12,7 @@ import (
 // buildLoaded returns a controller with n programs on w workers: about half
 // ACTING, the rest REASONING, worker utilisation spread around the band, and
 // extra paused programs that do not fit (so every tick sorts and offers them).
+// With ReserveGrowth, eight ended programs have taught it their growth first.
 func buildLoaded(b *testing.B, n, w, paused int, cfg Config) *RawAdmitter {
 	c, err := NewRawAdmitter(cfg)
 	if err != nil {
@@ -22,6 +23,11 @@ func buildLoaded(b *testing.B, n, w, paused int, cfg Config) *RawAdmitter {
 	for i := 0; i < w; i++ {
 		// capacity so that per programs of ~2000 tokens sit near U = 0.8
 		_ = c.AddWorker(WorkerID(i), int64(per)*2000*5/4+int64(rng.IntN(per*200)))
+	}
+	if cfg.ReserveGrowth {
+		// Past the cold start: programs were seen to grow to 2,000
+		// tokens, the size the programs below have.
+		learn(b, c, epoch, 2000)
 	}
 	for i := 0; i < n; i++ {
 		id := fmt.Sprint("p", i)

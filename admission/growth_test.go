@@ -213,7 +213,7 @@ func TestDoorActingGrowth(t *testing.T) {
 
 // learn ends 8 programs of two turns at size tokens: c learns that
 // programs grow to size.
-func learn(t *testing.T, c *RawAdmitter, now time.Time, size int64) {
+func learn(t testing.TB, c *RawAdmitter, now time.Time, size int64) {
 	t.Helper()
 	for i := range growthMin {
 		id := fmt.Sprint("learn-", i)
