@@ -486,9 +486,10 @@ func (r *Router) newDecision(rt *routing, req *Request, candidates int) *Decisio
 }
 
 // rebalancePreferenceLocked is the preference offered for a running
-// program's turn under Config.Rebalance: the candidates cheapest first when
-// the program's own worker costs more than the cheapest by at least
-// RebalanceMargin tokens of prefill, else none (the turn stays home).
+// program's turn under Config.Rebalance: the candidates that cost at least
+// RebalanceMargin tokens of prefill less than the program's own worker,
+// cheapest first (none: the turn stays home). Admission then gets the
+// workers' current prefill backlogs, for its escape rule.
 func (r *Router) rebalancePreferenceLocked(rt *routing, cands []candidate) []admission.WorkerID {
 	p, ok := r.adm.Program(rt.start, rt.program)
 	if !ok || !p.HasWorker || len(cands) < 2 {

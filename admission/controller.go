@@ -515,7 +515,8 @@ func (c *RawAdmitter) StartRequest(now time.Time, id string, promptTokens int64)
 // A router passes its workers ranked by KV-cache cost, so a new program
 // lands where its prefix is cached. prefer is only read; it is ignored for
 // programs the controller already knows, except with Config.Rebalance (an
-// Acting program moves to prefer[0] when that has room and no turn waits).
+// Acting program moves to the first worker of prefer with room, when no
+// turn waits or it escapes a backlogged worker; see Config.Rebalance).
 func (c *RawAdmitter) StartRequestOn(now time.Time, id string, promptTokens int64, prefer []WorkerID) (Admission, error) {
 	if id == "" {
 		return Admission{}, ErrEmptyID
