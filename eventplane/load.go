@@ -224,6 +224,18 @@ func (ls *loadShare) expire(cutoff time.Time) {
 	}
 }
 
+// remoteRequests is the other replicas' in-flight requests, summed as
+// they were last applied to the router.
+func (ls *loadShare) remoteRequests() int {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	n := 0
+	for _, l := range ls.applied {
+		n += l.Requests
+	}
+	return n
+}
+
 func (ls *loadShare) stats(st *ReplicaStats) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()

@@ -17,6 +17,7 @@ type Metrics struct {
 	bindFallbacks prometheus.Counter
 	connected     prometheus.GaugeFunc
 	degraded      prometheus.GaugeFunc
+	remoteReqs    prometheus.GaugeFunc
 	rp            atomic.Pointer[Replica] // set by NewReplica
 }
 
@@ -54,8 +55,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 		return 0
 	})
+	m.remoteReqs = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentkv_eventplane_remote_requests",
+		Help: "Requests in flight on the other replicas, as they last reported (their load counts in this replica's routing)."}, func() float64 {
+		if rp := m.rp.Load(); rp != nil && rp.load != nil {
+			return float64(rp.load.remoteRequests())
+		}
+		return 0
+	})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.events, m.applied, m.snapshotBytes, m.poolPages, m.bindFallbacks, m.connected, m.degraded} {
+		for _, c := range []prometheus.Collector{m.events, m.applied, m.snapshotBytes, m.poolPages, m.bindFallbacks, m.connected, m.degraded, m.remoteReqs} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -159,11 +159,11 @@ func NewReplica(p *Plane, cfg ReplicaConfig) (*Replica, error) {
 		rp.applied = cfg.StartSeq - 1
 	}
 	rp.st.Applied = rp.applied
-	if cfg.Metrics != nil {
-		cfg.Metrics.rp.Store(rp)
-	}
 	rp.load = newLoadShare(rp)
 	rp.bind = newBindings(rp)
+	if cfg.Metrics != nil {
+		cfg.Metrics.rp.Store(rp) // last: a scrape may read the replica at once
+	}
 	return rp, nil
 }
 

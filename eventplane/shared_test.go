@@ -2,6 +2,7 @@ package eventplane
 
 import (
 	"context"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -326,10 +327,12 @@ func TestRestartedReplicaReplacesStaleLoad(t *testing.T) {
 	ns := startNATS(t)
 	cfg := testConfig()
 	ra, rb := newRouter(t, nil, 1, 2), newRouter(t, nil, 1, 2)
-	startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "a", Router: ra, LoadEvery: time.Hour})
+	m, err := NewMetrics(nil)
+	require.NoError(t, err)
+	startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "a", Router: ra, LoadEvery: time.Hour, Metrics: m})
 	pb := connect(t, ns, cfg)
 	b := startReplica(t, pb, ReplicaConfig{Name: "b", Router: rb, LoadEvery: time.Hour})
-	_, err := rb.Route(context.Background(), &agentkv.Request{Tokens: burst(1)[0]})
+	_, err = rb.Route(context.Background(), &agentkv.Request{Tokens: burst(1)[0]})
 	require.NoError(t, err)
 	seen := func() int {
 		n := 0
@@ -339,6 +342,7 @@ func TestRestartedReplicaReplacesStaleLoad(t *testing.T) {
 		return n
 	}
 	require.Eventually(t, func() bool { return seen() == 1 }, 5*time.Second, time.Millisecond, "a sees b's request")
+	require.Equal(t, 1.0, testutil.ToFloat64(m.remoteReqs), "agentkv_eventplane_remote_requests")
 	// b dies with its request in flight: no report says it ended.
 	require.NoError(t, b.Close())
 	pb.Close()
@@ -346,4 +350,5 @@ func TestRestartedReplicaReplacesStaleLoad(t *testing.T) {
 	startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "b", Router: newRouter(t, nil, 1, 2), LoadEvery: time.Hour})
 	require.Eventually(t, func() bool { return seen() == 0 }, 5*time.Second, time.Millisecond,
 		"the restarted b's first report replaces its predecessor's load")
+	require.Zero(t, testutil.ToFloat64(m.remoteReqs))
 }

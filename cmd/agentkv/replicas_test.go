@@ -97,6 +97,12 @@ func TestProxyReplicasOnNATS(t *testing.T) {
 			metricValue(t, baseB, "agentkv_eventplane_events_applied_total") > 0
 	})
 	for _, base := range []string{baseA, baseB} {
+		// The other replica's last request has ended, but its load report
+		// (in flight, on core NATS) may not have reached this one yet:
+		// stale, that load outweighs the cached prefix.
+		eventually(t, "the other replica's requests to have ended here", func() bool {
+			return metricValue(t, base, "agentkv_eventplane_remote_requests") == 0
+		})
 		resp, body := post(t, base+vllm.ChatPath, nil, chatBody(t, false, msgs...))
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 		require.Equal(t, b.URL(), resp.Header.Get(headerWorker))
