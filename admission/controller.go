@@ -296,7 +296,7 @@ func (c *RawAdmitter) growthOf(p *program) int64 {
 	return max(0, c.growthEst-tail(p))
 }
 
-// actGrowthOf is an Acting p's growth (see doorReserved).
+// actGrowthOf is an Acting p's growth (see doorIf).
 func (c *RawAdmitter) actGrowthOf(p *program) int64 {
 	if p.phase != Acting {
 		return 0
