@@ -24,6 +24,7 @@ func TestSimulateSmallRun(t *testing.T) {
 	require.Contains(t, stdout, "throughput relative to kv")
 	require.Contains(t, stdout, "throughput relative to kv+cap")
 	require.Contains(t, stdout, "hold1 p99")
+	require.Contains(t, stdout, "hold max")
 	require.Contains(t, stderr, "[6/6]", "kv+cap without a cap (none below 4 programs on 2 workers) is kv's run")
 	require.Contains(t, stdout, "; 6 runs")
 	var out simJSON
@@ -34,6 +35,7 @@ func TestSimulateSmallRun(t *testing.T) {
 	for _, r := range out.Results {
 		require.Positive(t, r.Finished, r.Policy)
 		require.Positive(t, r.Throughput, r.Policy)
+		require.GreaterOrEqual(t, r.HoldLater.Max, r.HoldLater.P99, r.Policy)
 	}
 	b, err = os.ReadFile(svg)
 	require.NoError(t, err)
