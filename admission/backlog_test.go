@@ -107,16 +107,10 @@ func TestRebalanceFirstWithRoom(t *testing.T) {
 	for id := WorkerID(1); id <= 3; id++ {
 		require.NoError(t, c.AddWorker(id, 10_000))
 	}
-	start := func(id string, tokens int64, prefer ...WorkerID) Admission {
-		a, err := c.StartRequestOn(now, id, tokens, prefer)
-		require.NoError(t, err)
-		require.True(t, a.Run)
-		return a
-	}
-	require.Equal(t, WorkerID(1), start("a", 3_000, 1).Worker)
+	require.Equal(t, WorkerID(1), runOn(t, c, now, "a", 3_000, 1).Worker)
 	require.NoError(t, c.EndRequest(now, "a", 3_000, 0))
-	require.Equal(t, WorkerID(2), start("full", 8_000, 2).Worker)
-	a := start("a", 3_000, 2, 3, 1)
+	require.Equal(t, WorkerID(2), runOn(t, c, now, "full", 8_000, 2).Worker)
+	a := runOn(t, c, now, "a", 3_000, 2, 3, 1)
 	require.Equal(t, WorkerID(3), a.Worker, "worker 2 has no room for 3,100 more under the 8,500 ceiling")
 	require.Equal(t, ReasonPreferred, a.Reason)
 }

@@ -113,9 +113,9 @@ type Config struct {
 	// largest worker's room under the resume ceiling divided by this. At a
 	// cold start there is nothing to learn from, and agents that all
 	// started at 5-10 K tokens were all placed at once and then grew
-	// sixfold, which held their later turns for up to an hour. Eight on 440 K-token workers is 47 K tokens each. Zero: no
-	// prior; programs are sized by their current context until growth is
-	// learned.
+	// sixfold, which held their later turns for up to an hour. Eight on
+	// 440 K-token workers is 47 K tokens each. Zero: no prior; programs
+	// are sized by their current context until growth is learned.
 	ColdStartPrograms int
 	// DoorActingGrowth is the share of its Acting programs' growth
 	// reserve (up to the ReserveGrowth estimate) that a worker keeps from

@@ -157,10 +157,10 @@
 //     it), but DoorActingGrowth keeps a share of its growth from new
 //     programs at the door, so that programs coming back from their tools
 //     together find room within MaxWait (in simulation, SWE-bench-shaped at
-//     512 programs, the turns due were parked at the door for up to 75
-//     minutes, p99 5.0, where the swaps would have rotated; with both, no
-//     turn waited more than 3.1 minutes, p99 1.2-1.4, at the same
-//     throughput).
+//     512 programs, an earlier fix sent the turns due back to the door,
+//     for up to 75 minutes (p99 5.0), where swaps would have rotated them;
+//     with both, no turn waited more than 3.1 minutes, p99 1.2-1.4, at the
+//     same throughput).
 //   - ResumeOnEnd runs the resume pass when a running program ends, so the
 //     room it frees goes to a waiting program at once rather than at the
 //     next Tick (in simulation, with every request a program of one turn

@@ -20,16 +20,7 @@ func TestReserveGrowth(t *testing.T) {
 		c, err := NewRawAdmitter(Config{ReserveGrowth: reserve})
 		require.NoError(t, err)
 		require.NoError(t, c.AddWorker(1, 100_000))
-		for i := range ended {
-			id := fmt.Sprint("done-", i)
-			for turn := range 2 {
-				a, err := c.StartRequest(now, id, int64(1000+turn*20_000))
-				require.NoError(t, err)
-				require.True(t, a.Run)
-				require.NoError(t, c.EndRequest(now, id, int64(1000+turn*20_000), 19_000))
-			}
-			require.NoError(t, c.EndSession(now, id))
-		}
+		endPrograms(t, c, now, ended, 40_000)
 		for i := range 20 {
 			a, err := c.StartRequest(now, fmt.Sprint("new-", i), 5_000)
 			require.NoError(t, err)
@@ -215,15 +206,23 @@ func TestDoorActingGrowth(t *testing.T) {
 // programs grow to size.
 func learn(t testing.TB, c *RawAdmitter, now time.Time, size int64) {
 	t.Helper()
-	for i := range growthMin {
-		id := fmt.Sprint("learn-", i)
+	endPrograms(t, c, now, growthMin, size)
+	require.Equal(t, size, c.growthEst)
+	c.Drain(nil)
+}
+
+// endPrograms runs n programs of two turns, each ending at size tokens,
+// and ends them.
+func endPrograms(t testing.TB, c *RawAdmitter, now time.Time, n int, size int64) {
+	t.Helper()
+	for i := range n {
+		id := fmt.Sprint("done-", i)
 		for turn := range 2 {
-			_, err := c.StartRequest(now, id, size/2)
+			a, err := c.StartRequest(now, id, size/2)
 			require.NoError(t, err)
+			require.True(t, a.Run)
 			require.NoError(t, c.EndRequest(now, id, size/2+int64(turn)*size/2, 0))
 		}
 		require.NoError(t, c.EndSession(now, id))
 	}
-	require.Equal(t, size, c.growthEst)
-	c.Drain(nil)
 }

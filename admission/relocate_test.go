@@ -18,15 +18,9 @@ func TestRelocate(t *testing.T) {
 	for id := range WorkerID(3) {
 		require.NoError(t, c.AddWorker(id+1, 1000))
 	}
-	start := func(id string, tokens int64, prefer ...WorkerID) Admission {
-		a, err := c.StartRequestOn(now, id, tokens, prefer)
-		require.NoError(t, err)
-		require.True(t, a.Run)
-		return a
-	}
-	require.Equal(t, WorkerID(1), start("a", 300, 1).Worker)
-	require.Equal(t, WorkerID(2), start("fill2", 700, 2).Worker)
-	require.Equal(t, WorkerID(3), start("fill3", 600, 3).Worker)
+	require.Equal(t, WorkerID(1), runOn(t, c, now, "a", 300, 1).Worker)
+	require.Equal(t, WorkerID(2), runOn(t, c, now, "fill2", 700, 2).Worker)
+	require.Equal(t, WorkerID(3), runOn(t, c, now, "fill3", 600, 3).Worker)
 	c.Drain(nil)
 
 	_, ok := c.Relocate(now, "a", []WorkerID{1})
@@ -62,4 +56,14 @@ func TestRelocate(t *testing.T) {
 	require.Equal(t, StatusPaused, c.Status("a"))
 	_, ok = c.Relocate(now, "a", []WorkerID{2})
 	require.False(t, ok)
+}
+
+// runOn starts a turn of id with a placement preference and requires it to
+// run now.
+func runOn(t testing.TB, c *RawAdmitter, now time.Time, id string, tokens int64, prefer ...WorkerID) Admission {
+	t.Helper()
+	a, err := c.StartRequestOn(now, id, tokens, prefer)
+	require.NoError(t, err)
+	require.True(t, a.Run)
+	return a
 }

@@ -2,11 +2,11 @@ package eventplane
 
 import (
 	"context"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentkv/agentkv"
