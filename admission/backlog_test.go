@@ -114,3 +114,18 @@ func TestRebalanceFirstWithRoom(t *testing.T) {
 	require.Equal(t, WorkerID(3), a.Worker, "worker 2 has no room for 3,100 more under the 8,500 ceiling")
 	require.Equal(t, ReasonPreferred, a.Reason)
 }
+
+// TestSetBacklogBadInput: a negative backlog counts as none, and an
+// unknown worker is ignored.
+func TestSetBacklogBadInput(t *testing.T) {
+	c, err := NewRawAdmitter(Config{Rebalance: true})
+	require.NoError(t, err)
+	require.NoError(t, c.AddWorker(1, 10_000))
+	c.SetBacklog(1, -5)
+	c.SetBacklog(9, 1_000)
+	info, ok := c.Worker(1)
+	require.True(t, ok)
+	require.Zero(t, info.Backlog)
+	_, ok = c.Worker(9)
+	require.False(t, ok)
+}
