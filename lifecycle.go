@@ -62,6 +62,28 @@ func (r *Router) syncBacklogLocked() {
 	}
 }
 
+// SetEngineUsage reports the KV that worker rank w's engine has in use, in
+// tokens (its blocks held by requests: vLLM's kv_cache_usage_perc times
+// its capacity), to admission, which counts the worker as at least that
+// full when it places programs (admission.RawAdmitter.SetEngineUsage): KV
+// that its programs do not account for, such as requests outside
+// admission, takes room all the same. A negative value clears the report;
+// without admission, or for a rank the router does not know, it does
+// nothing.
+func (r *Router) SetEngineUsage(w flashindex.Worker, tokens int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.adm == nil {
+		return
+	}
+	if i, ok := r.byKey[w]; ok {
+		r.adm.SetEngineUsage(r.workers[i].admID, tokens)
+		if r.metrics != nil {
+			r.metrics.observeEngineUsage(w, tokens)
+		}
+	}
+}
+
 // Tick runs one control-loop round: admission pause/resume, the expiry
 // sweeps of requests, sessions and approximate index entries. Call it
 // periodically (every 5 s by default; see admission.Config.Interval).

@@ -22,6 +22,7 @@ type Metrics struct {
 	held         prometheus.Counter
 	decisions    *prometheus.CounterVec // admission decision kind
 	waiting      prometheus.Gauge
+	engineUsed   *prometheus.GaugeVec   // worker
 	events       *prometheus.CounterVec // worker, result: applied, rejected reason
 	gaps         *prometheus.CounterVec // worker
 	finished     *prometheus.CounterVec // outcome: ok, failed
@@ -52,13 +53,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "agentkv", Subsystem: "admission", Name: "queue_depth",
 			Help: "Programs with a held turn (queued or paused) after the last tick.",
 		}),
+		engineUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "agentkv", Subsystem: "admission", Name: "engine_kv_used_tokens",
+			Help: "KV in use that each worker's engine last reported (kv_cache_usage_perc × capacity); admission places programs as if at least this were used.",
+		}, []string{"worker"}),
 		events:   counterVec("index", "events_total", "KV events per worker by result (applied or the rejection reason).", "worker", "result"),
 		gaps:     counterVec("index", "event_gaps_total", "KV event id gaps per worker.", "worker"),
 		finished: counterVec("router", "requests_finished_total", "Requests reported done, by outcome.", "outcome"),
 		hints:    counter("hints", "actions_sent_total", "KV hint actions delivered to worker sinks."),
 	}
 	for _, c := range []prometheus.Collector{m.hints, m.overhead, m.routed, m.promptTokens, m.cachedTokens, m.sharedBlocks,
-		m.held, m.decisions, m.waiting, m.events, m.gaps, m.finished} {
+		m.held, m.decisions, m.waiting, m.engineUsed, m.events, m.gaps, m.finished} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -98,6 +103,10 @@ func (m *Metrics) observeAdmission(d admission.Decision) {
 }
 
 func (m *Metrics) observeTick(waiting int) { m.waiting.Set(float64(waiting)) }
+
+func (m *Metrics) observeEngineUsage(w flashindex.Worker, tokens int64) {
+	m.engineUsed.WithLabelValues(workerLabel(w)).Set(float64(max(tokens, 0)))
+}
 
 func (m *Metrics) observeEvent(w flashindex.Worker, err error) {
 	result := "applied"

@@ -650,6 +650,42 @@ func TestRouterReportsBacklog(t *testing.T) {
 	d.Done(Usage{})
 }
 
+// TestRouterEngineUsage: SetEngineUsage reaches admission for the rank it
+// names, and a new program then goes past a worker whose engine reports
+// its KV full.
+func TestRouterEngineUsage(t *testing.T) {
+	r, _ := newTestRouter(t, Config{Admission: &admission.Config{}})
+	require.NoError(t, r.AddWorker(worker(1, 100_000)))
+	require.NoError(t, r.AddWorker(worker(2, 100_000)))
+	engineUsed := func(w uint64) int64 {
+		for _, ws := range r.workers {
+			if ws.key.ID == w {
+				info, ok := r.adm.Worker(ws.admID)
+				require.True(t, ok)
+				return info.EngineUsed
+			}
+		}
+		t.Fatalf("no worker %d", w)
+		return 0
+	}
+	prompt := tokens(640, 3)
+	store(t, r, 1, flashindex.Device, prompt, 1)
+	r.SetEngineUsage(flashindex.Worker{ID: 1}, 90_000)
+	r.SetEngineUsage(flashindex.Worker{ID: 7}, 90_000) // unknown: ignored
+	require.Equal(t, int64(90_000), engineUsed(1))
+	require.Zero(t, engineUsed(2))
+	d, err := r.TryRoute(&Request{ID: "a1", Tokens: prompt, Agent: session.AgentContext{SessionID: "a"}})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), d.Worker.ID, "worker 1 holds the prefix, but its engine reports 90 %% of its KV in use")
+	d.Done(Usage{PromptTokens: 640, CompletionTokens: 1})
+	r.SetEngineUsage(flashindex.Worker{ID: 1}, -1)
+	require.Zero(t, engineUsed(1), "cleared")
+
+	plain, _ := newTestRouter(t, Config{})
+	require.NoError(t, plain.AddWorker(worker(1, 100_000)))
+	plain.SetEngineUsage(flashindex.Worker{ID: 1}, 5) // no admission: nothing to do
+}
+
 func TestRebalanceMargin(t *testing.T) {
 	run := func(margin int64, backlog int) uint64 {
 		r, _ := newTestRouter(t, Config{Admission: &admission.Config{Rebalance: true, RebalanceMargin: margin}})

@@ -228,6 +228,14 @@ func (a *Admitter) SetCapacity(id WorkerID, capacity int64) error {
 	return a.ctl.SetCapacity(id, capacity)
 }
 
+// SetEngineUsage records the KV a worker's engine reports in use (see
+// RawAdmitter.SetEngineUsage).
+func (a *Admitter) SetEngineUsage(id WorkerID, tokens int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ctl.SetEngineUsage(id, tokens)
+}
+
 // RemoveWorker removes a worker, pausing its programs.
 func (a *Admitter) RemoveWorker(id WorkerID) error {
 	a.mu.Lock()

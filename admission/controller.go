@@ -75,6 +75,10 @@ type worker struct {
 	growth, actGrowth int64
 	// backlog is the prefill backlog the caller last reported (SetBacklog).
 	backlog int64
+	// engine is the KV in use that the worker's engine last reported
+	// (SetEngineUsage), in tokens, 0 when none was; unmodelled what of it
+	// the programs here did not account for when it came.
+	engine, unmodelled int64
 }
 
 type program struct {
@@ -178,6 +182,41 @@ func (c *RawAdmitter) SetBacklog(id WorkerID, tokens int64) {
 	}
 }
 
+// SetEngineUsage records the KV a worker's engine reports in use, in
+// tokens: its blocks held by requests (vLLM's kv_cache_usage_perc ×
+// capacity), not those only cached. What of it the worker's Reasoning
+// programs and shared prefixes do not account for, less 5 % of its
+// capacity (decoding and block rounding run an engine a few percent over
+// the token sums), is KV that admission does not see, such as traffic
+// that bypasses it or prompts its estimates undercount: placement (the
+// door, resumes, moves) counts it as used on top of the programs until
+// the next report. Only that excess is kept, not the whole report, since
+// a report is up to a poll old while the programs' weights change with
+// every turn. Pause decisions count the programs only. Unknown workers
+// are ignored; a negative value clears the report.
+func (c *RawAdmitter) SetEngineUsage(id WorkerID, tokens int64) {
+	w, ok := c.byID[id]
+	if !ok {
+		return
+	}
+	w.engine = min(max(tokens, 0), MaxTokens)
+	known := float64(w.reasoning+w.sharedSum) + engineSlack*float64(w.cap)
+	w.unmodelled = int64(max(float64(w.engine)-known, 0))
+}
+
+// engineSlack is the part of a worker's capacity by which its engine's
+// report may exceed its programs' weight before placement counts the
+// excess: tokens decoded since a turn started and block rounding run the
+// engine a little over the token sums (up to 2.6 % of a worker in the
+// simulated study), which the Buffer and the resume ceiling allow for.
+const engineSlack = 0.05
+
+// roomUsed is what placement counts as used on w, given the programs'
+// weight u there: u plus the KV its engine last reported beyond them.
+func roomUsed(w *worker, u float64) float64 {
+	return u + float64(w.unmodelled)
+}
+
 // RemoveWorker removes a worker. Its programs are paused (reason
 // ReasonWorkerRemoved) and those that fit on another worker under the
 // resume ceiling are resumed there at once (the rest by later ticks), so
@@ -217,7 +256,7 @@ func (c *RawAdmitter) Workers(dst []WorkerInfo) []WorkerInfo {
 		dst = append(dst, WorkerInfo{
 			ID: w.id, Capacity: w.cap, Used: c.used(w), Util: c.util(w),
 			Marked: float64(w.marked), Programs: len(w.progs), Demoted: w.demoted,
-			Reasoning: len(w.progs) - w.nAct, ActingN: w.nAct, Backlog: w.backlog,
+			Reasoning: len(w.progs) - w.nAct, ActingN: w.nAct, Backlog: w.backlog, EngineUsed: w.engine,
 		})
 	}
 	return dst
@@ -534,7 +573,7 @@ func (c *RawAdmitter) StartRequestOn(now time.Time, id string, promptTokens int6
 		why := ReasonActive
 		if c.cfg.Rebalance && (c.nWaiting == 0 || w.backlog >= c.cfg.RebalanceMargin) && p.inflight == 0 {
 			for _, id := range prefer {
-				if to := c.workerByID(id); to != nil && to != w && (to.backlog < c.cfg.RebalanceMargin || c.nWaiting == 0) && c.used(to)+float64(c.need(p, to)) <= c.cfg.PauseThreshold*float64(to.cap) {
+				if to := c.workerByID(id); to != nil && to != w && (to.backlog < c.cfg.RebalanceMargin || c.nWaiting == 0) && roomUsed(to, c.used(to))+float64(c.need(p, to)) <= c.cfg.PauseThreshold*float64(to.cap) {
 					w, why = to, ReasonPreferred
 					break
 				}
@@ -679,7 +718,7 @@ func (c *RawAdmitter) Relocate(now time.Time, id string, prefer []WorkerID) (Adm
 		if w == nil || w == p.w {
 			continue
 		}
-		room := c.ceiling*float64(w.cap) - c.used(w) - c.reserved(w) - float64(c.need(p, w))
+		room := c.ceiling*float64(w.cap) - roomUsed(w, c.used(w)) - c.reserved(w) - float64(c.need(p, w))
 		if room >= 0 {
 			to = w
 			break
@@ -715,7 +754,7 @@ func (c *RawAdmitter) Relocate(now time.Time, id string, prefer []WorkerID) (Adm
 func (c *RawAdmitter) preferredWithRoom(need int64, prefer []WorkerID, door bool) *worker {
 	for _, id := range prefer {
 		w := c.workerByID(id)
-		if w != nil && c.used(w)+c.reserved(w)+c.doorIf(w, door)+float64(need) <= c.ceiling*float64(w.cap) {
+		if w != nil && roomUsed(w, c.used(w))+c.reserved(w)+c.doorIf(w, door)+float64(need) <= c.ceiling*float64(w.cap) {
 			return w
 		}
 	}
@@ -740,7 +779,7 @@ func (c *RawAdmitter) leastUtilisedWithRoom(need int64, door bool) *worker {
 	var best *worker
 	var bestU float64
 	for _, w := range c.workers {
-		u := c.used(w) + c.reserved(w) + c.doorIf(w, door)
+		u := roomUsed(w, c.used(w)) + c.reserved(w) + c.doorIf(w, door)
 		if u+float64(need) > c.ceiling*float64(w.cap) {
 			continue
 		}
@@ -1038,7 +1077,7 @@ func (c *RawAdmitter) resume(now time.Time, r *TickResult) {
 	}
 	bins, binW := c.sBins[:0], c.sBinW[:0]
 	for _, w := range c.workers {
-		if c.util(w) > c.ceiling || w.reserved == c.tickNo && c.cfg.MaxWait > 0 {
+		if roomUsed(w, c.used(w)) > c.ceiling*float64(w.cap) || w.reserved == c.tickNo && c.cfg.MaxWait > 0 {
 			continue
 		}
 		// Reasoning weight is a lower bound on the (decayed) load: skip the
@@ -1046,7 +1085,7 @@ func (c *RawAdmitter) resume(now time.Time, r *TickResult) {
 		if c.ceiling*float64(w.cap)-float64(w.reasoning) <= float64(c.cfg.Buffer) {
 			continue
 		}
-		free := int64(math.Floor(c.ceiling*float64(w.cap) - c.resumeUsed(now, w) - c.reserved(w)))
+		free := int64(math.Floor(c.ceiling*float64(w.cap) - roomUsed(w, c.resumeUsed(now, w)) - c.reserved(w)))
 		if free > c.cfg.Buffer {
 			bins = append(bins, Bin{Worker: w.id, Free: free, Capacity: w.cap})
 			binW = append(binW, w)

@@ -177,6 +177,16 @@
 //     not, with room under PauseThreshold; and the resume pass places no
 //     program on such a worker while another has room (dispatch p99 at 64
 //     programs 66 s, 53 s with both, against KV routing's 55 s).
+//   - SetEngineUsage(worker, tokens) reports the KV the worker's engine
+//     holds for requests (vLLM's kv_cache_usage_perc × capacity; the
+//     proxy reads it every Tick). What of it the worker's programs did not
+//     account for when it came, beyond 5 % of the worker, counts as used
+//     when programs are placed, so traffic that bypasses admission takes
+//     room too. In the simulated study the engines never ran that far over
+//     the programs' token sums (at most 2.6 % of a worker), so it changes
+//     nothing there; counting the whole report instead cost 1.6–1.8 % of
+//     throughput at 64–128 programs, since a report is a poll old while a
+//     program that ended frees its room at once.
 //   - StartSubRequest starts a subagent: placed with its parent when there
 //     is room, and never queued behind new programs at the door, since its
 //     parent waits for it; held, it counts as a running program's turn.

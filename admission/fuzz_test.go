@@ -90,12 +90,19 @@ func FuzzController(f *testing.F) {
 				line = fmt.Sprint("add worker ", a%4)
 				_ = c.AddWorker(WorkerID(a%4), int64(b)*40)
 			case 8:
-				if b%2 == 0 {
+				switch b % 4 {
+				case 0:
 					line = fmt.Sprint("remove worker ", a%4)
 					_ = c.RemoveWorker(now, WorkerID(a%4))
-				} else {
+				case 1:
 					line = fmt.Sprint("cap worker ", a%4)
 					_ = c.SetCapacity(WorkerID(a%4), int64(b)*20)
+				case 2:
+					line = fmt.Sprint("backlog worker ", a%4)
+					c.SetBacklog(WorkerID(a%4), int64(b)*200-10_000)
+				default:
+					line = fmt.Sprint("engine usage worker ", a%4)
+					c.SetEngineUsage(WorkerID(a%4), int64(b)*40-1_000)
 				}
 			case 9:
 				line = fmt.Sprint("relocate ", id, " to ", b%4, ",", a%4)

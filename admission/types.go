@@ -337,6 +337,9 @@ type WorkerInfo struct {
 	ActingN   int
 	// Backlog is the prefill backlog last reported (SetBacklog), in tokens.
 	Backlog int64
+	// EngineUsed is the KV in use its engine last reported
+	// (SetEngineUsage), in tokens; placement counts at least that as used.
+	EngineUsed int64
 }
 
 // Stats counts decisions and anomalies since the controller was created.

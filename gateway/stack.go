@@ -314,6 +314,10 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		s.wg.Add(1)
 		go s.refreshLoop(bg)
 	}
+	if cfg.Admission {
+		s.wg.Add(1)
+		go s.usageLoop(bg)
+	}
 	return s, nil
 }
 
@@ -575,6 +579,53 @@ func (s *Stack) Refresh(ctx context.Context, i int) {
 		if err := s.router.AddWorker(w); err != nil {
 			s.log.Warn("gateway: capacity update refused", "worker", w.spec.URL, "err", err)
 		}
+	}
+}
+
+// usageLoop reads every worker's KV cache usage once a Tick, for
+// admission (RefreshUsage).
+func (s *Stack) usageLoop(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for i := range s.workers {
+				s.RefreshUsage(ctx, i)
+			}
+		}
+	}
+}
+
+// RefreshUsage reads worker i's KV cache usage from its /metrics
+// (vllm:kv_cache_usage_perc: blocks held by requests) and reports it to
+// the router for every rank, in tokens of the rank's capacity: admission
+// then counts the worker as at least that full when it places programs,
+// so KV that no program it knows accounts for (requests that bypass the
+// proxy, say) takes room all the same. A worker that cannot be read has
+// its report cleared: no report is better than a stale one.
+func (s *Stack) RefreshUsage(ctx context.Context, i int) {
+	w := s.workers[i]
+	vw := w.adapter()
+	if vw == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, DefaultTokenizeTimeout)
+	defer cancel()
+	u, err := vw.Client().KVCacheUsage(rctx)
+	tokens := int64(-1)
+	if err != nil {
+		s.log.Debug("gateway: cannot read worker KV cache usage", "worker", w.spec.URL, "err", err)
+	} else {
+		w.mu.Lock()
+		tokens = int64(u * float64(w.capRank))
+		w.mu.Unlock()
+	}
+	for rank := range w.ranks() {
+		s.router.SetEngineUsage(flashindex.Worker{ID: w.id, DPRank: uint32(rank)}, tokens)
 	}
 }
 

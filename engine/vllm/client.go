@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -120,6 +121,55 @@ func (c *Client) Metrics(ctx context.Context, name string) ([]Sample, error) {
 		return nil, statusErr(resp)
 	}
 	return ParseSamples(resp.Body, name)
+}
+
+// KV cache usage metrics, newest name first: vLLM renamed
+// gpu_cache_usage_perc to kv_cache_usage_perc (0.10).
+const (
+	KVCacheUsageMetric    = "vllm:kv_cache_usage_perc"
+	oldKVCacheUsageMetric = "vllm:gpu_cache_usage_perc"
+)
+
+// maxMetricsBody bounds how much of /metrics KVCacheUsage reads.
+const maxMetricsBody = 16 << 20
+
+// KVCacheUsage fetches /metrics and returns the engine's KV cache usage:
+// the fraction of its KV blocks held by requests (blocks only cached
+// count as free), in [0, 1]; with several engines (data-parallel ranks)
+// the mean over them. It reads vllm:kv_cache_usage_perc, or the older
+// vllm:gpu_cache_usage_perc, and returns an error wrapping ErrNoMetric
+// when neither is there.
+func (c *Client) KVCacheUsage(ctx context.Context) (float64, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/metrics", nil, nil)
+	if err != nil {
+		return 0, fmt.Errorf("vllm: metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return 0, statusErr(resp)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxMetricsBody))
+	if err != nil {
+		return 0, fmt.Errorf("vllm: metrics: %w", err)
+	}
+	for _, name := range []string{KVCacheUsageMetric, oldKVCacheUsageMetric} {
+		ss, err := ParseSamples(bytes.NewReader(body), name)
+		if err != nil {
+			return 0, err
+		}
+		if len(ss) == 0 {
+			continue
+		}
+		var sum float64
+		for _, s := range ss {
+			if math.IsNaN(s.Value) {
+				return 0, fmt.Errorf("%w: %s is NaN", ErrMetricsSyntax, name)
+			}
+			sum += min(max(s.Value, 0), 1)
+		}
+		return sum / float64(len(ss)), nil
+	}
+	return 0, fmt.Errorf("%w: %s", ErrNoMetric, KVCacheUsageMetric)
 }
 
 // Usage is what a completion reported about itself.

@@ -266,6 +266,7 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 			return nil, err
 		}
 	}
+	g.engines, g.blockSize = engines, cl.BlockSize
 	rp, err := sim.NewReplay(w, engines, g, sim.ReplayConfig{TickInterval: opt.TickInterval, MaxActiveSessions: opt.Concurrency,
 		MaxRunning: opt.MaxRunning, TTFTSLO: opt.TTFTSLO})
 	if err != nil {
@@ -314,6 +315,10 @@ type glue struct {
 	released  []uint64
 	lastTurn  map[string]int
 	err       error
+	// engines report their KV in use to admission before each Tick, as
+	// the proxy reads it from each worker's /metrics.
+	engines   []*sim.Engine
+	blockSize int
 }
 
 func (g *glue) now() time.Time { return g.base.Add(g.cur) }
@@ -383,6 +388,9 @@ func (g *glue) Finished(now time.Duration, req *sim.Request) []uint64 {
 // Tick implements sim.Router.
 func (g *glue) Tick(now time.Duration) []uint64 {
 	g.cur = now
+	for i, e := range g.engines {
+		g.r.SetEngineUsage(flashindex.Worker{ID: uint64(i)}, int64(e.UsedBlocks()*g.blockSize))
+	}
 	g.r.Tick()
 	return g.takeReleased()
 }
