@@ -631,15 +631,7 @@ func TestRouterReportsBacklog(t *testing.T) {
 	require.NoError(t, r.AddWorker(worker(2, 100_000)))
 	backlog := func(w uint64) int64 {
 		r.Tick()
-		for _, ws := range r.workers {
-			if ws.key.ID == w {
-				info, ok := r.adm.Worker(ws.admID)
-				require.True(t, ok)
-				return info.Backlog
-			}
-		}
-		t.Fatalf("no worker %d", w)
-		return 0
+		return admWorker(t, r, w).Backlog
 	}
 	d, err := r.TryRoute(&Request{ID: "x", Tokens: tokens(4096, 9), Override: &Override{AllowedWorkers: []uint64{1}}})
 	require.NoError(t, err)
@@ -650,6 +642,20 @@ func TestRouterReportsBacklog(t *testing.T) {
 	d.Done(Usage{})
 }
 
+// admWorker returns admission's view of worker w's rank 0.
+func admWorker(t *testing.T, r *Router, w uint64) admission.WorkerInfo {
+	t.Helper()
+	for _, ws := range r.workers {
+		if ws.key.ID == w {
+			info, ok := r.adm.Worker(ws.admID)
+			require.True(t, ok)
+			return info
+		}
+	}
+	t.Fatalf("no worker %d", w)
+	return admission.WorkerInfo{}
+}
+
 // TestRouterEngineUsage: SetEngineUsage reaches admission for the rank it
 // names, and a new program then goes past a worker whose engine reports
 // its KV full.
@@ -657,17 +663,7 @@ func TestRouterEngineUsage(t *testing.T) {
 	r, _ := newTestRouter(t, Config{Admission: &admission.Config{}})
 	require.NoError(t, r.AddWorker(worker(1, 100_000)))
 	require.NoError(t, r.AddWorker(worker(2, 100_000)))
-	engineUsed := func(w uint64) int64 {
-		for _, ws := range r.workers {
-			if ws.key.ID == w {
-				info, ok := r.adm.Worker(ws.admID)
-				require.True(t, ok)
-				return info.EngineUsed
-			}
-		}
-		t.Fatalf("no worker %d", w)
-		return 0
-	}
+	engineUsed := func(w uint64) int64 { return admWorker(t, r, w).EngineUsed }
 	prompt := tokens(640, 3)
 	store(t, r, 1, flashindex.Device, prompt, 1)
 	r.SetEngineUsage(flashindex.Worker{ID: 1}, 90_000)

@@ -54,9 +54,9 @@ func TestStackReportsEngineUsage(t *testing.T) {
 	defer resp.Body.Close()
 	_, err = resp.Body.Read(make([]byte, 64)) // decoding
 	require.NoError(t, err)
-	before := usageOn(t, m.URL())
+	before := metricOn(t, m.URL(), "vllm:kv_cache_usage_perc")
 	got := reported()
-	after := usageOn(t, m.URL())
+	after := metricOn(t, m.URL(), "vllm:kv_cache_usage_perc")
 	require.Positive(t, before, "the running request holds KV blocks")
 	// Its blocks only grow while it decodes.
 	require.GreaterOrEqual(t, got, float64(int64(before*capacity)))
@@ -79,22 +79,4 @@ func TestStackReportsEngineUsage(t *testing.T) {
 	require.Positive(t, reported())
 	require.NoError(t, m.Close())
 	require.Zero(t, reported(), "a worker that cannot be read has no report")
-}
-
-// usageOn reads vllm:kv_cache_usage_perc from a worker's /metrics.
-func usageOn(t *testing.T, url string) float64 {
-	resp, err := http.Get(url + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "vllm:kv_cache_usage_perc") {
-			var v float64
-			_, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
-			require.NoError(t, err)
-			return v
-		}
-	}
-	t.Fatalf("no vllm:kv_cache_usage_perc in %s/metrics", url)
-	return -1
 }

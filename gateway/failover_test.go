@@ -564,19 +564,24 @@ func TestFailoverClientDisconnect(t *testing.T) {
 
 // runningOn reads vllm:num_requests_running from a worker's /metrics.
 func runningOn(t *testing.T, url string) int {
+	return int(metricOn(t, url, "vllm:num_requests_running"))
+}
+
+// metricOn reads the (first) sample of a metric from a worker's /metrics.
+func metricOn(t *testing.T, url, name string) float64 {
 	resp, err := http.Get(url + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "vllm:num_requests_running") {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
 			var v float64
 			_, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
 			require.NoError(t, err)
-			return int(v)
+			return v
 		}
 	}
-	t.Fatalf("no vllm:num_requests_running in %s/metrics", url)
+	t.Fatalf("no %s in %s/metrics", name, url)
 	return -1
 }
 

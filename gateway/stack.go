@@ -312,11 +312,12 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	}()
 	if cfg.Refresh > 0 {
 		s.wg.Add(1)
-		go s.refreshLoop(bg)
+		go s.everyWorker(bg, cfg.Refresh, s.Refresh)
 	}
 	if cfg.Admission {
+		// Each worker's KV usage, for admission, once a tick.
 		s.wg.Add(1)
-		go s.usageLoop(bg)
+		go s.everyWorker(bg, cfg.Tick, s.RefreshUsage)
 	}
 	return s, nil
 }
@@ -529,9 +530,10 @@ func (s *Stack) DropHeld() {
 	s.closeOnce.Do(func() { _ = s.router.Close() })
 }
 
-func (s *Stack) refreshLoop(ctx context.Context) {
+// everyWorker calls f for every worker once a period until ctx ends.
+func (s *Stack) everyWorker(ctx context.Context, period time.Duration, f func(context.Context, int)) {
 	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.Refresh)
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
@@ -539,7 +541,7 @@ func (s *Stack) refreshLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			for i := range s.workers {
-				s.Refresh(ctx, i)
+				f(ctx, i)
 			}
 		}
 	}
@@ -578,24 +580,6 @@ func (s *Stack) Refresh(ctx context.Context, i int) {
 		s.capacity.WithLabelValues(strconv.Itoa(i)).Set(float64(perRank))
 		if err := s.router.AddWorker(w); err != nil {
 			s.log.Warn("gateway: capacity update refused", "worker", w.spec.URL, "err", err)
-		}
-	}
-}
-
-// usageLoop reads every worker's KV cache usage once a Tick, for
-// admission (RefreshUsage).
-func (s *Stack) usageLoop(ctx context.Context) {
-	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.Tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			for i := range s.workers {
-				s.RefreshUsage(ctx, i)
-			}
 		}
 	}
 }
