@@ -176,7 +176,8 @@
 //     its own worker has RebalanceMargin tokens queued and the target has
 //     not, with room under PauseThreshold; and the resume pass places no
 //     program on such a worker while another has room (dispatch p99 at 64
-//     programs 66 s, 53 s with both, against KV routing's 55 s).
+//     programs 66 s, 53 s with both, against KV routing's 55 s; 1,024
+//     synthetic programs).
 //   - SetEngineUsage(worker, tokens) reports the KV the worker's engine
 //     holds for requests (vLLM's kv_cache_usage_perc × capacity; the
 //     proxy reads it every Tick). What of it the worker's programs did not

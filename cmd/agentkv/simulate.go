@@ -34,7 +34,7 @@ event path a vLLM adapter uses.
 
 With no flags it runs the built-in synthetic agentic workload (seeded, fitted
 to public Claude Code sessions: a shared system prompt, growing contexts,
-heavy-tailed tool gaps, subagent fan-out; 1,024 programs) on 4 workers
+heavy-tailed tool gaps, subagent fan-out; 1,536 programs) on 4 workers
 (440K-token KV pools each, an 8B model on an A100) that the working set
 outgrows at high concurrency, for KV-aware routing, KV-aware routing with the
 best fixed global concurrency cap (searched per level: 6, 8, 12 and 16
@@ -46,8 +46,12 @@ Throughput is measured in a steady-state window, from half a cohort of
 refills after the start to the last refill (not tokens over the makespan of a
 draining workload); goodput counts only turns whose TTFT met --slo. The
 wait to be admitted (hold: a program's first turn, later turns at p99 and
-at most) is reported apart from dispatch-to-first-token. It prints a table, writes the results as
-JSON and a plot of throughput and prefix hit rate against concurrency (SVG).
+at most) is reported apart from dispatch-to-first-token. Latency and
+completion percentiles count every turn and program of the run: where the
+window is under a quarter of a run (too few programs per slot), a note says
+so, since they then mostly describe the cold start and the drain. It prints
+a table, writes the results as JSON and a plot of throughput and prefix hit
+rate against concurrency (SVG).
 
 --workload reads any trace format the trace package reads (agentkv/Dynamo
 request traces, Mooncake JSONL, Claude Code session files).`,
@@ -78,7 +82,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 	fs.StringVar(&f.format, "format", "auto", "trace format of --workload: auto, agentkv, dynamo, mooncake, claude-code")
 	fs.IntVar(&f.tile, "tile", 1, "replay this many copies of the workload's sessions, each with its own hash namespace past the shared prefix")
 	fs.IntVar(&f.tileShared, "tile-shared-tokens", 15_040, "with --tile: the prompt prefix, in tokens, every copy of a session shares (system prompt and tools; 0 = copies share nothing)")
-	fs.IntVar(&f.sessions, "sessions", 1024, "root sessions (agent programs) of the synthetic workload")
+	fs.IntVar(&f.sessions, "sessions", 1536, "root sessions (agent programs) of the synthetic workload")
 	fs.StringVar(&f.synthetic, "synthetic", "claude-code", "shape of the synthetic workload: claude-code (fitted to Claude Code sessions) or swe-bench (autonomous coding agents: 20-60 turns, long tool gaps)")
 	fs.IntVar(&f.workers, "workers", 0, "simulated workers (default 4; for an open-loop trace, enough for its arrival rate: one per 5,000 offered prompt tokens/s, at least 4)")
 	fs.IntVar(&f.blockSize, "block-size", 64, "KV block size in tokens (the synthetic workload's hash block; 16 is vLLM's default and 4× slower to simulate)")
@@ -188,6 +192,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 		return err
 	}
 	printSimTable(env.stdout, results)
+	printShortWindows(env.stdout, results, levels)
 	printSimComparison(env.stdout, results, policies, levels)
 	if f.jsonOut != "" {
 		if err := writeSimJSON(f.jsonOut, &f, w.Name, results); err != nil {
@@ -274,6 +279,34 @@ func dur(d time.Duration) string {
 
 // printSimComparison prints each policy's throughput relative to the first
 // policy, and relative to "kv" for the policies that build on it.
+// shortWindow is the share of a run below which its steady-state window
+// is too short for the run's percentiles to describe a steady state.
+const shortWindow = 0.25
+
+// printShortWindows notes each level where some policy's steady-state
+// window is under a quarter of its run: the throughput is measured in the
+// window, but the latency and completion percentiles count every turn and
+// program, and are then mostly those of the cold start (every program
+// offered at once) and the drain.
+func printShortWindows(w io.Writer, results []*simrun.Result, levels []int) {
+	for _, c := range levels {
+		var worst *simrun.Result
+		share := func(r *simrun.Result) float64 {
+			return float64(r.Window.End-r.Window.Start) / float64(max(r.Makespan, 1))
+		}
+		for _, r := range results {
+			if r.Concurrency == c && r.Window.Steady && share(r) < shortWindow && (worst == nil || share(r) < share(worst)) {
+				worst = r
+			}
+		}
+		if worst != nil {
+			fmt.Fprintf(w, "\nnote: at %s programs the steady-state window is %s of %s's %s run (%.0f %%): the latency and completion percentiles are mostly the cold start and the drain; more programs (--sessions, --tile) give a steady state",
+				concLabel(c), dur(worst.Window.End-worst.Window.Start), worst.Policy, dur(worst.Makespan), 100*share(worst))
+			fmt.Fprintln(w)
+		}
+	}
+}
+
 func printSimComparison(w io.Writer, results []*simrun.Result, policies []simrun.Policy, levels []int) {
 	at := func(p string, c int) *simrun.Result {
 		for _, r := range results {

@@ -6,10 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentkv/agentkv/engine/sim"
 	"github.com/agentkv/agentkv/internal/shareddata"
+	"github.com/agentkv/agentkv/internal/simrun"
 )
 
 func TestSimulateSmallRun(t *testing.T) {
@@ -92,4 +95,26 @@ func TestSimulateSWEBench(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "workload synthetic-swe-bench:")
 	require.Contains(t, stdout, "kv+admission")
+}
+
+// TestShortWindowNote: a level where some policy's steady-state window is
+// under a quarter of its run gets one note, naming the shortest; levels
+// with a long window, or none (open loop), get none.
+func TestShortWindowNote(t *testing.T) {
+	res := func(policy string, conc int, start, end, makespan time.Duration, steady bool) *simrun.Result {
+		return &simrun.Result{Policy: policy, Concurrency: conc, Result: &sim.Result{Makespan: makespan,
+			Window: sim.Window{Start: start, End: end, Steady: steady}}}
+	}
+	results := []*simrun.Result{
+		res("kv", 64, 10*time.Minute, 110*time.Minute, 200*time.Minute, true),           // 50 %
+		res("kv+admission", 64, 10*time.Minute, 60*time.Minute, 100*time.Minute, true),  // 50 %
+		res("kv", 512, 50*time.Minute, 90*time.Minute, 200*time.Minute, true),           // 20 %
+		res("kv+admission", 512, 30*time.Minute, 50*time.Minute, 100*time.Minute, true), // 20 %
+		res("kv+cap", 512, 30*time.Minute, 45*time.Minute, 100*time.Minute, true),       // 15 %
+		res("kv", 0, 0, time.Minute, 60*time.Minute, false),
+	}
+	var b strings.Builder
+	printShortWindows(&b, results, []int{0, 64, 512})
+	require.Equal(t, 1, strings.Count(b.String(), "note:"), b.String())
+	require.Contains(t, b.String(), "at 512 programs the steady-state window is 15.0m of kv+cap's 100.0m run (15 %)")
 }
