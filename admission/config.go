@@ -78,14 +78,17 @@ type Config struct {
 	// MaxWait, when positive, bounds how long a held turn of a program
 	// that has run before waits, without the overcommit of a forced
 	// resume: held turns resume oldest first (aging) instead of smallest
-	// first, and at the first Tick at or after MaxWait the program is
-	// swapped in: on its home worker (where it last ran, so its cache is
-	// there), or else on the worker where it costs least, Acting programs
-	// are paused (largest first, then the longest acting) until it fits
-	// under the resume ceiling, and it resumes there (ReasonSwap). Where
-	// pausing every Acting program would not make room, Reasoning programs
-	// are marked to pause at their next tool boundary and it resumes once
-	// they have. While a held turn of a placed program waits, no queued
+	// first, and a Tick and a turn ahead of MaxWait (at the first Tick at
+	// or after MaxWait − Interval − the 90th percentile of how long the
+	// last 64 turns ran, from the first 8 on) the program is swapped in:
+	// on its home worker (where it last ran, so its cache is there), or
+	// else on the worker where it costs least, Acting programs are paused
+	// (largest first, then the longest acting) until it fits under the
+	// resume ceiling, and it resumes there (ReasonSwap). Where pausing
+	// every Acting program would not make room, Reasoning programs are
+	// marked to pause at their next tool boundary, and it resumes as soon
+	// as they have: the turn's lead gets them there by MaxWait, unless one
+	// runs a turn longer than that. While a held turn of a placed program waits, no queued
 	// new program (nor a paused one with nothing held) is resumed ahead of
 	// it by the Placement: the room it is waiting for stays its. New
 	// programs wait at the door first come, first served: one that does

@@ -48,6 +48,11 @@ type RawAdmitter struct {
 	nEnded    int
 	learned   int64
 	growthEst int64
+	// turnDur holds how long the last len(turnDur) turns ran (first run
+	// to the tool boundary), nTurns how many were recorded in all: the
+	// lead with which a swap marks programs (Config.MaxWait).
+	turnDur [64]time.Duration
+	nTurns  int
 }
 
 type worker struct {
@@ -98,6 +103,7 @@ type program struct {
 	swapMark  bool // marked to make room for a swap: the pause target does not unmark it
 	boost     bool // next released or started turn gets ResumeBoost
 	resumedAt uint64
+	runSince  time.Time // when its running turn began to run (zero: none)
 
 	actingSince time.Time
 	actingTotal time.Duration
@@ -341,6 +347,32 @@ func (c *RawAdmitter) actGrowthOf(p *program) int64 {
 		return 0
 	}
 	return max(0, c.growthEst-tail(p))
+}
+
+// recordTurn records how long p's turn ran, if it began to run here.
+func (c *RawAdmitter) recordTurn(now time.Time, p *program) {
+	if p.runSince.IsZero() {
+		return
+	}
+	c.turnDur[c.nTurns%len(c.turnDur)] = max(now.Sub(p.runSince), 0)
+	c.nTurns++
+	p.runSince = time.Time{}
+}
+
+// turnLead is how long a turn runs at the 90th percentile of the last
+// len(turnDur) recorded (0 before growthMin are): how far ahead of
+// MaxWait a swap marks programs, so that the room they free at their tool
+// boundaries comes by then.
+func (c *RawAdmitter) turnLead() time.Duration {
+	n := min(c.nTurns, len(c.turnDur))
+	if n < growthMin {
+		return 0
+	}
+	var buf [len(c.turnDur)]time.Duration
+	d := buf[:n]
+	copy(d, c.turnDur[:n])
+	slices.Sort(d)
+	return d[(n*9)/10]
 }
 
 // recordEnd counts an ended program and, when it ran two turns or more,
@@ -587,6 +619,9 @@ func (c *RawAdmitter) StartRequestOn(now time.Time, id string, promptTokens int6
 			p.actingTotal += now.Sub(p.actingSince)
 		}
 		p.phase = Reasoning
+		if p.inflight == 0 {
+			p.runSince = now
+		}
 		p.inflight++
 		c.attach(p, w)
 		prio := 0.0
@@ -671,6 +706,7 @@ func (c *RawAdmitter) startNewAs(now time.Time, id string, tokens int64, prefer 
 			p.life = Active
 			p.placed = true
 			p.held = 0
+			p.runSince = now
 			c.attach(p, w)
 			c.stats.Admitted++
 			prio := 0.0
@@ -816,11 +852,20 @@ func (c *RawAdmitter) EndRequest(now time.Time, id string, promptTokens, complet
 		if p.inflight == 0 {
 			p.phase = Acting
 			p.actingSince = now
+			c.recordTurn(now, p)
 			if p.marked {
+				swap := p.swapMark
 				p.marked, p.swapMark = false, false
 				p.life = Active // pause expects an attached program
 				c.attach(p, w)
 				c.pause(now, p, ReasonToolBoundary)
+				if swap {
+					// The room a held turn waits for (swapIn): give it now,
+					// not at the next Tick, which may be past MaxWait.
+					w.reserved = 0
+					var r TickResult
+					c.resume(now, &r)
+				}
 				return nil
 			}
 		}
@@ -836,6 +881,7 @@ func (c *RawAdmitter) EndRequest(now time.Time, id string, promptTokens, complet
 	if p.inflight == 0 {
 		p.phase = Acting
 		p.actingSince = now
+		p.runSince = time.Time{}
 	}
 	return nil
 }
@@ -1293,9 +1339,13 @@ func (c *RawAdmitter) swapIn(now time.Time, r *TickResult) {
 	if c.cfg.MaxWait <= 0 || c.nWaiting == 0 || len(c.workers) == 0 {
 		return
 	}
+	// Due a Tick and a turn (turnLead) ahead of MaxWait: where only
+	// marking Reasoning programs can make room, they then reach their tool
+	// boundaries by MaxWait.
+	dueAt := max(c.cfg.MaxWait-c.cfg.Interval-c.turnLead(), 0)
 	due := c.sProgs[:0]
 	for _, p := range c.paused {
-		if p.held > 0 && p.placed && now.Sub(p.waitSince) >= c.cfg.MaxWait {
+		if p.held > 0 && p.placed && now.Sub(p.waitSince) >= dueAt {
 			due = append(due, p)
 		}
 	}
@@ -1307,27 +1357,7 @@ func (c *RawAdmitter) swapIn(now time.Time, r *TickResult) {
 	})
 	due = slices.Clone(due) // pause below reuses the scratch slices
 	for _, p := range due {
-		var best *worker
-		bestCost := math.Inf(1)
-		for _, w := range c.workers {
-			need := float64(c.need(p, w))
-			room := c.ceiling*float64(w.cap) - c.used(w)
-			short := need - room
-			freed := float64(w.acting) * c.cfg.ActingWeight
-			if w.nAct == len(w.progs) {
-				freed = c.used(w) // their shared prefixes go too
-			}
-			if short > freed+1e-9 {
-				continue // pausing every Acting program would not do
-			}
-			cost := max(short, 0)
-			if w == p.home {
-				cost -= need / 2 // its cache is there: prefer it unless another is clearly cheaper
-			}
-			if best == nil || cost < bestCost {
-				best, bestCost = w, cost
-			}
-		}
+		best := c.swapTarget(p)
 		if best == nil {
 			c.markFor(now, p, r)
 			continue
@@ -1369,6 +1399,35 @@ func (c *RawAdmitter) swapIn(now time.Time, r *TickResult) {
 		c.stats.Swapped++
 	}
 	c.sProgs = c.sProgs[:0]
+}
+
+// swapTarget returns the worker where pausing Acting programs makes room
+// for p at the least cost (p's home worker counting half its size
+// cheaper: its cache is there), or nil where pausing every Acting program
+// would not do on any.
+func (c *RawAdmitter) swapTarget(p *program) *worker {
+	var best *worker
+	bestCost := math.Inf(1)
+	for _, w := range c.workers {
+		need := float64(c.need(p, w))
+		room := c.ceiling*float64(w.cap) - c.used(w)
+		short := need - room
+		freed := float64(w.acting) * c.cfg.ActingWeight
+		if w.nAct == len(w.progs) {
+			freed = c.used(w) // their shared prefixes go too
+		}
+		if short > freed+1e-9 {
+			continue // pausing every Acting program would not do
+		}
+		cost := max(short, 0)
+		if w == p.home {
+			cost -= need / 2 // its cache is there: prefer it unless another is clearly cheaper
+		}
+		if best == nil || cost < bestCost {
+			best, bestCost = w, cost
+		}
+	}
+	return best
 }
 
 // markFor marks Reasoning programs so that p fits once they pause at
@@ -1428,6 +1487,7 @@ func (c *RawAdmitter) resumeOn(now time.Time, p *program, w *worker, reason Reas
 		Tokens: p.tokens, Util: c.util(w)}
 	if p.held > 0 {
 		p.held = 0
+		p.runSince = now
 		d.Released = true
 		d.Waited = now.Sub(p.waitSince)
 		d.Priority = c.cfg.ResumeBoost

@@ -109,13 +109,15 @@
 //   - MaxWait bounds the wait of a held turn of a program that has run before,
 //     without the forced resume's overcommit (which, in simulation, turned
 //     30-minute holds into preemption storms). Held turns resume oldest first
-//     (aging) instead of smallest first, and at the first Tick past MaxWait
-//     the program is swapped in (ReasonSwap): on its home worker, or the
+//     (aging) instead of smallest first, and a Tick and a turn (the 90th
+//     percentile of how long the last 64 turns ran) ahead of MaxWait the
+//     program is swapped in (ReasonSwap): on its home worker, or the
 //     worker where that pauses least, Acting programs are paused (largest
 //     first) until it fits under the resume ceiling; where that cannot make
 //     room, Reasoning programs are marked to pause at their tool boundaries
-//     (marks the pause target does not withdraw) and that worker takes no
-//     other resumes until the program is in. The forced resume then applies
+//     (marks the pause target does not withdraw), that worker takes no
+//     other resumes in the Tick that marks, and the program resumes the
+//     moment the last of them pauses. The forced resume then applies
 //     only to a placed program at twice ForcedResume, a safety net for one too
 //     large for any worker. A new program waits at the door first come, first
 //     served: one that does not fit yet keeps the worker with the most room
@@ -129,8 +131,11 @@
 //     waiting turn needs and leave it to the swap, which pauses others (in
 //     simulation, on the SWE-bench-shaped workload at 128 programs, that made
 //     17 K swaps instead of 7 K and a hit rate of 29 % instead of 43 %). A
-//     held turn waits at most MaxWait plus, where the swap had to mark
-//     Reasoning programs, the rest of their in-flight turns. That bound
+//     held turn waits at most MaxWait, unless a program marked for it runs
+//     a turn longer than the 90th percentile (in simulation the longest
+//     later-turn hold was 1.5-2.7 minutes; swapping at the first Tick past
+//     MaxWait instead, it was up to 3 minutes 5 seconds, since the marked
+//     programs' turns still had to end). That bound
 //     holds without overcommitting only if the door has not placed more
 //     programs than the workers hold once they have grown: otherwise a
 //     swap pauses an Acting program whose next turn then waits for a swap
