@@ -126,6 +126,15 @@ type Config struct {
 	// configuration; nil disables it. Its OnDecision must be nil: the
 	// router consumes the decisions.
 	Admission *admission.Config
+	// AdmissionPolicy, when set (and Admission nil), admits requests with
+	// any admission.Policy (Dynamo's queue admission shape): a user's own,
+	// or admission.Thunder. The router asks its Admit for every request,
+	// holds the deferred ones as it holds admission's (TryRoute, Route,
+	// MaxHeld, HeldTTL, OnRelease), reports Dispatched, Completed and
+	// Aborted for the tracked ones, and Reconcile at every Tick (the
+	// reconcile interval is TickInterval). The router calls it under its
+	// lock, one call at a time.
+	AdmissionPolicy admission.Policy
 	// Sessions configures the session table (its OnRemove is the router's).
 	Sessions session.TableConfig
 	// MaxBlocksPerWorker bounds the index per worker (see flashindex).
@@ -216,6 +225,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("agentkv: Config.BusyThreshold must be ≥ 0, got %v", c.BusyThreshold)
 	case c.Index > IndexApproximate:
 		return fmt.Errorf("agentkv: unknown Config.Index %d", c.Index)
+	case c.Admission != nil && c.AdmissionPolicy != nil:
+		return errors.New("agentkv: set Config.Admission or Config.AdmissionPolicy, not both")
 	case c.Admission != nil && c.Admission.OnDecision != nil:
 		return errors.New("agentkv: Config.Admission.OnDecision must be nil; the router consumes decisions")
 	}

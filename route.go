@@ -104,6 +104,7 @@ type routing struct {
 	waited      time.Duration
 	admitted    bool // admission chose the worker
 	heldNow     bool // admission held the turn in this call
+	tracked     bool // Config.AdmissionPolicy tracks the request
 	pick        candidate
 	viaAffinity bool
 	// book
@@ -224,6 +225,9 @@ func (r *Router) decideLocked(rt *routing, req *Request, sc *scratch, hold bool)
 	}
 	r.selectLocked(rt, sc)
 	r.bookLocked(rt, req)
+	if rt.tracked {
+		r.policyEventLocked(admission.Event{Kind: admission.Dispatched, ID: req.ID, Worker: rt.pick.ws.admID, At: rt.start})
+	}
 	return nil, nil
 }
 
@@ -282,6 +286,9 @@ func (o *Override) allows(w flashindex.Worker) bool {
 // (ErrHeld); one that runs keeps only its admission worker as candidate.
 // Without admission it drops the candidates over the busy threshold.
 func (r *Router) admitLocked(rt *routing, req *Request, sc *scratch, hold bool) (*heldRequest, error) {
+	if r.pol != nil {
+		return r.admitPolicyLocked(rt, req, sc, hold)
+	}
 	if r.adm == nil || rt.program == "" {
 		r.filterBusy(sc)
 		return nil, nil
@@ -299,7 +306,7 @@ func (r *Router) admitLocked(rt *routing, req *Request, sc *scratch, hold bool) 
 			switch st := r.adm.Status(rt.program); {
 			case st == admission.StatusUnknown:
 				prefer = r.preferenceLocked(sc.cands)
-			case st == admission.StatusRunnable && r.adm.Config().Rebalance:
+			case st == admission.StatusRunnable && r.moves != nil:
 				prefer = r.rebalancePreferenceLocked(rt, sc.cands)
 			}
 		}
@@ -482,12 +489,13 @@ func (r *Router) newDecision(rt *routing, req *Request, candidates int) *Decisio
 		program:      rt.program,
 		agent:        req.Agent,
 		prompt:       rt.prompt,
+		tracked:      rt.tracked,
 	}
 }
 
 // rebalancePreferenceLocked is the preference offered for a running
-// program's turn under Config.Rebalance: the candidates that cost at least
-// RebalanceMargin tokens of prefill less than the program's own worker,
+// program's turn under admission's Moves: the candidates that cost at least
+// Moves.Margin tokens of prefill less than the program's own worker,
 // cheapest first (none: the turn stays home). Admission then gets the
 // workers' current prefill backlogs, for its escape rule.
 func (r *Router) rebalancePreferenceLocked(rt *routing, cands []candidate) []admission.WorkerID {
@@ -502,7 +510,7 @@ func (r *Router) rebalancePreferenceLocked(rt *routing, cands []candidate) []adm
 		}
 		best = min(best, c.cost.Logit)
 	}
-	margin := float64(r.adm.Config().RebalanceMargin) / float64(r.cfg.BlockSize)
+	margin := float64(r.moves.Margin) / float64(r.cfg.BlockSize)
 	if math.IsInf(home, 1) || home-best < margin {
 		return nil
 	}
