@@ -13,7 +13,9 @@
 // concurrency cap ("kv+cap", Policy.BestCap: each level is run with the
 // caps of CapCandidates and none, and the run with the best steady-state
 // throughput is kept; the uncapped candidate is the kv run itself when kv
-// is in the same sweep). "kv+admission" runs AdmissionConfig,
+// is in the same sweep); "global-lb" is VERL's default rollout balancer
+// (agentkv.GlobalLB: sticky per session, else the fewest requests in
+// flight), the baseline of RL rollouts. "kv+admission" runs AdmissionConfig,
 // "kv+admission:upstream" ThunderAgent's defaults.
 //
 // Policies with KV hints (Policy.Hints) add the router's kvhint policies;
@@ -94,6 +96,7 @@ func CapCandidates(level, workers int) []int {
 var Policies = []Policy{
 	{Name: "round-robin", Select: agentkv.RoundRobin},
 	{Name: "random", Select: agentkv.Random},
+	{Name: "global-lb", Select: agentkv.GlobalLB},
 	{Name: "kv", Select: agentkv.KVAware},
 	{Name: "kv+cap", Select: agentkv.KVAware, BestCap: true},
 	{Name: "kv+affinity", Select: agentkv.KVAware, Affinity: agentkv.AffinitySoft},
