@@ -29,6 +29,10 @@ const (
 	RoundRobin
 	// Random picks a worker uniformly at random.
 	Random
+	// GlobalLB is VERL's default rollout balancer: sticky per session (an
+	// LRU of GlobalLBSessions), else the fewest requests in flight. It
+	// ignores the cache; see globallb.go.
+	GlobalLB
 )
 
 func (p Policy) String() string {
@@ -39,11 +43,13 @@ func (p Policy) String() string {
 		return "round-robin"
 	case Random:
 		return "random"
+	case GlobalLB:
+		return "global-lb"
 	}
 	return fmt.Sprintf("policy(%d)", uint8(p))
 }
 
-// ParsePolicy parses "kv", "round-robin" or "random".
+// ParsePolicy parses "kv", "round-robin", "random" or "global-lb".
 func ParsePolicy(s string) (Policy, error) {
 	switch s {
 	case "kv", "kv-aware":
@@ -52,8 +58,10 @@ func ParsePolicy(s string) (Policy, error) {
 		return RoundRobin, nil
 	case "random":
 		return Random, nil
+	case "global-lb":
+		return GlobalLB, nil
 	}
-	return 0, fmt.Errorf("agentkv: unknown policy %q (want kv, round-robin or random)", s)
+	return 0, fmt.Errorf("agentkv: unknown policy %q (want kv, round-robin, random or global-lb)", s)
 }
 
 // AffinityMode binds a session to the worker that served it.
@@ -219,7 +227,7 @@ func (c *Config) fill() error {
 	switch {
 	case c.BlockSize < 1 || c.BlockSize > flashindex.MaxBlockSize:
 		return fmt.Errorf("agentkv: Config.BlockSize must be in [1, %d], got %d", flashindex.MaxBlockSize, c.BlockSize)
-	case c.Policy > Random:
+	case c.Policy > GlobalLB:
 		return fmt.Errorf("agentkv: unknown Config.Policy %d", c.Policy)
 	case c.BusyThreshold < 0:
 		return fmt.Errorf("agentkv: Config.BusyThreshold must be ≥ 0, got %v", c.BusyThreshold)

@@ -91,6 +91,7 @@ type routing struct {
 	t0    time.Time // wall clock, for the stage metrics
 	// identify
 	program string // admission program ("" with no session)
+	session string // the request's session id (GlobalLB's key)
 	binding session.Binding
 	bound   bool // the session has a live binding
 	// hash
@@ -119,6 +120,9 @@ type scratch struct {
 	matches []flashindex.Match
 	logits  []float64
 	cands   []candidate
+	// GlobalLB's candidates and their requests in flight
+	keys     []flashindex.Worker
+	inflight []int
 }
 
 type candidate struct {
@@ -223,6 +227,7 @@ func (r *Router) decideLocked(rt *routing, req *Request, sc *scratch, hold bool)
 	if h, err := r.admitLocked(rt, req, sc, hold); err != nil {
 		return h, err
 	}
+	rt.session = req.Agent.SessionID
 	r.selectLocked(rt, sc)
 	r.bookLocked(rt, req)
 	if rt.tracked {
@@ -394,6 +399,8 @@ func (r *Router) selectLocked(rt *routing, sc *scratch) {
 			r.rr++
 		case Random:
 			pick = r.rng.IntN(len(sc.cands))
+		case GlobalLB:
+			pick = r.pickGlobalLBLocked(rt.session, sc)
 		default:
 			sc.logits = sc.logits[:0]
 			for _, c := range sc.cands {

@@ -76,6 +76,7 @@ type Router struct {
 	// (empty when there are none).
 	acting map[string]actingSession
 	rr     int
+	sticky *stickyLB // GlobalLB's sessions
 	rng    *rand.Rand
 	nextID uint64
 	closed bool
@@ -97,6 +98,7 @@ func New(cfg Config) (*Router, error) {
 		heldByPg: map[string][]string{},
 		acting:   map[string]actingSession{},
 		batcher:  kvhint.NewBatcher("agentkv"),
+		sticky:   newStickyLB(GlobalLBSessions),
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 	}
 	if r.log == nil {
