@@ -2,6 +2,7 @@ package admission
 
 import (
 	"slices"
+	"time"
 )
 
 // Thunder is ThunderAgent's policy, a RawAdmitter, behind the Policy
@@ -12,13 +13,20 @@ import (
 // arrival order. The host's worker list is the controller's (synced on
 // Admit and Reconcile); a turn dispatched to another worker than the
 // controller chose moves its program there when it has room (Relocate).
-// Requests without a Program bypass it. Not safe for concurrent use, as
-// every Policy.
+// Requests without a Program bypass it. A program runs one turn at a
+// time (per-session serialization, as Dynamo's ThunderAgent policy does):
+// a request of a program with a turn in flight is deferred, and the
+// program's later requests start in arrival order as each turn ends. Not
+// safe for concurrent use, as every Policy.
 type Thunder struct {
 	ctl      *RawAdmitter
 	program  map[string]string   // tracked request id → program
-	deferred map[string][]string // program → its deferred request ids, in order
-	known    map[WorkerID]int64  // the workers synced into ctl, by capacity
+	deferred map[string][]string // program → its requests the controller holds, in order
+	// inflight is each program's request started in the controller (running
+	// or held there); serial its requests waiting behind it, in order.
+	inflight map[string]string
+	serial   map[string][]Request
+	known    map[WorkerID]int64 // the workers synced into ctl, by capacity
 	dec      []Decision
 }
 
@@ -32,7 +40,10 @@ func NewThunder(cfg Config) (*Thunder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Thunder{ctl: c, program: map[string]string{}, deferred: map[string][]string{}, known: map[WorkerID]int64{}}, nil
+	return &Thunder{
+		ctl: c, program: map[string]string{}, deferred: map[string][]string{},
+		inflight: map[string]string{}, serial: map[string][]Request{}, known: map[WorkerID]int64{},
+	}, nil
 }
 
 // Controller returns the RawAdmitter behind the policy, for inspection
@@ -45,16 +56,49 @@ func (t *Thunder) Admit(req Request) Verdict {
 		return Bypass
 	}
 	t.sync(req)
-	a, err := t.ctl.StartRequest(req.At, req.Program, req.ContextTokens)
-	if err != nil {
-		return Bypass // bad input (a negative or oversized count): not tracked
+	if req.ContextTokens < 0 || req.ContextTokens > MaxTokens {
+		return Bypass // bad input: not tracked
 	}
 	t.program[req.ID] = req.Program
-	if a.Run {
-		return Ready
+	if _, busy := t.inflight[req.Program]; busy {
+		req.Workers = nil
+		t.serial[req.Program] = append(t.serial[req.Program], req)
+		return Defer
 	}
-	t.deferred[req.Program] = append(t.deferred[req.Program], req.ID)
-	return Defer
+	return t.start(req)
+}
+
+// start starts req's turn in the controller: Ready, or Defer until the
+// controller releases the program.
+func (t *Thunder) start(req Request) Verdict {
+	t.inflight[req.Program] = req.ID
+	a, err := t.ctl.StartRequest(req.At, req.Program, req.ContextTokens)
+	if err == nil && !a.Run {
+		t.deferred[req.Program] = append(t.deferred[req.Program], req.ID)
+		return Defer
+	}
+	return Ready
+}
+
+// next starts the program's next serialized request, if any, after its
+// turn in flight ended at now; a Ready one is woken at once.
+func (t *Thunder) next(prog string, now time.Time, wake []string) []string {
+	delete(t.inflight, prog)
+	q := t.serial[prog]
+	if len(q) == 0 {
+		return wake
+	}
+	req := q[0]
+	if len(q) == 1 {
+		delete(t.serial, prog)
+	} else {
+		t.serial[prog] = q[1:]
+	}
+	req.At = now
+	if t.start(req) == Ready {
+		wake = append(wake, req.ID)
+	}
+	return wake
 }
 
 // OnEvent implements Policy.
@@ -80,13 +124,22 @@ func (t *Thunder) OnEvent(ev Event, wake []string) []string {
 		if ev.Final {
 			_ = t.ctl.EndSession(ev.At, prog)
 		}
+		wake = t.next(prog, ev.At, wake)
 	case Aborted:
 		delete(t.program, ev.ID)
-		if ids := t.deferred[prog]; slices.Contains(ids, ev.ID) {
+		switch {
+		case t.inflight[prog] != ev.ID: // waiting behind the turn in flight
+			t.serial[prog] = slices.DeleteFunc(t.serial[prog], func(r Request) bool { return r.ID == ev.ID })
+			if len(t.serial[prog]) == 0 {
+				delete(t.serial, prog)
+			}
+		case slices.Contains(t.deferred[prog], ev.ID):
 			t.unlink(prog, ev.ID)
 			_ = t.ctl.Cancel(ev.At, prog)
-		} else {
+			wake = t.next(prog, ev.At, wake)
+		default:
 			_ = t.ctl.EndRequest(ev.At, prog, 0, 0)
+			wake = t.next(prog, ev.At, wake)
 		}
 	}
 	return t.wake(wake)
