@@ -88,6 +88,11 @@ type Door struct {
 	// ceiling divided by this (8 on 440 K-token workers: 47 K each). Zero:
 	// no prior.
 	ColdStartPrograms int
+	// ColdStartObserved, when positive, caps that prior at this many times
+	// the largest unique tail any program had at the end of a turn so far:
+	// a batch offered at once, where nothing ends for minutes, is not held
+	// to the prior when no program comes near it. Zero: the prior alone.
+	ColdStartObserved float64
 	// ActingGrowth, in [0, 1], is the share of its Acting programs' growth
 	// reserve that a worker keeps from new programs (with Waits.MaxWait).
 	// Zero: the door sees only the Reasoning programs' reserve.
@@ -149,6 +154,12 @@ func (c *Config) doorActing() float64 {
 	}
 	return c.Door.ActingGrowth
 }
+func (c *Config) coldObserved() float64 {
+	if c.Door == nil {
+		return 0
+	}
+	return c.Door.ColdStartObserved
+}
 func (c *Config) rebalance() bool { return c.Moves != nil }
 func (c *Config) margin() int64 {
 	if c.Moves == nil {
@@ -194,7 +205,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"Interval", float64(c.Interval)}, {"DecayHalfLife", float64(c.DecayHalfLife)},
 		{"MaxPending", float64(c.MaxPending)}, {"Waits.MaxWait", float64(c.maxWait())},
 		{"Moves.Margin", float64(c.margin())}, {"Door.ColdStartPrograms", float64(c.coldStart())},
-		{"Door.ActingGrowth", c.doorActing()},
+		{"Door.ActingGrowth", c.doorActing()}, {"Door.ColdStartObserved", c.coldObserved()},
 	} {
 		if err := neg(f.name, f.v); err != nil {
 			return c, err

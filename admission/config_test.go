@@ -44,6 +44,7 @@ func TestConfigValidation(t *testing.T) {
 		{"negative cold start", Config{Door: &Door{ColdStartPrograms: -1}}, "Door.ColdStartPrograms"},
 		{"door share above 1", Config{Door: &Door{ActingGrowth: 1.5}}, "Door.ActingGrowth"},
 		{"NaN door share", Config{Door: &Door{ActingGrowth: math.NaN()}}, "Door.ActingGrowth"},
+		{"negative observed cap", Config{Door: &Door{ColdStartObserved: -1}}, "Door.ColdStartObserved"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

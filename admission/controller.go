@@ -44,6 +44,9 @@ type RawAdmitter struct {
 	nEnded    int
 	learned   int64
 	growthEst int64
+	// maxTail is the largest unique tail a program had at the end of a
+	// turn (Door.ColdStartObserved).
+	maxTail int64
 	// turnDur holds how long the last len(turnDur) turns ran (first run
 	// to the tool boundary), nTurns how many were recorded in all: the
 	// lead with which a swap marks programs (Waits.MaxWait).

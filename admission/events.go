@@ -289,6 +289,7 @@ func (c *RawAdmitter) EndRequest(now time.Time, id string, promptTokens, complet
 		p.inflight--
 		if total > 0 {
 			p.tokens = total
+			c.observe(p)
 		}
 		if p.inflight == 0 {
 			p.phase = Acting

@@ -95,6 +95,17 @@ func (c *RawAdmitter) turnLead() time.Duration {
 	return d[(n*9)/10]
 }
 
+// observe notes p's unique tail at the end of a turn: the largest so far
+// bounds the cold-start prior (Door.ColdStartObserved).
+func (c *RawAdmitter) observe(p *program) {
+	if t := tail(p); t > c.maxTail {
+		c.maxTail = t
+		if c.nEnded < growthMin && c.cfg.coldObserved() > 0 {
+			c.refreshGrowth()
+		}
+	}
+}
+
 // recordEnd counts an ended program and, when it ran two turns or more,
 // adds its final tail to the window and re-learns the lower quartile once
 // the window holds growthMin.
@@ -124,6 +135,9 @@ func (c *RawAdmitter) refreshGrowth() {
 	est := c.learned
 	if c.nEnded < growthMin && c.cfg.coldStart() > 0 {
 		est = int64(c.ceiling * float64(c.maxCap()) / float64(c.cfg.coldStart()))
+		if f := c.cfg.coldObserved(); f > 0 && c.maxTail > 0 {
+			est = min(est, int64(f*float64(c.maxTail)))
+		}
 	}
 	if est == c.growthEst {
 		return

@@ -229,3 +229,25 @@ func doorIf(on bool) *Door {
 	}
 	return &Door{}
 }
+
+// TestColdStartObserved: during the cold start, the prior is capped at
+// ColdStartObserved times the largest unique tail a program had at the end
+// of a turn; once growthMin programs have ended, what was learned rules.
+func TestColdStartObserved(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c, err := NewRawAdmitter(Config{Door: &Door{ColdStartPrograms: 2, ColdStartObserved: 2}})
+	require.NoError(t, err)
+	require.NoError(t, c.AddWorker(1, 100_000))
+	require.Equal(t, int64(42_500), c.growthEst, "no turn has ended: the prior")
+	a, err := c.StartRequest(now, "p", 5_000)
+	require.NoError(t, err)
+	require.True(t, a.Run)
+	require.NoError(t, c.EndRequest(now, "p", 5_000, 1_000))
+	require.Equal(t, int64(12_000), c.growthEst, "twice the largest tail, 6,000")
+	_, err = c.StartRequest(now, "p", 30_000)
+	require.NoError(t, err)
+	require.NoError(t, c.EndRequest(now, "p", 30_000, 0))
+	require.Equal(t, int64(42_500), c.growthEst, "never above the prior")
+	info, _ := c.Worker(1)
+	require.Equal(t, 1, info.Programs)
+}
