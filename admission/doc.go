@@ -239,6 +239,20 @@
 // its lock, one decision at a time, in Seq order; a callback may call back
 // into the Admitter.
 //
+// # A policy of one's own
+//
+// Policy is the queue admission surface of Dynamo's router: Admit(req)
+// answers Bypass, Ready or Defer; OnEvent(Dispatched{id, worker},
+// Completed{id, context tokens}, Aborted{id}, Reconcile{workers}) returns
+// the deferred request ids to wake. The host keeps the requests and the
+// deferred ones; a Policy keeps only its own state. agentkv's Router takes
+// any Policy (agentkv.Config.AdmissionPolicy): it holds what is deferred,
+// reports the events, and reconciles at every Tick. Thunder is
+// ThunderAgent's policy behind it (a RawAdmitter; a program runs one turn
+// at a time, its later requests wait in arrival order); the Router's own
+// Config.Admission path drives the RawAdmitter directly, since it also lets
+// admission choose the worker.
+//
 // # Thread safety and ownership
 //
 // RawAdmitter: not safe for concurrent use. Admitter: safe for concurrent
