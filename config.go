@@ -29,6 +29,10 @@ const (
 	RoundRobin
 	// Random picks a worker uniformly at random.
 	Random
+	// GlobalLB is VERL's default rollout balancer: sticky per session (an
+	// LRU of GlobalLBSessions), else the fewest requests in flight. It
+	// ignores the cache; see globallb.go.
+	GlobalLB
 )
 
 func (p Policy) String() string {
@@ -39,11 +43,13 @@ func (p Policy) String() string {
 		return "round-robin"
 	case Random:
 		return "random"
+	case GlobalLB:
+		return "global-lb"
 	}
 	return fmt.Sprintf("policy(%d)", uint8(p))
 }
 
-// ParsePolicy parses "kv", "round-robin" or "random".
+// ParsePolicy parses "kv", "round-robin", "random" or "global-lb".
 func ParsePolicy(s string) (Policy, error) {
 	switch s {
 	case "kv", "kv-aware":
@@ -52,8 +58,10 @@ func ParsePolicy(s string) (Policy, error) {
 		return RoundRobin, nil
 	case "random":
 		return Random, nil
+	case "global-lb":
+		return GlobalLB, nil
 	}
-	return 0, fmt.Errorf("agentkv: unknown policy %q (want kv, round-robin or random)", s)
+	return 0, fmt.Errorf("agentkv: unknown policy %q (want kv, round-robin, random or global-lb)", s)
 }
 
 // AffinityMode binds a session to the worker that served it.
@@ -126,6 +134,15 @@ type Config struct {
 	// configuration; nil disables it. Its OnDecision must be nil: the
 	// router consumes the decisions.
 	Admission *admission.Config
+	// AdmissionPolicy, when set (and Admission nil), admits requests with
+	// any admission.Policy (Dynamo's queue admission shape): a user's own,
+	// or admission.Thunder. The router asks its Admit for every request,
+	// holds the deferred ones as it holds admission's (TryRoute, Route,
+	// MaxHeld, HeldTTL, OnRelease), reports Dispatched, Completed and
+	// Aborted for the tracked ones, and Reconcile at every Tick (the
+	// reconcile interval is TickInterval). The router calls it under its
+	// lock, one call at a time.
+	AdmissionPolicy admission.Policy
 	// Sessions configures the session table (its OnRemove is the router's).
 	Sessions session.TableConfig
 	// MaxBlocksPerWorker bounds the index per worker (see flashindex).
@@ -210,12 +227,14 @@ func (c *Config) fill() error {
 	switch {
 	case c.BlockSize < 1 || c.BlockSize > flashindex.MaxBlockSize:
 		return fmt.Errorf("agentkv: Config.BlockSize must be in [1, %d], got %d", flashindex.MaxBlockSize, c.BlockSize)
-	case c.Policy > Random:
+	case c.Policy > GlobalLB:
 		return fmt.Errorf("agentkv: unknown Config.Policy %d", c.Policy)
 	case c.BusyThreshold < 0:
 		return fmt.Errorf("agentkv: Config.BusyThreshold must be ≥ 0, got %v", c.BusyThreshold)
 	case c.Index > IndexApproximate:
 		return fmt.Errorf("agentkv: unknown Config.Index %d", c.Index)
+	case c.Admission != nil && c.AdmissionPolicy != nil:
+		return errors.New("agentkv: set Config.Admission or Config.AdmissionPolicy, not both")
 	case c.Admission != nil && c.Admission.OnDecision != nil:
 		return errors.New("agentkv: Config.Admission.OnDecision must be nil; the router consumes decisions")
 	}

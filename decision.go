@@ -58,6 +58,7 @@ type Decision struct {
 	program string
 	agent   session.AgentContext
 	prompt  int
+	tracked bool // by Config.AdmissionPolicy
 	once    sync.Once
 }
 
@@ -125,6 +126,10 @@ func (r *Router) done(d *Decision, u Usage) {
 		r.acting[d.agent.SessionID] = actingSession{worker: d.Worker, since: now}
 	}
 	var rel []release
+	if d.tracked {
+		r.donePolicyLocked(d, u, prompt, now)
+		rel = r.drainAdmissionLocked()
+	}
 	if r.adm != nil && d.program != "" {
 		_ = r.adm.EndRequest(now, d.program, int64(prompt), int64(u.CompletionTokens))
 		// Weight = unique tail + the prefix shared with other sessions,

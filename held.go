@@ -35,7 +35,9 @@ func (r *Router) Cancel(requestID string) {
 	delete(r.held, requestID)
 	r.unlinkHeld(h.program, requestID)
 	now := r.cfg.Now()
-	if h.released {
+	if r.pol != nil {
+		r.policyEventLocked(admission.Event{Kind: admission.Aborted, ID: requestID, At: now})
+	} else if h.released {
 		// The turn was released and counted as running: end it.
 		_ = r.adm.EndRequest(now, h.program, 0, 0)
 	} else {
@@ -71,7 +73,7 @@ type release struct {
 // after unlocking.
 func (r *Router) drainAdmissionLocked() []release {
 	if r.adm == nil {
-		return nil
+		return r.drainPolicyLocked()
 	}
 	r.decBuf = r.adm.Drain(r.decBuf[:0])
 	var out []release
@@ -128,7 +130,11 @@ func (r *Router) expireHeldLocked(now time.Time) []release {
 	for id, h := range r.held {
 		if h.released && !h.waiter && now.Sub(h.releasedAt) >= r.cfg.HeldTTL {
 			delete(r.held, id)
-			_ = r.adm.EndRequest(now, h.program, 0, 0)
+			if r.pol != nil {
+				r.policyEventLocked(admission.Event{Kind: admission.Aborted, ID: id, At: now})
+			} else {
+				_ = r.adm.EndRequest(now, h.program, 0, 0)
+			}
 			h.dropped = true
 			out = append(out, release{id: id, h: h, dropped: true, woken: true})
 		}

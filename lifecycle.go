@@ -51,10 +51,10 @@ type TickResult struct {
 }
 
 // syncBacklogLocked reports each worker's prefill backlog to admission
-// before a resume pass (Tick, a program's end), where Rebalance keeps
-// programs off a worker with a long prefill queued.
+// before a resume pass (Tick, a program's end), where admission's Moves
+// keep programs off a worker with a long prefill queued.
 func (r *Router) syncBacklogLocked() {
-	if !r.adm.Config().Rebalance {
+	if r.moves == nil {
 		return
 	}
 	for _, ws := range r.workers {
@@ -108,6 +108,11 @@ func (r *Router) Tick() TickResult {
 		r.syncBacklogLocked()
 		res.Admission = r.adm.Tick(now)
 		waiting = r.adm.Waiting()
+	}
+	if r.pol != nil {
+		rel = r.expireHeldLocked(now)
+		res.ExpiredHeld = len(rel)
+		r.policyEventLocked(admission.Event{Kind: admission.Reconcile, At: now, Workers: r.policyWorkersLocked()})
 	}
 	rel = append(rel, r.drainAdmissionLocked()...)
 	r.mu.Unlock()

@@ -91,6 +91,7 @@ type routing struct {
 	t0    time.Time // wall clock, for the stage metrics
 	// identify
 	program string // admission program ("" with no session)
+	session string // the request's session id (GlobalLB's key)
 	binding session.Binding
 	bound   bool // the session has a live binding
 	// hash
@@ -104,6 +105,7 @@ type routing struct {
 	waited      time.Duration
 	admitted    bool // admission chose the worker
 	heldNow     bool // admission held the turn in this call
+	tracked     bool // Config.AdmissionPolicy tracks the request
 	pick        candidate
 	viaAffinity bool
 	// book
@@ -118,6 +120,9 @@ type scratch struct {
 	matches []flashindex.Match
 	logits  []float64
 	cands   []candidate
+	// GlobalLB's candidates and their requests in flight
+	keys     []flashindex.Worker
+	inflight []int
 }
 
 type candidate struct {
@@ -222,8 +227,12 @@ func (r *Router) decideLocked(rt *routing, req *Request, sc *scratch, hold bool)
 	if h, err := r.admitLocked(rt, req, sc, hold); err != nil {
 		return h, err
 	}
+	rt.session = req.Agent.SessionID
 	r.selectLocked(rt, sc)
 	r.bookLocked(rt, req)
+	if rt.tracked {
+		r.policyEventLocked(admission.Event{Kind: admission.Dispatched, ID: req.ID, Worker: rt.pick.ws.admID, At: rt.start})
+	}
 	return nil, nil
 }
 
@@ -282,6 +291,9 @@ func (o *Override) allows(w flashindex.Worker) bool {
 // (ErrHeld); one that runs keeps only its admission worker as candidate.
 // Without admission it drops the candidates over the busy threshold.
 func (r *Router) admitLocked(rt *routing, req *Request, sc *scratch, hold bool) (*heldRequest, error) {
+	if r.pol != nil {
+		return r.admitPolicyLocked(rt, req, sc, hold)
+	}
 	if r.adm == nil || rt.program == "" {
 		r.filterBusy(sc)
 		return nil, nil
@@ -299,7 +311,7 @@ func (r *Router) admitLocked(rt *routing, req *Request, sc *scratch, hold bool) 
 			switch st := r.adm.Status(rt.program); {
 			case st == admission.StatusUnknown:
 				prefer = r.preferenceLocked(sc.cands)
-			case st == admission.StatusRunnable && r.adm.Config().Rebalance:
+			case st == admission.StatusRunnable && r.moves != nil:
 				prefer = r.rebalancePreferenceLocked(rt, sc.cands)
 			}
 		}
@@ -387,6 +399,8 @@ func (r *Router) selectLocked(rt *routing, sc *scratch) {
 			r.rr++
 		case Random:
 			pick = r.rng.IntN(len(sc.cands))
+		case GlobalLB:
+			pick = r.pickGlobalLBLocked(rt.session, sc)
 		default:
 			sc.logits = sc.logits[:0]
 			for _, c := range sc.cands {
@@ -482,12 +496,13 @@ func (r *Router) newDecision(rt *routing, req *Request, candidates int) *Decisio
 		program:      rt.program,
 		agent:        req.Agent,
 		prompt:       rt.prompt,
+		tracked:      rt.tracked,
 	}
 }
 
 // rebalancePreferenceLocked is the preference offered for a running
-// program's turn under Config.Rebalance: the candidates that cost at least
-// RebalanceMargin tokens of prefill less than the program's own worker,
+// program's turn under admission's Moves: the candidates that cost at least
+// Moves.Margin tokens of prefill less than the program's own worker,
 // cheapest first (none: the turn stays home). Admission then gets the
 // workers' current prefill backlogs, for its escape rule.
 func (r *Router) rebalancePreferenceLocked(rt *routing, cands []candidate) []admission.WorkerID {
@@ -502,7 +517,7 @@ func (r *Router) rebalancePreferenceLocked(rt *routing, cands []candidate) []adm
 		}
 		best = min(best, c.cost.Logit)
 	}
-	margin := float64(r.adm.Config().RebalanceMargin) / float64(r.cfg.BlockSize)
+	margin := float64(r.moves.Margin) / float64(r.cfg.BlockSize)
 	if math.IsInf(home, 1) || home-best < margin {
 		return nil
 	}

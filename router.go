@@ -60,8 +60,14 @@ type Router struct {
 	// requests, offering workers in cost order (StartRequestOn), and holds
 	// each request itself (TryRoute, HeldTTL, MaxHeld) where Admitter
 	// blocks a program's callers.
-	adm    *admission.RawAdmitter
-	decBuf []admission.Decision
+	adm   *admission.RawAdmitter
+	moves *admission.Moves // adm's Config().Moves (nil: off), read per turn
+	// pol is Config.AdmissionPolicy; polWake collects the request ids its
+	// events woke, for drainAdmissionLocked; polWorkers is scratch.
+	pol        admission.Policy
+	polWake    []string
+	polWorkers []admission.PolicyWorker
+	decBuf     []admission.Decision
 	// held requests (TryRoute/Route waiting for admission), by request ID,
 	// and the request IDs held per program in arrival order.
 	held     map[string]*heldRequest
@@ -70,6 +76,7 @@ type Router struct {
 	// (empty when there are none).
 	acting map[string]actingSession
 	rr     int
+	sticky *stickyLB // GlobalLB's sessions
 	rng    *rand.Rand
 	nextID uint64
 	closed bool
@@ -91,6 +98,7 @@ func New(cfg Config) (*Router, error) {
 		heldByPg: map[string][]string{},
 		acting:   map[string]actingSession{},
 		batcher:  kvhint.NewBatcher("agentkv"),
+		sticky:   newStickyLB(GlobalLBSessions),
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 	}
 	if r.log == nil {
@@ -142,7 +150,9 @@ func (r *Router) newParts() error {
 		if r.adm, err = admission.NewRawAdmitter(*cfg.Admission); err != nil {
 			return err
 		}
+		r.moves = r.adm.Config().Moves
 	}
+	r.pol = cfg.AdmissionPolicy
 	return nil
 }
 
@@ -188,10 +198,12 @@ func (r *Router) AddWorker(w Worker) error {
 			continue
 		}
 		ws := &workerState{key: key, info: info, adapter: w, capBlock: capBlock}
-		if r.adm != nil {
+		if r.adm != nil || r.pol != nil {
 			ws.admID = r.nextAdm
-			if err := r.adm.AddWorker(ws.admID, admCap); err != nil {
-				return err // a fresh id and a valid capacity: not reached
+			if r.adm != nil {
+				if err := r.adm.AddWorker(ws.admID, admCap); err != nil {
+					return err // a fresh id and a valid capacity: not reached
+				}
 			}
 			r.nextAdm++
 			r.byAdm[ws.admID] = key
@@ -228,8 +240,8 @@ func (r *Router) RemoveWorker(id uint64) {
 		r.loads.removeWorker(ws.key)
 		if r.adm != nil {
 			_ = r.adm.RemoveWorker(now, ws.admID)
-			delete(r.byAdm, ws.admID)
 		}
+		delete(r.byAdm, ws.admID)
 	}
 	rel := r.drainAdmissionLocked()
 	r.mu.Unlock()

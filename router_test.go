@@ -626,7 +626,7 @@ func TestMetricsAdmissionAndGaps(t *testing.T) {
 // token yet) to admission before its resume pass, and it drains as the
 // requests produce their first token.
 func TestRouterReportsBacklog(t *testing.T) {
-	r, _ := newTestRouter(t, Config{Admission: &admission.Config{Rebalance: true, RebalanceMargin: 1024}})
+	r, _ := newTestRouter(t, Config{Admission: &admission.Config{Moves: &admission.Moves{Margin: 1024}}})
 	require.NoError(t, r.AddWorker(worker(1, 100_000)))
 	require.NoError(t, r.AddWorker(worker(2, 100_000)))
 	backlog := func(w uint64) int64 {
@@ -684,7 +684,7 @@ func TestRouterEngineUsage(t *testing.T) {
 
 func TestRebalanceMargin(t *testing.T) {
 	run := func(margin int64, backlog int) uint64 {
-		r, _ := newTestRouter(t, Config{Admission: &admission.Config{Rebalance: true, RebalanceMargin: margin}})
+		r, _ := newTestRouter(t, Config{Admission: &admission.Config{Moves: &admission.Moves{Margin: margin}}})
 		require.NoError(t, r.AddWorker(worker(1, 100_000)))
 		require.NoError(t, r.AddWorker(worker(2, 100_000)))
 		prompt := tokens(64, 1)

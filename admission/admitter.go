@@ -160,7 +160,7 @@ func (a *Admitter) TryAdmit(id string, promptTokens int64) (Admission, error) {
 	st := a.ctl.Status(id)
 	if st == StatusUnknown {
 		need := a.ctl.grownSize(promptTokens) + a.ctl.cfg.Buffer // as StartRequest sizes it
-		if a.ctl.nWaiting > 0 || a.ctl.leastUtilisedWithRoom(need, a.ctl.cfg.MaxWait > 0) == nil {
+		if a.ctl.nWaiting > 0 || a.ctl.leastUtilisedWithRoom(need, a.ctl.cfg.maxWait() > 0) == nil {
 			a.mu.Unlock()
 			return Admission{Status: StatusQueued}, ErrWouldWait
 		}

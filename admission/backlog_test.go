@@ -14,7 +14,7 @@ import (
 func TestBacklogPlacement(t *testing.T) {
 	now := time.Unix(1000, 0)
 	run := func(rebalance bool, backlog1, backlog2 int64) WorkerID {
-		c, err := NewRawAdmitter(Config{Rebalance: rebalance, RebalanceMargin: 1_000})
+		c, err := NewRawAdmitter(Config{Moves: movesIf(rebalance, 1_000)})
 		require.NoError(t, err)
 		require.NoError(t, c.AddWorker(1, 10_000))
 		require.NoError(t, c.AddWorker(2, 10_000))
@@ -60,7 +60,7 @@ func TestBacklogEscape(t *testing.T) {
 	now := time.Unix(1000, 0)
 	// a (3,000) on worker 1, between turns; b on worker 2; q waits.
 	setup := func(b int64) (*RawAdmitter, func(prefer ...WorkerID) Admission) {
-		c, err := NewRawAdmitter(Config{Rebalance: true, RebalanceMargin: 1_000})
+		c, err := NewRawAdmitter(Config{Moves: &Moves{Margin: 1_000}})
 		require.NoError(t, err)
 		require.NoError(t, c.AddWorker(1, 10_000))
 		require.NoError(t, c.AddWorker(2, 10_000))
@@ -102,7 +102,7 @@ func TestBacklogEscape(t *testing.T) {
 // worker of the router's list that has room for it, not only the first.
 func TestRebalanceFirstWithRoom(t *testing.T) {
 	now := time.Unix(1000, 0)
-	c, err := NewRawAdmitter(Config{Rebalance: true})
+	c, err := NewRawAdmitter(Config{Moves: &Moves{}})
 	require.NoError(t, err)
 	for id := WorkerID(1); id <= 3; id++ {
 		require.NoError(t, c.AddWorker(id, 10_000))
@@ -118,7 +118,7 @@ func TestRebalanceFirstWithRoom(t *testing.T) {
 // TestSetBacklogBadInput: a negative backlog counts as none, and an
 // unknown worker is ignored.
 func TestSetBacklogBadInput(t *testing.T) {
-	c, err := NewRawAdmitter(Config{Rebalance: true})
+	c, err := NewRawAdmitter(Config{Moves: &Moves{}})
 	require.NoError(t, err)
 	require.NoError(t, c.AddWorker(1, 10_000))
 	c.SetBacklog(1, -5)
@@ -128,4 +128,12 @@ func TestSetBacklogBadInput(t *testing.T) {
 	require.Zero(t, info.Backlog)
 	_, ok = c.Worker(9)
 	require.False(t, ok)
+}
+
+// movesIf is &Moves{Margin: margin} when on, nil when off.
+func movesIf(on bool, margin int64) *Moves {
+	if !on {
+		return nil
+	}
+	return &Moves{Margin: margin}
 }

@@ -24,7 +24,7 @@ func buildLoaded(b *testing.B, n, w, paused int, cfg Config) *RawAdmitter {
 		// capacity so that per programs of ~2000 tokens sit near U = 0.8
 		_ = c.AddWorker(WorkerID(i), int64(per)*2000*5/4+int64(rng.IntN(per*200)))
 	}
-	if cfg.ReserveGrowth {
+	if cfg.Door != nil {
 		// Past the cold start: programs were seen to grow to 2,000
 		// tokens, the size the programs below have.
 		learn(b, c, epoch, 2000)

@@ -20,149 +20,174 @@ const (
 	DefaultMaxPending         = 1 << 16
 )
 
-// Config holds every threshold of the controller. The zero value of each
-// field means the documented default, so Config{} is the upstream
-// configuration. Negative values are invalid (New returns a *ConfigError).
+// Config configures a RawAdmitter. The top-level fields are ThunderAgent's
+// thresholds: each zero field means its documented default, so Config{} is
+// ThunderAgent as upstream runs it. Door, Waits and Moves are agentkv's
+// mechanisms, each off when nil; Agentic sets them. Negative values are
+// invalid (New returns a *ConfigError). The README's "What the simulation
+// shows" measures each mechanism and says why it is sized as it is.
 type Config struct {
 	// PauseThreshold: a worker with U ≥ PauseThreshold pauses programs at
 	// the next Tick. Default 0.95.
 	PauseThreshold float64
 	// PauseTarget: pausing (and marking) stops once U, less the weight of
-	// marked programs, is ≤ PauseTarget. Default 0.80. Must be ≤
-	// PauseThreshold.
+	// marked programs, is ≤ PauseTarget. Default 0.80; ≤ PauseThreshold.
 	PauseTarget float64
-	// SoftDemote: a worker with SoftDemote ≤ U < PauseThreshold after a
-	// Tick is in the soft-demote band. Default 0.80.
+	// SoftDemote: U in [SoftDemote, PauseThreshold) after a Tick puts the
+	// worker in the soft-demote band. Default 0.80.
 	SoftDemote float64
-	// Hysteresis: paused programs resume only on workers with U ≤
-	// PauseThreshold − Hysteresis (the resume ceiling, default 0.85), and
-	// are bin-packed under that ceiling. New programs are admitted under the
-	// same ceiling. Default 0.10. Must be < PauseThreshold.
+	// Hysteresis: programs resume, and new ones are admitted, only under
+	// the resume ceiling PauseThreshold − Hysteresis. Default 0.10.
 	Hysteresis float64
-	// SoftDemotePriority is the priority added to new turns of programs on a
-	// worker in the band. Default −2.0. A positive value is invalid.
+	// SoftDemotePriority is added to new turns on a worker in the band.
+	// Default −2.0; must be ≤ 0.
 	SoftDemotePriority float64
-	// ResumeBoost is the priority added to the first turn after a resume
-	// (the held turn, or the next one). Default +1.0.
+	// ResumeBoost is added to the first turn after a resume. Default +1.0.
 	ResumeBoost float64
-	// Buffer is the per-program token reserve used when fitting a program
-	// onto a worker (admission and resume). Default 100.
+	// Buffer is the per-program token reserve when fitting a program onto
+	// a worker. Default 100.
 	Buffer int64
-	// ForcedResume caps how long a held turn waits: at the first Tick at or
-	// after the cap its program is resumed on the least-utilised worker
-	// regardless of room. Default 30 minutes.
+	// ForcedResume caps a held turn's wait: it resumes on the least
+	// utilised worker regardless of room. Default 30 minutes.
 	ForcedResume time.Duration
-	// Interval is the expected time between ticks (default 5 s). A worker's
-	// soft demotion expires 1.5 intervals after the last Tick that saw it in
-	// the band, so a stalled control loop does not demote forever.
+	// Interval is the expected time between ticks (default 5 s); a soft
+	// demotion expires 1.5 intervals after the last Tick that saw it.
 	Interval time.Duration
-	// ActingWeight multiplies the token count of Acting programs in U.
-	// Default 1.0.
+	// ActingWeight multiplies Acting programs' tokens in U. Default 1.0.
 	ActingWeight float64
 	// DecayHalfLife, when positive, decays an Acting program's weight by
-	// 2^(−t/DecayHalfLife), t the time since its last request ended, on the
-	// resume side only (resume ceiling and forced-resume target), as
-	// upstream does. Pausing always uses undecayed weights. Zero (default)
-	// disables decay.
+	// 2^(−t/DecayHalfLife) on the resume side only, as upstream does.
 	DecayHalfLife time.Duration
-	// Placement places resumed programs on workers. Nil means WorstFit, the
-	// policy upstream actually runs.
+	// Placement places resumed programs. Nil means WorstFit (upstream's).
 	Placement Placement
-	// OnDecision, when set, receives every decision synchronously, in order,
-	// from inside the RawAdmitter call that took it. It must not call back
-	// into the RawAdmitter. When nil, decisions are buffered for Drain (at
-	// most MaxPending; older ones are kept, later ones counted as dropped).
+	// OnDecision, when set, receives every decision synchronously, in
+	// order; it must not call back into the RawAdmitter. Nil: decisions
+	// are buffered for Drain (at most MaxPending, default 65536).
 	OnDecision func(Decision)
-	// MaxPending bounds the Drain buffer. Default 65536.
 	MaxPending int
-	// MaxWait, when positive, bounds how long a held turn of a program
-	// that has run before waits, without the overcommit of a forced
-	// resume: held turns resume oldest first (aging) instead of smallest
-	// first, and a Tick and a turn ahead of MaxWait (at the first Tick at
-	// or after MaxWait − Interval − the 90th percentile of how long the
-	// last 64 turns ran, from the first 8 on) the program is swapped in:
-	// on its home worker (where it last ran, so its cache is there), or
-	// else on the worker where it costs least, Acting programs are paused
-	// (largest first, then the longest acting) until it fits under the
-	// resume ceiling, and it resumes there (ReasonSwap). Where pausing
-	// every Acting program would not make room, Reasoning programs are
-	// marked to pause at their next tool boundary, and it resumes as soon
-	// as they have: the turn's lead gets them there by MaxWait, unless one
-	// runs a turn longer than that. While a held turn of a placed program waits, no queued
-	// new program (nor a paused one with nothing held) is resumed ahead of
-	// it by the Placement: the room it is waiting for stays its. New
-	// programs wait at the door first come, first served: one that does
-	// not fit yet keeps the worker with the most room for itself, and a
-	// smaller newcomer may only take another (backfill).
-	// Zero (default) keeps the upstream order and the forced resume only.
-	MaxWait time.Duration
-	// ReserveGrowth sizes programs at the door by what programs grow to:
-	// the lower quartile of the final sizes (unique tails) of the last 64
-	// programs that ended (EndSession after at least two turns), once 8
-	// have. A program smaller than that needs room for it to be placed or
-	// resumed, and each Reasoning program on a worker keeps room reserved
-	// for its growth up to it (an Acting one, in a tool call, does not), so
-	// the door does not place more programs than the cache holds once they
-	// have grown: agents that start at 10 K tokens and end at 60 K
-	// otherwise rotate through pauses and swaps, each losing its cache.
-	// Pausing still follows the programs' actual sizes. The lower quartile,
-	// not the median: on workloads of mixed sizes the median held the
-	// engines 30-40 % idle. Off (default): programs are sized by their
+
+	// Door sizes new programs by what programs grow to. Nil: by their
 	// current context.
-	ReserveGrowth bool
-	// ColdStartPrograms is, with ReserveGrowth, how many programs a
-	// worker takes at most before growth is learned: until 8 programs (of
-	// any length) have ended, every program is reserved at least the
-	// largest worker's room under the resume ceiling divided by this. At a
-	// cold start there is nothing to learn from, and agents that all
-	// started at 5-10 K tokens were all placed at once and then grew
-	// sixfold, which held their later turns for up to an hour. Eight on
-	// 440 K-token workers is 47 K tokens each. Zero: no prior; programs
-	// are sized by their current context until growth is learned.
+	Door *Door
+	// Waits bounds how long a held turn of a running program waits. Nil:
+	// upstream's order and the forced resume only.
+	Waits *Waits
+	// Moves lets a program between turns change workers. Nil: a placed
+	// program's turns always run on its worker.
+	Moves *Moves
+}
+
+// Door sizes programs at the door by the lower quartile of the final
+// unique tails of the last 64 programs that ended after two turns or more,
+// once 8 have: a program needs room for that much to be placed or resumed,
+// and each Reasoning program keeps room reserved for its growth up to it.
+// Pausing still follows actual sizes.
+type Door struct {
+	// ColdStartPrograms: until 8 programs have ended, every program is
+	// reserved at least the largest worker's room under the resume
+	// ceiling divided by this (8 on 440 K-token workers: 47 K each). Zero:
+	// no prior.
 	ColdStartPrograms int
-	// DoorActingGrowth is the share of its Acting programs' growth
-	// reserve (up to the ReserveGrowth estimate) that a worker keeps from
-	// new programs at the door (with MaxWait): an Acting program reserves
-	// nothing against held turns, since a swap can pause it, but it comes
-	// back from its tool call and grows, and a door that fills the room
-	// it left sent turns of running programs into swaps, each pausing
-	// another program, whenever the programs came back together. Zero:
-	// the door sees only the Reasoning programs' reserve. In [0, 1].
-	DoorActingGrowth float64
-	// ResumeOnEnd runs the resume pass as soon as a running program ends
-	// (EndSession), so a program waiting at the door takes the room that
-	// ending freed at once instead of at the next Tick (up to Interval
-	// later: the engines idle meanwhile when every program is short).
-	ResumeOnEnd bool
-	// HomeFirst resumes a program on its home worker when it fits there
-	// under the resume ceiling, before the Placement sees it: a resumed
-	// program finds its prefix cached instead of landing elsewhere.
+	// ColdStartObserved, when positive, caps that prior at this many times
+	// the largest unique tail any program had at the end of a turn so far:
+	// a batch offered at once, where nothing ends for minutes, is not held
+	// to the prior when no program comes near it. Zero: the prior alone.
+	ColdStartObserved float64
+	// ActingGrowth, in [0, 1], is the share of its Acting programs' growth
+	// reserve that a worker keeps from new programs (with Waits.MaxWait).
+	// Zero: the door sees only the Reasoning programs' reserve.
+	ActingGrowth float64
+}
+
+// Waits bounds the wait of a held turn of a program that has run before.
+type Waits struct {
+	// MaxWait, when positive, swaps a held turn in a Tick and a turn (the
+	// 90th percentile of the last 64 turns, from the first 8 on) ahead of
+	// MaxWait: on its home worker or the cheapest, pausing Acting programs
+	// (largest first) or marking Reasoning ones until it fits
+	// (ReasonSwap). Held turns resume oldest first; new programs wait at
+	// the door first come, first served (a newcomer that does not fit
+	// keeps the worker with the most room; smaller ones backfill others),
+	// and none is placed ahead of a held turn. Zero: no bound but
+	// ForcedResume, upstream's order.
+	MaxWait time.Duration
+	// HomeFirst resumes a program on its home worker (where it last ran)
+	// when it fits there, before the Placement sees it.
 	HomeFirst bool
-	// Rebalance lets a turn of an Active program between turns (Acting)
-	// move to the first worker of StartRequestOn's prefer list that is not
-	// its worker and has room for it under the resume ceiling
-	// (ReasonPreferred), but only while no turn waits for room: the room a
-	// move takes is the room a waiting turn needs, and the recompute it
-	// costs takes engine time a saturated cluster does not have. The
-	// router ranks workers by KV cost, cache and load together, and offers
-	// a running program those at least RebalanceMargin cheaper than its own
-	// worker. While turns wait, a program still escapes a worker whose
-	// prefill backlog (SetBacklog) is RebalanceMargin or more, to one whose
-	// backlog is not, with room under PauseThreshold; and the resume pass
-	// places programs on such a worker only when no other has room. Off, a
-	// placed program's turns always run on its worker.
-	Rebalance bool
-	// RebalanceMargin is that margin, in tokens of prefill (the router's
-	// cost: tokens queued for prefill plus the prompt's uncached tokens).
-	// A program leaves its cache only to escape a backlog, such as a long
-	// prompt's prefill at the head of its worker's queue: a turn of a few
-	// cached tokens otherwise waits a minute behind a 200 K-token prefill
-	// while another worker idles. Zero moves it whenever another worker is
-	// cheaper at all.
-	RebalanceMargin int64
+	// ResumeOnEnd runs the resume pass when a running program ends
+	// (EndSession), not only at the next Tick.
+	ResumeOnEnd bool
+}
+
+// Moves lets a turn of an Active program between turns (Acting) move to
+// the first worker of StartRequestOn's prefer list (the router's, at least
+// Margin cheaper than its own) with room under the resume ceiling
+// (ReasonPreferred), only while no turn waits for room; while turns wait,
+// a program still escapes a worker whose backlog (SetBacklog) is Margin or
+// more to one under it with room under PauseThreshold, and resumes avoid
+// such a worker while another has room.
+type Moves struct {
+	// Margin, in tokens of prefill (queued plus the prompt's uncached
+	// tokens). Zero: move whenever another worker is cheaper at all.
+	Margin int64
+}
+
+// The mechanisms' settings, zero where off.
+func (c *Config) maxWait() time.Duration {
+	if c.Waits == nil {
+		return 0
+	}
+	return c.Waits.MaxWait
+}
+func (c *Config) homeFirst() bool     { return c.Waits != nil && c.Waits.HomeFirst }
+func (c *Config) resumeOnEnd() bool   { return c.Waits != nil && c.Waits.ResumeOnEnd }
+func (c *Config) reserveGrowth() bool { return c.Door != nil }
+func (c *Config) coldStart() int {
+	if c.Door == nil {
+		return 0
+	}
+	return c.Door.ColdStartPrograms
+}
+func (c *Config) doorActing() float64 {
+	if c.Door == nil {
+		return 0
+	}
+	return c.Door.ActingGrowth
+}
+func (c *Config) coldObserved() float64 {
+	if c.Door == nil {
+		return 0
+	}
+	return c.Door.ColdStartObserved
+}
+func (c *Config) rebalance() bool { return c.Moves != nil }
+func (c *Config) margin() int64 {
+	if c.Moves == nil {
+		return 0
+	}
+	return c.Moves.Margin
+}
+
+// clone copies the sub-configs, so that neither the caller's Config nor
+// the one Config returns shares them with the controller.
+func (c Config) clone() Config {
+	if c.Door != nil {
+		d := *c.Door
+		c.Door = &d
+	}
+	if c.Waits != nil {
+		w := *c.Waits
+		c.Waits = &w
+	}
+	if c.Moves != nil {
+		m := *c.Moves
+		c.Moves = &m
+	}
+	return c
 }
 
 func (c Config) withDefaults() (Config, error) {
+	c = c.clone()
 	neg := func(name string, v float64) error {
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 			return &ConfigError{name, "must be finite and non-negative"}
@@ -178,9 +203,9 @@ func (c Config) withDefaults() (Config, error) {
 		{"ResumeBoost", c.ResumeBoost}, {"ActingWeight", c.ActingWeight},
 		{"Buffer", float64(c.Buffer)}, {"ForcedResume", float64(c.ForcedResume)},
 		{"Interval", float64(c.Interval)}, {"DecayHalfLife", float64(c.DecayHalfLife)},
-		{"MaxPending", float64(c.MaxPending)}, {"MaxWait", float64(c.MaxWait)},
-		{"RebalanceMargin", float64(c.RebalanceMargin)}, {"ColdStartPrograms", float64(c.ColdStartPrograms)},
-		{"DoorActingGrowth", c.DoorActingGrowth},
+		{"MaxPending", float64(c.MaxPending)}, {"Waits.MaxWait", float64(c.maxWait())},
+		{"Moves.Margin", float64(c.margin())}, {"Door.ColdStartPrograms", float64(c.coldStart())},
+		{"Door.ActingGrowth", c.doorActing()}, {"Door.ColdStartObserved", c.coldObserved()},
 	} {
 		if err := neg(f.name, f.v); err != nil {
 			return c, err
@@ -219,8 +244,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Buffer > MaxTokens {
 		return c, &ConfigError{"Buffer", "must be ≤ MaxTokens"}
 	}
-	if c.DoorActingGrowth > 1 {
-		return c, &ConfigError{"DoorActingGrowth", "must be ≤ 1"}
+	if c.doorActing() > 1 {
+		return c, &ConfigError{"Door.ActingGrowth", "must be ≤ 1"}
 	}
 	if c.PauseTarget > c.PauseThreshold {
 		return c, &ConfigError{"PauseTarget", "must be ≤ PauseThreshold"}
@@ -235,32 +260,20 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // Agentic returns the configuration that agentkv runs by default and that
-// the README's admission study measures against KV-aware routing and the
-// best fixed concurrency cap (agentkv simulate's "kv+admission"; the
-// proxy's --admission): an Acting program's weight decays with a
-// one-minute half-life while its tool runs (most tool calls return within
-// seconds and need the cache back; a long one's KV is only cache); a held
-// turn of a running program waits at most 3 minutes and is then swapped in
-// (MaxWait); resumed programs go home first (HomeFirst); programs are
-// sized by what programs grow to (ReserveGrowth), at most eight per
-// worker until eight have ended (ColdStartPrograms), and the door keeps
-// 60 % of the Acting programs' growth free (DoorActingGrowth), so that
-// programs coming back from their tool calls find room within MaxWait; a
-// program's end lets the next in at once (ResumeOnEnd); and a program
-// between turns leaves its worker only to escape a backlog of 128 K
-// tokens of prefill (Rebalance, RebalanceMargin). Config{} is
-// ThunderAgent's configuration as upstream runs it.
+// the README's admission study measures (agentkv simulate's
+// "kv+admission"; the proxy's --admission): an Acting program's weight
+// decays with a one-minute half-life; programs are sized by what programs
+// grow to, at most eight per worker until eight have ended, and the door
+// keeps 60 % of the Acting programs' growth free; a held turn waits at
+// most 3 minutes, resumes go home first, and a program's end lets the
+// next in at once; a program between turns moves only to escape 128 K
+// tokens of queued prefill.
 func Agentic() Config {
 	return Config{
-		DecayHalfLife:     time.Minute,
-		MaxWait:           3 * time.Minute,
-		HomeFirst:         true,
-		ReserveGrowth:     true,
-		ColdStartPrograms: 8,
-		DoorActingGrowth:  0.6,
-		ResumeOnEnd:       true,
-		Rebalance:         true,
-		RebalanceMargin:   128_000,
+		DecayHalfLife: time.Minute,
+		Door:          &Door{ColdStartPrograms: 8, ActingGrowth: 0.6},
+		Waits:         &Waits{MaxWait: 3 * time.Minute, HomeFirst: true, ResumeOnEnd: true},
+		Moves:         &Moves{Margin: 128_000},
 	}
 }
 

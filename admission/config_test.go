@@ -41,9 +41,10 @@ func TestConfigValidation(t *testing.T) {
 		{"negative forced", Config{ForcedResume: -time.Second}, "ForcedResume"},
 		{"negative decay", Config{DecayHalfLife: -time.Second}, "DecayHalfLife"},
 		{"infinite weight", Config{ActingWeight: math.Inf(1)}, "ActingWeight"},
-		{"negative cold start", Config{ColdStartPrograms: -1}, "ColdStartPrograms"},
-		{"door share above 1", Config{DoorActingGrowth: 1.5}, "DoorActingGrowth"},
-		{"NaN door share", Config{DoorActingGrowth: math.NaN()}, "DoorActingGrowth"},
+		{"negative cold start", Config{Door: &Door{ColdStartPrograms: -1}}, "Door.ColdStartPrograms"},
+		{"door share above 1", Config{Door: &Door{ActingGrowth: 1.5}}, "Door.ActingGrowth"},
+		{"NaN door share", Config{Door: &Door{ActingGrowth: math.NaN()}}, "Door.ActingGrowth"},
+		{"negative observed cap", Config{Door: &Door{ColdStartObserved: -1}}, "Door.ColdStartObserved"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

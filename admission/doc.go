@@ -106,7 +106,7 @@
 // the configuration with them on that the README's study measures and
 // agentkv's proxy runs:
 //
-//   - MaxWait bounds the wait of a held turn of a program that has run before,
+//   - Waits.MaxWait bounds the wait of a held turn of a program that has run before,
 //     without the forced resume's overcommit (which, in simulation, turned
 //     30-minute holds into preemption storms). Held turns resume oldest first
 //     (aging) instead of smallest first, and a Tick and a turn (the 90th
@@ -142,12 +142,12 @@
 //     in turn, and every program cycles through holds (in simulation, 256
 //     SWE-bench-shaped agents that started at 5-10 K tokens and grew
 //     sixfold held their later turns 8-10 minutes each for the first five
-//     hours, at 12 % less throughput). ReserveGrowth, ColdStartPrograms and
-//     DoorActingGrowth (below) keep the door from that.
-//   - HomeFirst resumes a program on its home worker (where it last ran, so
+//     hours, at 12 % less throughput). Door (with ColdStartPrograms and
+//     ActingGrowth, below) keeps the door from that.
+//   - Waits.HomeFirst resumes a program on its home worker (where it last ran, so
 //     its prefix is cached there) whenever that has room, before the
 //     Placement sees it (ReasonHome).
-//   - ReserveGrowth sizes programs at the door by what programs grow to,
+//   - Door sizes programs at the door by what programs grow to,
 //     learnt from those that ended (the lower quartile of the last 64
 //     final sizes), and keeps room on each worker for its Reasoning
 //     programs' growth up to it. Sized by their first prompt, agents that
@@ -159,26 +159,26 @@
 //     from: ColdStartPrograms sizes every program at an equal share of the
 //     largest worker's room (eight per worker in Agentic) until then. An
 //     Acting program reserves nothing against held turns (a swap may pause
-//     it), but DoorActingGrowth keeps a share of its growth from new
+//     it), but Door.ActingGrowth keeps a share of its growth from new
 //     programs at the door, so that programs coming back from their tools
 //     together find room within MaxWait (in simulation, SWE-bench-shaped at
 //     512 programs, an earlier fix sent the turns due back to the door,
 //     for up to 75 minutes (p99 5.0), where swaps would have rotated them;
 //     with both, no turn waited more than 3.1 minutes, p99 1.2-1.4, at the
 //     same throughput).
-//   - ResumeOnEnd runs the resume pass when a running program ends, so the
+//   - Waits.ResumeOnEnd runs the resume pass when a running program ends, so the
 //     room it frees goes to a waiting program at once rather than at the
 //     next Tick (in simulation, with every request a program of one turn
 //     on overloaded engines, the 5-second wait cost 2.8 % of throughput
 //     against KV routing; 1.6 % with it).
-//   - Rebalance lets a program between turns move to the worker the router
-//     prices cheapest, when its own is RebalanceMargin tokens of prefill
+//   - Moves let a program between turns move to the worker the router
+//     prices cheapest, when its own is Moves.Margin tokens of prefill
 //     dearer and no turn waits for room: a turn otherwise waited a minute
 //     behind another program's 200 K-token prefill while a worker idled
 //     (in simulation, dispatch p99 at 32 programs 48 s, 36 s with it).
 //     With SetBacklog (the router reports each worker's queued prefill
 //     before every resume pass) a program also moves while turns wait if
-//     its own worker has RebalanceMargin tokens queued and the target has
+//     its own worker has Moves.Margin tokens queued and the target has
 //     not, with room under PauseThreshold; and the resume pass places no
 //     program on such a worker while another has room (dispatch p99 at 64
 //     programs 66 s, 53 s with both, against KV routing's 55 s; 1,024
@@ -238,6 +238,20 @@
 // Tick from a ticker channel. The Admitter calls Config.OnDecision outside
 // its lock, one decision at a time, in Seq order; a callback may call back
 // into the Admitter.
+//
+// # A policy of one's own
+//
+// Policy is the queue admission surface of Dynamo's router: Admit(req)
+// answers Bypass, Ready or Defer; OnEvent(Dispatched{id, worker},
+// Completed{id, context tokens}, Aborted{id}, Reconcile{workers}) returns
+// the deferred request ids to wake. The host keeps the requests and the
+// deferred ones; a Policy keeps only its own state. agentkv's Router takes
+// any Policy (agentkv.Config.AdmissionPolicy): it holds what is deferred,
+// reports the events, and reconciles at every Tick. Thunder is
+// ThunderAgent's policy behind it (a RawAdmitter; a program runs one turn
+// at a time, its later requests wait in arrival order); the Router's own
+// Config.Admission path drives the RawAdmitter directly, since it also lets
+// admission choose the worker.
 //
 // # Thread safety and ownership
 //

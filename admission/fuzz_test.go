@@ -35,14 +35,17 @@ func FuzzController(f *testing.F) {
 			cfg.ActingWeight = 0.5
 		}
 		if cfgByte&32 != 0 {
-			cfg.ReserveGrowth, cfg.ResumeOnEnd = true, true
-			cfg.ColdStartPrograms, cfg.DoorActingGrowth = 4, 0.6
+			cfg.Door = &Door{ColdStartPrograms: 4, ActingGrowth: 0.6}
+			cfg.Waits = &Waits{ResumeOnEnd: true}
 		}
 		if cfgByte&64 != 0 {
-			cfg.MaxWait, cfg.HomeFirst = 20*time.Second, true // swaps
+			if cfg.Waits == nil {
+				cfg.Waits = &Waits{}
+			}
+			cfg.Waits.MaxWait, cfg.Waits.HomeFirst = 20*time.Second, true // swaps
 		}
 		if cfgByte&128 != 0 {
-			cfg.Rebalance = true
+			cfg.Moves = &Moves{}
 		}
 		c, err := NewRawAdmitter(cfg)
 		if err != nil {

@@ -17,7 +17,7 @@ import (
 func TestReserveGrowth(t *testing.T) {
 	now := time.Unix(1000, 0)
 	run := func(reserve bool, ended int) (placed int, c *RawAdmitter) {
-		c, err := NewRawAdmitter(Config{ReserveGrowth: reserve})
+		c, err := NewRawAdmitter(Config{Door: doorIf(reserve)})
 		require.NoError(t, err)
 		require.NoError(t, c.AddWorker(1, 100_000))
 		endPrograms(t, c, now, ended, 40_000)
@@ -59,7 +59,7 @@ func TestReserveGrowth(t *testing.T) {
 func TestResumeOnEnd(t *testing.T) {
 	now := time.Unix(1000, 0)
 	for _, on := range []bool{true, false} {
-		c, err := NewRawAdmitter(Config{ResumeOnEnd: on})
+		c, err := NewRawAdmitter(Config{Waits: &Waits{ResumeOnEnd: on}})
 		require.NoError(t, err)
 		require.NoError(t, c.AddWorker(1, 100_000))
 		a, err := c.StartRequest(now, "big", 70_000)
@@ -95,7 +95,7 @@ func TestResumeOnEnd(t *testing.T) {
 // turns (single-turn requests, as in the Mooncake trace), to nothing.
 func TestColdStartPrograms(t *testing.T) {
 	now := time.Unix(1000, 0)
-	c, err := NewRawAdmitter(Config{ReserveGrowth: true, ColdStartPrograms: 2})
+	c, err := NewRawAdmitter(Config{Door: &Door{ColdStartPrograms: 2}})
 	require.NoError(t, err)
 	require.Zero(t, c.growthEst, "no worker, no room to share")
 	require.NoError(t, c.AddWorker(1, 100_000))
@@ -118,7 +118,7 @@ func TestColdStartPrograms(t *testing.T) {
 
 	// Eight single-turn programs end: nothing was learned, and the prior
 	// is dropped.
-	c, err = NewRawAdmitter(Config{ReserveGrowth: true, ColdStartPrograms: 8})
+	c, err = NewRawAdmitter(Config{Door: &Door{ColdStartPrograms: 8}})
 	require.NoError(t, err)
 	require.NoError(t, c.AddWorker(1, 1_000_000))
 	for i := range 8 {
@@ -134,11 +134,6 @@ func TestColdStartPrograms(t *testing.T) {
 	}
 	require.Zero(t, c.growthEst)
 
-	// Without ReserveGrowth there is no prior.
-	c, err = NewRawAdmitter(Config{ColdStartPrograms: 8})
-	require.NoError(t, err)
-	require.NoError(t, c.AddWorker(1, 1_000_000))
-	require.Zero(t, c.growthEst)
 }
 
 // TestDoorActingGrowth: an Acting program reserves nothing against held
@@ -150,7 +145,7 @@ func TestDoorActingGrowth(t *testing.T) {
 	for _, share := range []float64{0, 0.5, 1} {
 		// One worker of 100,000 (85,000 under the ceiling); programs are
 		// learned to grow to 50,000.
-		c, err := NewRawAdmitter(Config{ReserveGrowth: true, MaxWait: 3 * time.Minute, DoorActingGrowth: share})
+		c, err := NewRawAdmitter(Config{Door: &Door{ActingGrowth: share}, Waits: &Waits{MaxWait: 3 * time.Minute}})
 		require.NoError(t, err)
 		require.NoError(t, c.AddWorker(1, 100_000))
 		learn(t, c, now, 50_000)
@@ -225,4 +220,34 @@ func endPrograms(t testing.TB, c *RawAdmitter, now time.Time, n int, size int64)
 		}
 		require.NoError(t, c.EndSession(now, id))
 	}
+}
+
+// doorIf is &Door{} when on, nil when off.
+func doorIf(on bool) *Door {
+	if !on {
+		return nil
+	}
+	return &Door{}
+}
+
+// TestColdStartObserved: during the cold start, the prior is capped at
+// ColdStartObserved times the largest unique tail a program had at the end
+// of a turn; once growthMin programs have ended, what was learned rules.
+func TestColdStartObserved(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c, err := NewRawAdmitter(Config{Door: &Door{ColdStartPrograms: 2, ColdStartObserved: 2}})
+	require.NoError(t, err)
+	require.NoError(t, c.AddWorker(1, 100_000))
+	require.Equal(t, int64(42_500), c.growthEst, "no turn has ended: the prior")
+	a, err := c.StartRequest(now, "p", 5_000)
+	require.NoError(t, err)
+	require.True(t, a.Run)
+	require.NoError(t, c.EndRequest(now, "p", 5_000, 1_000))
+	require.Equal(t, int64(12_000), c.growthEst, "twice the largest tail, 6,000")
+	_, err = c.StartRequest(now, "p", 30_000)
+	require.NoError(t, err)
+	require.NoError(t, c.EndRequest(now, "p", 30_000, 0))
+	require.Equal(t, int64(42_500), c.growthEst, "never above the prior")
+	info, _ := c.Worker(1)
+	require.Equal(t, 1, info.Programs)
 }

@@ -138,12 +138,12 @@ func (s *sim) handleDecisions() {
 			}
 			if d.Released {
 				cfg := s.ctl.Config()
-				if cfg.MaxWait > 0 && d.Reason == ReasonForced && float64(d.Tokens+cfg.Buffer) <= s.ctl.ceiling*float64(s.ctl.maxCap()) {
+				if cfg.maxWait() > 0 && d.Reason == ReasonForced && float64(d.Tokens+cfg.Buffer) <= s.ctl.ceiling*float64(s.ctl.maxCap()) {
 					// Only a program too large for every worker's room
 					// may reach the safety net (2 × ForcedResume).
 					s.fail("%s forced with MaxWait set (waited %v)", d.Program, d.Waited)
 				}
-				if cfg.MaxWait == 0 && d.Waited > cfg.ForcedResume+cfg.Interval {
+				if cfg.maxWait() == 0 && d.Waited > cfg.ForcedResume+cfg.Interval {
 					s.fail("%s waited %v > forced-resume cap %v + interval", d.Program, d.Waited, cfg.ForcedResume)
 				}
 				s.res.releases++
@@ -253,7 +253,7 @@ func (s *sim) run(maxTime time.Duration) {
 			}
 			s.ctl.Tick(epoch.Add(s.now))
 			s.check("tick")
-			if s.ctl.Config().MaxWait > 0 && slices.ContainsFunc(s.ctl.paused, func(p *program) bool { return p.held > 0 && p.placed }) {
+			if s.ctl.cfg.maxWait() > 0 && slices.ContainsFunc(s.ctl.paused, func(p *program) bool { return p.held > 0 && p.placed }) {
 				// A held turn of a placed program is still waiting: no
 				// other program took room by the Placement in this tick.
 				for _, d := range s.dec {
@@ -262,7 +262,7 @@ func (s *sim) run(maxTime time.Duration) {
 					}
 				}
 			}
-			if s.ctl.Config().MaxWait > 0 && len(s.ctl.workers) == 1 {
+			if s.ctl.cfg.maxWait() > 0 && len(s.ctl.workers) == 1 {
 				// The door is first come, first served: a newcomer that does
 				// not fit reserves the worker with the most room, and only
 				// others are backfilled; with one worker, no new program is
@@ -300,7 +300,7 @@ func (s *sim) run(maxTime time.Duration) {
 			cfg := s.ctl.Config()
 			if len(s.ctl.workers) > 0 {
 				for _, p := range s.ctl.paused {
-					if cfg.MaxWait > 0 {
+					if cfg.maxWait() > 0 {
 						// A held turn of a placed program past MaxWait is
 						// swapped in, or waits for marked programs to make
 						// room at their tool boundaries (programs resumed in
@@ -308,7 +308,7 @@ func (s *sim) run(maxTime time.Duration) {
 						// or behind an older one that was swapped in this
 						// tick; a new program waits at the door.
 						tooBig := float64(p.tokens+cfg.Buffer) > s.ctl.ceiling*float64(s.ctl.maxCap())
-						if p.held > 0 && p.placed && !tooBig && epoch.Add(s.now).Sub(p.waitSince) >= cfg.MaxWait+2*cfg.Interval && !s.marksPending() && !swappedNow {
+						if p.held > 0 && p.placed && !tooBig && epoch.Add(s.now).Sub(p.waitSince) >= cfg.maxWait()+2*cfg.Interval && !s.marksPending() && !swappedNow {
 							s.fail("%s (tail %d, shared %d) held since %v, past MaxWait, and no marked program will make room; workers %+v", p.id, tail(p), p.shared, p.waitSince.Sub(epoch), s.ctl.Workers(nil))
 						}
 						continue
@@ -457,11 +457,10 @@ func TestPropertyRandomWorkloads(t *testing.T) {
 					// The improved admission (with the default 30-minute
 					// ForcedResume, whose double is its safety net): aging and swap-in, home
 					// placement, shared prefixes counted once.
-					cfg.MaxWait = time.Duration(1+seed%4) * time.Minute
-					cfg.HomeFirst = true
+					cfg.Waits = &Waits{MaxWait: time.Duration(1+seed%4) * time.Minute, HomeFirst: true}
 					cfg.ActingWeight = 0.5
 					if seed%2 == 0 {
-						cfg.ReserveGrowth, cfg.ColdStartPrograms, cfg.DoorActingGrowth = true, 8, 0.6
+						cfg.Door = &Door{ColdStartPrograms: 8, ActingGrowth: 0.6}
 					}
 					shared = int64(500 + 100*(seed%10))
 				}

@@ -121,11 +121,16 @@ func (s *script) run(line string) (string, error) {
 			case "decay":
 				cfg.DecayHalfLife, err = time.ParseDuration(v)
 			case "maxwait":
-				cfg.MaxWait, err = time.ParseDuration(v)
+				cfg.Waits = orNew(cfg.Waits)
+				cfg.Waits.MaxWait, err = time.ParseDuration(v)
 			case "home":
-				cfg.HomeFirst, err = strconv.ParseBool(v)
+				cfg.Waits = orNew(cfg.Waits)
+				cfg.Waits.HomeFirst, err = strconv.ParseBool(v)
 			case "rebalance":
-				cfg.Rebalance, err = strconv.ParseBool(v)
+				var on bool
+				if on, err = strconv.ParseBool(v); on {
+					cfg.Moves = &Moves{}
+				}
 			case "placement":
 				switch v {
 				case "worst":
@@ -331,4 +336,12 @@ func TestScripts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// orNew is p, or a new zero T when p is nil.
+func orNew[T any](p *T) *T {
+	if p == nil {
+		return new(T)
+	}
+	return p
 }

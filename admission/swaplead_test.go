@@ -15,7 +15,7 @@ import (
 func TestSwapMarksAheadOfMaxWait(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	setup := func(learned int) (*RawAdmitter, time.Time) {
-		c, err := NewRawAdmitter(Config{MaxWait: 3 * time.Minute, HomeFirst: true})
+		c, err := NewRawAdmitter(Config{Waits: &Waits{MaxWait: 3 * time.Minute, HomeFirst: true}})
 		require.NoError(t, err)
 		require.NoError(t, c.AddWorker(1, 10_000))
 		now := t0

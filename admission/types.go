@@ -188,7 +188,7 @@ const (
 	// best place it will ever get (otherwise it could only run by forced
 	// resume after the full cap).
 	ReasonEmptyWorker
-	// ReasonSwap: a held turn reached Config.MaxWait; Acting programs were
+	// ReasonSwap: a held turn reached Waits.MaxWait; Acting programs were
 	// paused (KindPause) or Reasoning ones marked (KindMark) to make room
 	// for it, and it was resumed (KindResume) without overcommit.
 	ReasonSwap
@@ -345,7 +345,7 @@ type WorkerInfo struct {
 // Stats counts decisions and anomalies since the controller was created.
 type Stats struct {
 	Admitted, Queued, Held, Paused, Marked, Unmarked, Resumed, Forced, Terminated, Cancelled uint64
-	// Swapped counts programs resumed at Config.MaxWait by making room
+	// Swapped counts programs resumed at Waits.MaxWait by making room
 	// (ReasonSwap); SwapPaused the Acting programs paused for them.
 	Swapped, SwapPaused uint64
 	// Relocated counts running programs moved off a worker the caller

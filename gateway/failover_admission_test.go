@@ -53,10 +53,10 @@ func TestStackAdmissionIsAgentic(t *testing.T) {
 	cfg, on := f.stack.Router().AdmissionConfig()
 	require.True(t, on)
 	want := admission.Agentic()
-	require.Equal(t, want.MaxWait, cfg.MaxWait)
+	require.Equal(t, want.Waits, cfg.Waits)
 	require.Equal(t, want.DecayHalfLife, cfg.DecayHalfLife)
-	require.Equal(t, want.RebalanceMargin, cfg.RebalanceMargin)
-	require.True(t, cfg.HomeFirst && cfg.ReserveGrowth && cfg.ResumeOnEnd && cfg.Rebalance)
+	require.Equal(t, want.Moves, cfg.Moves)
+	require.Equal(t, want.Door, cfg.Door)
 	require.Equal(t, DefaultTick, cfg.Interval)
 
 	_, on = newFleet(t, 1, nil, Config{}, false).stack.Router().AdmissionConfig()

@@ -53,6 +53,18 @@ so, since they then mostly describe the cold start and the drain. It prints
 a table, writes the results as JSON and a plot of throughput and prefix hit
 rate against concurrency (SVG).
 
+--batch adds RL rollout steps beside the closed loop: at each level N, N
+programs are offered at once with no refills and the step ends with its last
+program; it reports the makespan (first offer to last end), tokens/s over
+it, program completion p50/p99 and the engines' idle share, and compares
+the policies by makespan. --steps K runs K steps in a row (the next N
+programs each), the engines' prefix caches flushed and the router's index
+cleared between steps as a weight update does, and sums them. With --batch
+the default policies add global-lb (VERL's default rollout balancer).
+
+The table's columns (the README's tables use the same names):
+` + simLegend + `
+
 --workload reads any trace format the trace package reads (agentkv/Dynamo
 request traces, Mooncake JSONL, Claude Code session files).`,
 		run: runSimulate,
@@ -72,7 +84,18 @@ type simulateFlags struct {
 	parallel     int
 	slo          time.Duration
 	priority     bool
+	batch        bool
+	closedLoop   bool
+	steps        int
 }
+
+// simDefaultPolicies and simBatchPolicies are --policies' defaults
+// without and with --batch (an RL rollout is measured against VERL's
+// balancer).
+const (
+	simDefaultPolicies = "kv,kv+cap,kv+admission"
+	simBatchPolicies   = "kv,kv+cap,global-lb,kv+admission"
+)
 
 func runSimulate(env *cmdEnv, args []string) error {
 	c := commands["simulate"]
@@ -88,7 +111,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 	fs.IntVar(&f.blockSize, "block-size", 64, "KV block size in tokens (the synthetic workload's hash block; 16 is vLLM's default and 4× slower to simulate)")
 	fs.IntVar(&f.deviceBlocks, "device-blocks", 0, "device KV pool per worker, in blocks (default: 440,000 tokens)")
 	fs.IntVar(&f.hostBlocks, "host-blocks", 0, "host (CPU) KV tier per worker, in blocks; 0 = none")
-	fs.StringVar(&f.policies, "policies", "kv,kv+cap,kv+admission", "policies to compare, a comma list of: "+policyNames())
+	fs.StringVar(&f.policies, "policies", simDefaultPolicies, "policies to compare, a comma list of: "+policyNames()+" (with --batch the default is "+simBatchPolicies+")")
 	fs.StringVar(&f.levels, "concurrency", "32,64,128,256,512", "concurrent agent programs, a comma list (0 = no bound)")
 	fs.DurationVar(&f.slo, "slo", 10*time.Second, "TTFT objective of goodput")
 	fs.BoolVar(&f.priority, "priority", false, "run the engines with vLLM's priority scheduling; requests carry admission's priorities (resume boost, soft demote)")
@@ -96,6 +119,9 @@ func runSimulate(env *cmdEnv, args []string) error {
 	fs.StringVar(&f.jsonOut, "json", filepath.Join("out", "simulate.json"), "write results as JSON here (empty: don't)")
 	fs.StringVar(&f.plotOut, "plot", filepath.Join("out", "simulate.svg"), "write the plot here: SVG, or PNG for a .png name (empty: don't)")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "runs at once")
+	fs.BoolVar(&f.batch, "batch", false, "also run rollout steps: each --concurrency level offers that many programs at once, no refills, the step ends with its last program (reported: makespan, tok/s over it, completion, engines' idle share)")
+	fs.IntVar(&f.steps, "steps", 1, "with --batch: rollout steps in a row, the engines' prefix caches flushed (and the router's index cleared) between them as a weight update does; the table sums them")
+	fs.BoolVar(&f.closedLoop, "closed-loop", true, "run the closed-loop sweep (--closed-loop=false with --batch runs only the batches)")
 	if err := parseFlags(env, c, fs, args); err != nil {
 		return err
 	}
@@ -104,6 +130,19 @@ func runSimulate(env *cmdEnv, args []string) error {
 	}
 	if f.deviceBlocks == 0 && f.blockSize > 0 {
 		f.deviceBlocks = 440_000 / f.blockSize
+	}
+	if f.steps < 1 {
+		return usagef("simulate: --steps must be ≥ 1, got %d", f.steps)
+	}
+	if !f.batch && (!f.closedLoop || f.steps != 1) {
+		return usagef("simulate: --steps and --closed-loop=false go with --batch")
+	}
+	if f.batch {
+		set := false
+		fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == "policies" })
+		if !set {
+			f.policies = simBatchPolicies
+		}
 	}
 	if f.slo <= 0 {
 		return usagef("simulate: --slo must be positive, got %v", f.slo)
@@ -163,7 +202,13 @@ func runSimulate(env *cmdEnv, args []string) error {
 	fmt.Fprintf(env.stdout, "workload %s: %d sessions (with subagents), %d requests, %.0f input / %.0f output tokens per request\n",
 		w.Name, sum.Sessions+sum.Subagents, sum.Requests,
 		float64(sum.InputTokens)/float64(max(sum.Requests, 1)), float64(sum.OutputTokens)/float64(max(sum.Requests, 1)))
-	runs := simrun.SweepRuns(policies, levels, f.workers)
+	runs := 0
+	if f.closedLoop {
+		runs = simrun.SweepRuns(policies, levels, f.workers)
+	}
+	if f.batch {
+		runs += simrun.SweepRuns(policies, levels, f.workers)
+	}
 	fmt.Fprintf(env.stdout, "cluster: %d workers × %d blocks of %d tokens (%d tokens each), host tier %d blocks; %d runs\n\n",
 		f.workers, f.deviceBlocks, f.blockSize, f.deviceBlocks*f.blockSize, f.hostBlocks, runs)
 
@@ -187,21 +232,36 @@ func runSimulate(env *cmdEnv, args []string) error {
 		Seed:    f.seed,
 		TTFTSLO: f.slo,
 	}
-	results, err := simrun.Sweep(&w, base, policies, levels, f.parallel, progress)
-	if err != nil {
-		return err
+	var results, batch []*simrun.Result
+	if f.closedLoop {
+		if results, err = simrun.Sweep(&w, base, policies, levels, f.parallel, progress); err != nil {
+			return err
+		}
+		printSimTable(env.stdout, results)
+		printShortWindows(env.stdout, results, levels)
+		printSimComparison(env.stdout, results, policies, levels, "throughput", (*simrun.Result).SteadyThroughput)
 	}
-	printSimTable(env.stdout, results)
-	printShortWindows(env.stdout, results, levels)
-	printSimComparison(env.stdout, results, policies, levels)
+	if f.batch {
+		bb := base
+		bb.Batch, bb.Steps = true, f.steps
+		if batch, err = simrun.Sweep(&w, bb, policies, levels, f.parallel, progress); err != nil {
+			return err
+		}
+		if f.closedLoop {
+			fmt.Fprintln(env.stdout)
+		}
+		fmt.Fprintf(env.stdout, "batch: every program of a level offered at once, no refills; %d step(s), caches flushed between steps\n", f.steps)
+		printBatchTable(env.stdout, batch)
+		printSimComparison(env.stdout, batch, policies, levels, "batch makespan", func(r *simrun.Result) float64 { return r.Makespan.Seconds() })
+	}
 	if f.jsonOut != "" {
-		if err := writeSimJSON(f.jsonOut, &f, w.Name, results); err != nil {
+		if err := writeSimJSON(f.jsonOut, &f, w.Name, results, batch); err != nil {
 			return err
 		}
 		fmt.Fprintf(env.stdout, "\nresults: %s\n", f.jsonOut)
 	}
 	if f.plotOut != "" {
-		if err := writeSimPlot(f.plotOut, w.Name, results, policies); err != nil {
+		if err := writeSimPlot(f.plotOut, w.Name, results, batch, policies); err != nil {
 			return err
 		}
 		fmt.Fprintf(env.stdout, "plot:    %s\n", f.plotOut)
@@ -236,27 +296,69 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// simColumns are the closed-loop table's columns, the README's names;
+// simLegend explains them under the table (and in --help).
+var simColumns = []string{"policy", "programs", "cap", "tok/s", "goodput", "busy%", "hit%", "TTFT p50", "TTFT p99",
+	"hold p99 first", "hold p99 later", "hold max later", "dispatch p99", "completion p50", "completion p99", "forced", "preempt", "window"}
+
+const simLegend = `programs: agent programs at once (closed loop: one that ends is replaced by the next).
+cap: kv+cap's best fixed global cap on running programs (none: no cap won; n/a: not a capped policy).
+tok/s: prompt + output tokens of the turns finished in the steady-state window, per second; goodput: those whose TTFT met --slo.
+busy%: the engines' busy time in the window; hit%: prompt tokens found in the prefix cache.
+TTFT: arrival to first token, holds included; hold p99 first: the wait to be admitted of programs' first turns (at the door);
+hold p99 later / hold max later: that of their later turns; dispatch p99: dispatch to first token.
+completion: a program's time from its offer to its end; forced: admission's forced resumes; preempt: engine preemptions.
+window: the steady-state window (none: every program offered at once).`
+
+// batchColumns are the batch table's columns; batchLegend explains them.
+var batchColumns = []string{"policy", "programs", "steps", "cap", "makespan", "tok/s", "idle%", "hit%", "completion p50", "completion p99",
+	"hold p99 first", "hold p99 later", "preempt"}
+
+const batchLegend = `programs: programs offered at once per step, no refills; steps: rollout steps summed (caches flushed between).
+makespan: first offer to last end (summed over steps); tok/s: prompt + output tokens over the makespan.
+idle%: the engines' idle share of the makespan; completion: a program's time from its step's start to its end.
+cap, hit%, hold, preempt: as in the closed-loop table.`
+
 func printSimTable(w io.Writer, results []*simrun.Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tconc\tcap\ttok/s\tgoodput\tbusy%\thit%\tTTFT p50\tTTFT p99\thold1 p99\thold p99\thold max\tdispatch p99\tprog p50\tprog p99\tforced\tpreempt\twindow\t")
+	fmt.Fprintln(tw, strings.Join(simColumns, "\t")+"\t")
 	for _, r := range results {
 		win := dur(r.Window.End - r.Window.Start)
 		if !r.Window.Steady {
 			win = "none"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.0f\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t\n",
-			r.Policy, concLabel(r.Concurrency), capLabel(r.Cap), r.SteadyThroughput(), r.Goodput, 100*r.Busy, 100*r.HitRate,
+			r.Policy, concLabel(r.Concurrency), capLabel(r), r.SteadyThroughput(), r.Goodput, 100*r.Busy, 100*r.HitRate,
 			dur(r.TTFT.P50), dur(r.TTFT.P99), dur(r.HoldFirst.P99), dur(r.HoldLater.P99), dur(r.HoldLater.Max), dur(r.DispatchTTFT.P99),
 			dur(r.Completion.P50), dur(r.Completion.P99), r.Admission.Forced, r.Preemptions, win)
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "\n"+simLegend)
 }
 
-func capLabel(c int) string {
-	if c == 0 {
-		return "-"
+func printBatchTable(w io.Writer, results []*simrun.Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.Join(batchColumns, "\t")+"\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%d\t\n",
+			r.Policy, concLabel(r.Concurrency), r.Steps, capLabel(r), dur(r.Makespan), r.Throughput, 100*(1-r.Busy), 100*r.HitRate,
+			dur(r.Completion.P50), dur(r.Completion.P99), dur(r.HoldFirst.P99), dur(r.HoldLater.P99), r.Preemptions)
 	}
-	return strconv.Itoa(c)
+	tw.Flush()
+	fmt.Fprintln(w, "\n"+batchLegend)
+}
+
+// capLabel is a run's cap column: the cap a capped policy ran with, "none"
+// when no cap won (the uncapped candidate was best), "n/a" for a policy
+// that runs no cap.
+func capLabel(r *simrun.Result) string {
+	switch {
+	case r.Cap > 0:
+		return strconv.Itoa(r.Cap)
+	case len(r.CapsTried) > 0:
+		return "none"
+	}
+	return "n/a"
 }
 
 func concLabel(c int) string {
@@ -277,8 +379,6 @@ func dur(d time.Duration) string {
 	}
 }
 
-// printSimComparison prints each policy's throughput relative to the first
-// policy, and relative to "kv" for the policies that build on it.
 // shortWindow is the share of a run below which its steady-state window
 // is too short for the run's percentiles to describe a steady state.
 const shortWindow = 0.25
@@ -307,7 +407,11 @@ func printShortWindows(w io.Writer, results []*simrun.Result, levels []int) {
 	}
 }
 
-func printSimComparison(w io.Writer, results []*simrun.Result, policies []simrun.Policy, levels []int) {
+// printSimComparison prints each policy's metric relative to the first
+// policy, and relative to "kv" and "kv+cap" for the policies that build
+// on them.
+func printSimComparison(w io.Writer, results []*simrun.Result, policies []simrun.Policy, levels []int, what string,
+	metric func(*simrun.Result) float64) {
 	at := func(p string, c int) *simrun.Result {
 		for _, r := range results {
 			if r.Policy == p && r.Concurrency == c {
@@ -320,15 +424,15 @@ func printSimComparison(w io.Writer, results []*simrun.Result, policies []simrun
 		if len(others) == 0 {
 			return
 		}
-		fmt.Fprintln(w, "\nthroughput relative to", base+":")
+		fmt.Fprintln(w, "\n"+what+" relative to", base+":")
 		for _, p := range others {
 			fmt.Fprintf(w, "  %-13s", p.Name)
 			for _, c := range levels {
 				a, b := at(base, c), at(p.Name, c)
-				if a == nil || b == nil {
+				if a == nil || b == nil || metric(a) == 0 {
 					continue
 				}
-				fmt.Fprintf(w, "  c=%s %+.1f%%", concLabel(c), 100*(b.SteadyThroughput()/a.SteadyThroughput()-1))
+				fmt.Fprintf(w, "  c=%s %+.1f%%", concLabel(c), 100*(metric(b)/metric(a)-1))
 			}
 			fmt.Fprintln(w)
 		}
@@ -362,14 +466,16 @@ type simJSON struct {
 	Device   int              `json:"device_blocks"`
 	Host     int              `json:"host_blocks"`
 	Results  []*simrun.Result `json:"results"`
+	// Batch holds the --batch runs (rollout steps).
+	Batch []*simrun.Result `json:"batch,omitempty"`
 }
 
-func writeSimJSON(path string, f *simulateFlags, name string, results []*simrun.Result) error {
+func writeSimJSON(path string, f *simulateFlags, name string, results, batch []*simrun.Result) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(simJSON{Workload: name, Seed: f.seed, Workers: f.workers, Block: f.blockSize,
-		Device: f.deviceBlocks, Host: f.hostBlocks, Results: results}, "", "  ")
+		Device: f.deviceBlocks, Host: f.hostBlocks, Results: results, Batch: batch}, "", "  ")
 	if err != nil {
 		return err
 	}

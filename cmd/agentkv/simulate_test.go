@@ -26,8 +26,10 @@ func TestSimulateSmallRun(t *testing.T) {
 	require.Contains(t, stdout, "throughput relative to round-robin")
 	require.Contains(t, stdout, "throughput relative to kv")
 	require.Contains(t, stdout, "throughput relative to kv+cap")
-	require.Contains(t, stdout, "hold1 p99")
-	require.Contains(t, stdout, "hold max")
+	for _, col := range simColumns {
+		require.Contains(t, stdout, col)
+	}
+	require.Contains(t, stdout, simLegend)
 	require.Contains(t, stderr, "[6/6]", "kv+cap without a cap (none below 4 programs on 2 workers) is kv's run")
 	require.Contains(t, stdout, "; 6 runs")
 	var out simJSON
@@ -45,6 +47,53 @@ func TestSimulateSmallRun(t *testing.T) {
 	require.True(t, strings.HasPrefix(string(b), "<?xml"), "an SVG file")
 }
 
+// TestSimulateBatch: --batch runs the closed loop and rollout steps with
+// VERL's balancer among the default policies, prints both tables with
+// their legends and the makespan comparison, and writes both to the JSON
+// and the plot; the cap column tells a cap that won, none, and n/a apart.
+func TestSimulateBatch(t *testing.T) {
+	dir := t.TempDir()
+	js, svg := filepath.Join(dir, "r.json"), filepath.Join(dir, "p.svg")
+	code, stdout, stderr := runCLI(t, "", "simulate", "--sessions", "12", "--concurrency", "6", "--batch", "--steps", "2",
+		"--workers", "2", "--device-blocks", "20000", "--block-size", "16", "--json", js, "--plot", svg, "--parallel", "2")
+	require.Equal(t, 0, code, stderr)
+	for _, col := range batchColumns {
+		require.Contains(t, stdout, col)
+	}
+	require.Contains(t, stdout, batchLegend)
+	require.Contains(t, stdout, "batch makespan relative to kv:")
+	require.Contains(t, stdout, "global-lb")
+	var out simJSON
+	b, err := os.ReadFile(js)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &out))
+	require.Len(t, out.Results, 4)
+	require.Len(t, out.Batch, 4)
+	for _, r := range out.Batch {
+		require.True(t, r.Batch, r.Policy)
+		require.Equal(t, 2, r.Steps, r.Policy)
+		require.Positive(t, r.Makespan, r.Policy)
+		require.Equal(t, r.Requests, r.Finished+r.Rejected, r.Policy)
+		switch r.Policy {
+		case "kv+cap":
+			require.NotEmpty(t, r.CapsTried)
+			require.Contains(t, []string{"none", "4"}, capLabel(r))
+		default:
+			require.Equal(t, "n/a", capLabel(r))
+		}
+	}
+	b, err = os.ReadFile(svg)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "Batch makespan")
+	require.Contains(t, string(b), "Program completion p50")
+
+	code, stdout, stderr = runCLI(t, "", "simulate", "--sessions", "12", "--concurrency", "6", "--batch", "--closed-loop=false",
+		"--policies", "kv", "--workers", "2", "--device-blocks", "20000", "--block-size", "16", "--json", "", "--plot", "")
+	require.Equal(t, 0, code, stderr)
+	require.NotContains(t, stdout, "goodput")
+	require.Contains(t, stdout, "makespan")
+}
+
 func TestSimulateBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"simulate", "--policies", "nope"},
@@ -54,6 +103,9 @@ func TestSimulateBadFlags(t *testing.T) {
 		{"simulate", "stray"},
 		{"simulate", "--format", "bogus", "--workload", "x.jsonl"},
 		{"simulate", "--synthetic", "nope"},
+		{"simulate", "--steps", "2"},
+		{"simulate", "--batch", "--steps", "0"},
+		{"simulate", "--closed-loop=false"},
 	} {
 		code, _, stderr := runCLI(t, "", args...)
 		require.Equal(t, 2, code, "%v: %s", args, stderr)

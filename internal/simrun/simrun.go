@@ -13,7 +13,9 @@
 // concurrency cap ("kv+cap", Policy.BestCap: each level is run with the
 // caps of CapCandidates and none, and the run with the best steady-state
 // throughput is kept; the uncapped candidate is the kv run itself when kv
-// is in the same sweep). "kv+admission" runs AdmissionConfig,
+// is in the same sweep); "global-lb" is VERL's default rollout balancer
+// (agentkv.GlobalLB: sticky per session, else the fewest requests in
+// flight), the baseline of RL rollouts. "kv+admission" runs AdmissionConfig,
 // "kv+admission:upstream" ThunderAgent's defaults.
 //
 // Policies with KV hints (Policy.Hints) add the router's kvhint policies;
@@ -94,6 +96,7 @@ func CapCandidates(level, workers int) []int {
 var Policies = []Policy{
 	{Name: "round-robin", Select: agentkv.RoundRobin},
 	{Name: "random", Select: agentkv.Random},
+	{Name: "global-lb", Select: agentkv.GlobalLB},
 	{Name: "kv", Select: agentkv.KVAware},
 	{Name: "kv+cap", Select: agentkv.KVAware, BestCap: true},
 	{Name: "kv+affinity", Select: agentkv.KVAware, Affinity: agentkv.AffinitySoft},
@@ -186,6 +189,16 @@ type Options struct {
 	MaxRunning int
 	// TTFTSLO is the goodput objective (sim.ReplayConfig.TTFTSLO).
 	TTFTSLO time.Duration
+	// Batch runs rollout steps instead of a closed loop: each step offers
+	// Concurrency programs (Batch: the next ones of the workload; 0: all)
+	// at once with no refills and ends with its last program. The result
+	// is the makespan (first offer to last end), throughput over it,
+	// program completion and the engines' busy share (1 − idle).
+	Batch bool
+	// Steps is how many batches run in a row (default 1), the engines'
+	// prefix caches flushed and the router's index cleared between them,
+	// as a weight update does; the result sums them (see mergeSteps).
+	Steps int
 
 	// onDone, if set (by tests), sees the router, the engines and the
 	// requests of a run that succeeded.
@@ -207,13 +220,17 @@ type Result struct {
 	Hints sim.HintStats `json:"hints"`
 	// Wall is the real time the run took.
 	Wall time.Duration `json:"wall_ns"`
+	// Batch and Steps say the run was Steps rollout steps (Options.Batch).
+	Batch bool `json:"batch,omitempty"`
+	Steps int  `json:"steps,omitempty"`
 	// SameAs names the policy of the same sweep whose run this result
 	// is, when Sweep did not run it twice (a BestCap policy's uncapped
 	// candidate is that run of the policy with its router configuration).
 	SameAs string `json:"same_as,omitempty"`
 }
 
-// Run replays w once.
+// Run replays w once: in closed loop (or open loop, as the workload says),
+// or with Options.Batch as Options.Steps rollout steps.
 func Run(w *trace.Workload, opt Options) (*Result, error) {
 	start := time.Now()
 	cl := opt.Cluster
@@ -223,11 +240,24 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 	if cl.BlockSize == 0 {
 		cl.BlockSize = sim.DefaultBlockSize
 	}
-	g := &glue{base: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), decisions: map[uint64]*agentkv.Decision{},
-		lastTurn: map[string]int{}}
-	for _, s := range w.Sessions {
-		g.lastTurn[s.ID] = len(s.Turns) - 1
+	if opt.Steps < 0 {
+		return nil, fmt.Errorf("simrun: Options.Steps must be ≥ 0, got %d", opt.Steps)
 	}
+	steps := []*trace.Workload{w}
+	maxActive := opt.Concurrency
+	if opt.Batch {
+		steps = steps[:0]
+		for k := range max(opt.Steps, 1) {
+			bw, err := Batch(w, opt.Concurrency, k)
+			if err != nil {
+				return nil, err
+			}
+			steps = append(steps, bw)
+		}
+		maxActive = 0 // every program of the step at once, no refills
+	}
+	g := &glue{base: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), decisions: map[uint64]*agentkv.Decision{},
+		evNext: make([]uint64, cl.Workers), evBase: make([]uint64, cl.Workers)}
 	rcfg := agentkv.Config{
 		BlockSize: cl.BlockSize,
 		Policy:    opt.Policy.Select,
@@ -249,41 +279,79 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 		return nil, err
 	}
 	g.r = r
-	engines := make([]*sim.Engine, cl.Workers)
-	for i := range engines {
-		key := flashindex.Worker{ID: uint64(i)}
-		e, err := sim.New(sim.Config{Worker: key, BlockSize: cl.BlockSize, DeviceBlocks: cl.DeviceBlocks,
-			HostBlocks: cl.HostBlocks, MaxBatch: cl.MaxBatch, MaxBatchedTokens: cl.MaxBatchedTokens, Timing: cl.Timing,
-			Priority: cl.Priority},
-			sim.EventSinkFunc(r.ApplyEvent))
+	workers := make([]*worker, cl.Workers)
+	var results []*sim.Result
+	var reqs [][]*sim.Request
+	var engines []*sim.Engine
+	for k, sw := range steps {
+		if k > 0 {
+			// A weight update: the engines' caches are flushed (new
+			// engines) and the router's index learns it as an
+			// AllBlocksCleared per worker; sessions, admission and the
+			// clock go on.
+			if err := g.flush(); err != nil {
+				return nil, err
+			}
+			// The next step starts when this one ended (its last
+			// completion, or a later tick the router saw).
+			g.offset += max(results[k-1].Makespan, g.cur)
+			g.cur = 0
+			g.idBase += 1 << 40
+		}
+		g.lastTurn = map[string]int{}
+		for _, s := range sw.Sessions {
+			g.lastTurn[s.ID] = len(s.Turns) - 1
+		}
+		engines = make([]*sim.Engine, cl.Workers)
+		for i := range engines {
+			key := flashindex.Worker{ID: uint64(i)}
+			e, err := sim.New(sim.Config{Worker: key, BlockSize: cl.BlockSize, DeviceBlocks: cl.DeviceBlocks,
+				HostBlocks: cl.HostBlocks, MaxBatch: cl.MaxBatch, MaxBatchedTokens: cl.MaxBatchedTokens, Timing: cl.Timing,
+				Priority: cl.Priority},
+				g.sink(i))
+			if err != nil {
+				return nil, err
+			}
+			engines[i] = e
+			if k > 0 {
+				workers[i].e = e
+				continue
+			}
+			info := agentkv.WorkerInfo{ID: key.ID, BlockSize: cl.BlockSize, KVCapacityTokens: e.Config().DeviceBlocks * cl.BlockSize,
+				Endpoint: "sim://" + strconv.FormatUint(key.ID, 10)}
+			workers[i] = &worker{info: info, e: e}
+			if err := r.AddWorker(workers[i]); err != nil {
+				return nil, err
+			}
+		}
+		g.engines, g.blockSize = engines, cl.BlockSize
+		rp, err := sim.NewReplay(sw, engines, g, sim.ReplayConfig{TickInterval: opt.TickInterval, MaxActiveSessions: maxActive,
+			MaxRunning: opt.MaxRunning, TTFTSLO: opt.TTFTSLO})
 		if err != nil {
 			return nil, err
 		}
-		engines[i] = e
-		info := agentkv.WorkerInfo{ID: key.ID, BlockSize: cl.BlockSize, KVCapacityTokens: e.Config().DeviceBlocks * cl.BlockSize,
-			Endpoint: "sim://" + strconv.FormatUint(key.ID, 10)}
-		if err := r.AddWorker(&worker{info: info, e: e}); err != nil {
+		res, err := rp.Run()
+		if err != nil {
 			return nil, err
 		}
+		if g.err != nil {
+			return nil, g.err
+		}
+		results = append(results, res)
+		reqs = append(reqs, rp.Requests())
+		if opt.onDone != nil && k == len(steps)-1 {
+			opt.onDone(r, engines, rp.Requests())
+		}
 	}
-	g.engines, g.blockSize = engines, cl.BlockSize
-	rp, err := sim.NewReplay(w, engines, g, sim.ReplayConfig{TickInterval: opt.TickInterval, MaxActiveSessions: opt.Concurrency,
-		MaxRunning: opt.MaxRunning, TTFTSLO: opt.TTFTSLO})
-	if err != nil {
-		return nil, err
-	}
-	res, err := rp.Run()
-	if err != nil {
-		return nil, err
-	}
-	if g.err != nil {
-		return nil, g.err
-	}
-	if opt.onDone != nil {
-		opt.onDone(r, engines, rp.Requests())
+	res := results[0]
+	if len(results) > 1 {
+		res = mergeSteps(results, reqs)
 	}
 	out := &Result{Policy: opt.Policy.Name, Concurrency: opt.Concurrency, WorkerCount: cl.Workers, Cap: opt.MaxRunning, Result: res,
-		Admission: r.AdmissionStats()}
+		Admission: r.AdmissionStats(), Batch: opt.Batch}
+	if opt.Batch {
+		out.Steps = len(steps)
+	}
 	for _, e := range engines {
 		st := e.Stats().Hints
 		out.Hints.Add(&st)
@@ -319,9 +387,40 @@ type glue struct {
 	// the proxy reads it from each worker's /metrics.
 	engines   []*sim.Engine
 	blockSize int
+	// Batch steps: offset is the virtual time of the step's start (the
+	// replay's clock restarts at 0), idBase the step's request-id base;
+	// each step's engines number their KV events from 0, so evBase[i]
+	// shifts worker i's past what the index saw (evNext[i]).
+	offset         time.Duration
+	idBase         uint64
+	evBase, evNext []uint64
 }
 
-func (g *glue) now() time.Time { return g.base.Add(g.cur) }
+// sink is worker i's event sink: its engine's KV events to the router's
+// index, numbered on from the previous steps' engines.
+func (g *glue) sink(i int) sim.EventSink {
+	g.evBase[i] = g.evNext[i]
+	return sim.EventSinkFunc(func(ev *flashindex.Event) error {
+		ev.EventID += g.evBase[i]
+		g.evNext[i] = ev.EventID + 1
+		return g.r.ApplyEvent(ev)
+	})
+}
+
+// flush tells the router's index that every worker's cache is empty.
+func (g *glue) flush() error {
+	for i := range g.evNext {
+		ev := &flashindex.Event{Worker: flashindex.Worker{ID: uint64(i)}, EventID: g.evNext[i], Kind: flashindex.Cleared,
+			BlockSize: g.blockSize}
+		g.evNext[i]++
+		if err := g.r.ApplyEvent(ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g *glue) now() time.Time { return g.base.Add(g.offset + g.cur) }
 
 func (g *glue) onRelease(id string, dropped error) {
 	if dropped != nil {
@@ -332,7 +431,7 @@ func (g *glue) onRelease(id string, dropped error) {
 		g.err = fmt.Errorf("simrun: released unknown request id %q", id)
 		return
 	}
-	g.released = append(g.released, n)
+	g.released = append(g.released, n-g.idBase)
 }
 
 func (g *glue) takeReleased() []uint64 {
@@ -346,7 +445,7 @@ func (g *glue) takeReleased() []uint64 {
 func (g *glue) Route(now time.Duration, req *sim.Request) (sim.Decision, error) {
 	g.cur = now
 	d, err := g.r.TryRoute(&agentkv.Request{
-		ID:                   strconv.FormatUint(req.ID, 10),
+		ID:                   strconv.FormatUint(g.idBase+req.ID, 10),
 		SequenceHashes:       req.SeqHashes,
 		InputTokens:          req.InputTokens,
 		ExpectedOutputTokens: req.OutputTokens,

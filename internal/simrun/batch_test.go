@@ -1,0 +1,119 @@
+package simrun
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv"
+	"github.com/agentkv/agentkv/engine/sim"
+	"github.com/agentkv/agentkv/trace"
+)
+
+// TestBatchWorkload: a step takes the next n programs with their
+// subagents, every root starting at 0; a step past the workload's end
+// wraps with renamed sessions (parents and waits renamed with them); a
+// batch larger than the workload and an open-loop trace are errors.
+func TestBatchWorkload(t *testing.T) {
+	w := smallSynthetic(10)
+	var roots []string
+	subs := map[string]int{}
+	for _, s := range w.Sessions {
+		if s.Parent == "" {
+			roots = append(roots, s.ID)
+		}
+	}
+	require.Len(t, roots, 10)
+	for _, step := range []int{0, 1, 2} {
+		b, err := Batch(&w, 4, step)
+		require.NoError(t, err)
+		require.NoError(t, b.Validate())
+		var got []string
+		for _, s := range b.Sessions {
+			if s.Parent == "" {
+				got = append(got, s.ID)
+				require.Zero(t, s.Start)
+			} else {
+				subs[s.ID]++
+			}
+		}
+		var want []string
+		for k := range 4 {
+			j := 4*step + k
+			id := roots[j%10]
+			if j >= 10 {
+				id += "#s2"
+			}
+			want = append(want, id)
+		}
+		require.ElementsMatch(t, want, got, "step %d", step)
+	}
+	all, err := Batch(&w, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, all.Sessions, len(w.Sessions))
+	_, err = Batch(&w, 11, 0)
+	require.ErrorContains(t, err, "11 programs")
+	_, err = Batch(&trace.Workload{Name: "m", OpenLoop: true}, 1, 0)
+	require.ErrorContains(t, err, "open-loop")
+}
+
+// TestBatchRun: a batch offers every program at 0, has no steady window,
+// runs every request, and its longest completion is its makespan.
+func TestBatchRun(t *testing.T) {
+	w := smallSynthetic(16)
+	for _, name := range []string{"kv", "kv+cap", "global-lb", "kv+admission"} {
+		opt := Options{Cluster: Cluster{Workers: 2, DeviceBlocks: 6000}, Policy: mustPolicy(t, name), Concurrency: 12,
+			Seed: 1, Batch: true, MaxRunning: 0}
+		if name == "kv+cap" {
+			opt.MaxRunning = 6
+		}
+		var reqs []*sim.Request
+		opt.onDone = func(r *agentkv.Router, es []*sim.Engine, q []*sim.Request) {
+			indexAgrees(t, name, r, es)
+			reqs = q
+		}
+		r, err := Run(&w, opt)
+		require.NoError(t, err, name)
+		require.True(t, r.Batch)
+		require.Equal(t, 1, r.Steps)
+		require.False(t, r.Window.Steady)
+		require.Equal(t, r.Requests, r.Finished+r.Rejected, name)
+		require.Equal(t, r.Makespan, r.Completion.Max, name)
+		programs := map[string]bool{}
+		for _, q := range reqs {
+			if q.Parent == "" && q.Turn == 0 {
+				require.Zero(t, q.Arrival, "%s: %s offered at 0", name, q.Session)
+				programs[q.Session] = true
+			}
+		}
+		require.Len(t, programs, 12, name)
+	}
+}
+
+// TestBatchStepsFlush: a second step runs on flushed engines, and the
+// router's index, cleared with them, agrees with the new engines. With
+// GlobalLB (no cache, no state a step keeps) the steps of a batch that
+// wraps onto the same programs are the same run: two steps take twice
+// one's makespan and compute twice its tokens.
+func TestBatchStepsFlush(t *testing.T) {
+	w := smallSynthetic(8)
+	for _, name := range []string{"global-lb", "kv", "kv+admission"} {
+		opt := Options{Cluster: Cluster{Workers: 2, DeviceBlocks: 6000}, Policy: mustPolicy(t, name), Concurrency: 8, Seed: 1, Batch: true}
+		one, err := Run(&w, opt)
+		require.NoError(t, err)
+		opt.Steps = 2
+		opt.onDone = func(r *agentkv.Router, es []*sim.Engine, _ []*sim.Request) { indexAgrees(t, name, r, es) }
+		two, err := Run(&w, opt)
+		require.NoError(t, err)
+		require.Equal(t, 2, two.Steps)
+		require.Equal(t, 2*one.Requests, two.Requests, name)
+		require.Equal(t, 2*one.PromptTokens, two.PromptTokens, name)
+		require.Equal(t, two.Requests, two.Finished+two.Rejected, name)
+		if name == "global-lb" {
+			require.Equal(t, 2*one.Makespan, two.Makespan)
+			require.Equal(t, 2*one.ComputedTokens, two.ComputedTokens)
+			require.Equal(t, one.Completion.P50, two.Completion.P50)
+			require.InDelta(t, one.Busy, two.Busy, 1e-9)
+		}
+	}
+}
