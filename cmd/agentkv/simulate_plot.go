@@ -49,8 +49,8 @@ func writeSimPlot(path, workload string, results, batch []*simrun.Result, polici
 	}
 	if len(batch) > 0 {
 		steps := ""
-		if batch[0].Steps > 1 {
-			steps = fmt.Sprintf(", %d steps", batch[0].Steps)
+		if batch[0].RolloutSteps > 1 {
+			steps = fmt.Sprintf(", %d steps", batch[0].RolloutSteps)
 		}
 		row, err := simPanels(batch, policies, []panel{
 			{title: "Batch makespan (" + workload + steps + ")", ylabel: "minutes", y: func(r *simrun.Result) float64 { return minutes(r.Makespan) }, capLabels: true},
