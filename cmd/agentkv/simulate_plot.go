@@ -28,7 +28,7 @@ type panel struct {
 }
 
 // writeSimPlot draws, side by side, the closed loop's throughput (kv+cap's
-// points labelled with the cap that won: a number, or "none"), prefix hit
+// points labelled with the cap that won: "cap 48", or "cap none"), prefix hit
 // rate and median program completion against concurrency, one line per
 // policy; with batch results, a second row: the batch makespan, the
 // engines' idle share and median completion. SVG, or PNG when path ends
@@ -123,7 +123,7 @@ func simPanels(results []*simrun.Result, policies []simrun.Policy, panels []pane
 					continue
 				}
 				xys = append(xys, plotter.XY{X: float64(r.Concurrency), Y: pn.y(r)})
-				caps = append(caps, capLabel(r))
+				caps = append(caps, "cap "+capLabel(r))
 			}
 			if len(xys) == 0 {
 				continue

@@ -18,6 +18,14 @@
 // flight), the baseline of RL rollouts. "kv+admission" runs AdmissionConfig,
 // "kv+admission:upstream" ThunderAgent's defaults.
 //
+// Options.Batch runs RL rollout steps instead of a closed loop: each step
+// offers Concurrency programs at once (Batch picks them), refills nothing
+// and ends with its last program; Options.Steps runs several in a row on
+// one router, the engines replaced by flushed ones and the router's index
+// cleared (an AllBlocksCleared per worker) between steps, as a weight
+// update does, while sessions, admission's learned state and the clock go
+// on. A BestCap policy then keeps the cap with the shortest makespan.
+//
 // Policies with KV hints (Policy.Hints) add the router's kvhint policies;
 // every simulated worker implements agentkv.HintReceiver and hands the
 // envelopes to its engine, which applies them at its next step (see
