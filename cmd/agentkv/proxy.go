@@ -217,7 +217,7 @@ func runProxy(env *cmdEnv, args []string) error {
 	fs.Var(&workers, "worker", "vLLM base URL[,events=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,dp=N][,apis=chat+responses+...] (repeatable)")
 	blockSize := fs.Int("block-size", 0, "KV block size in tokens (0: read from the workers' /metrics; must match the engines)")
 	policy := fs.String("policy", "kv", "worker selection: kv, round-robin, random or global-lb (VERL's default rollout balancer: sticky per session, else the fewest requests in flight)")
-	affinity := fs.String("affinity", "auto", "session affinity: auto (soft: a session stays on its worker unless that one is busy), off, soft or hard")
+	affinity := fs.String("affinity", "auto", "session affinity: auto (soft: a session stays on its worker unless that one is busy; off with --policy global-lb, which is sticky itself), off, soft or hard")
 	adm := fs.Bool("admission", false, "enable program-aware admission control (admission.Agentic: ThunderAgent with bounded waits, growth-sized placement and home-first resumes)")
 	metrics := fs.String("metrics", "/metrics", "path serving Prometheus metrics (empty: none)")
 	maxBody := fs.Int64("max-body", gateway.DefaultMaxBodyBytes, "largest request body in bytes (larger: 413)")
@@ -303,6 +303,9 @@ func runProxy(env *cmdEnv, args []string) error {
 		}
 	}
 	aff := gateway.DefaultAffinity
+	if pol == agentkv.GlobalLB {
+		aff = agentkv.AffinityOff // global-lb is sticky itself, as VERL's balancer
+	}
 	if *affinity != "auto" {
 		aff, _ = parseAffinity(*affinity)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentkv/agentkv/internal/loadgen"
+	"github.com/agentkv/agentkv/internal/simrun"
 	"github.com/agentkv/agentkv/trace"
 )
 
@@ -90,7 +91,7 @@ type replayFlags struct {
 	promptSeed                                      uint64
 	speed                                           float64
 	timeout                                         time.Duration
-	ignoreEOS, progress                             bool
+	ignoreEOS, progress, batch                      bool
 	headers                                         headerFlags
 }
 
@@ -117,6 +118,7 @@ func runReplay(env *cmdEnv, args []string) error {
 	fs.Uint64Var(&f.promptSeed, "prompt-seed", 0, "salt of the prompt text: another value shares no cache with earlier runs")
 	fs.Var(&f.headers, "header", `extra request header "Name: value" (repeatable)`)
 	fs.BoolVar(&f.progress, "progress", true, "show a live progress line when stderr is a terminal")
+	fs.BoolVar(&f.batch, "batch", false, "an RL rollout step, as simulate --batch: the first --concurrency programs (0: all) offered at once, no refills; reports the makespan and program completion in trace time (wall × --speed)")
 	if err := parseFlags(env, c, fs, args); err != nil {
 		return err
 	}
@@ -127,6 +129,15 @@ func runReplay(env *cmdEnv, args []string) error {
 	w, err := f.workloadFlags.load("replay")
 	if err != nil {
 		return err
+	}
+	var bt *batchTimeline
+	if f.batch {
+		bw, err := simrun.Batch(&w, f.concurrency, 0)
+		if err != nil {
+			return usagef("replay: --batch: %v", err)
+		}
+		w, cfg.Concurrency = *bw, 0 // every program of the step at once
+		bt = newBatchTimeline(bw, f.prefix)
 	}
 
 	var tw *trace.Writer
@@ -145,6 +156,9 @@ func runReplay(env *cmdEnv, args []string) error {
 				dropMu.Unlock()
 			}
 		}
+	}
+	if bt != nil {
+		cfg.OnResult = bt.wrap(cfg.OnResult)
 	}
 	runner, err := loadgen.New(cfg)
 	if err != nil {
@@ -184,6 +198,9 @@ func runReplay(env *cmdEnv, args []string) error {
 	fmt.Fprintf(env.stdout, "model %s\n\n", rep.Model)
 	if err := rep.Summary.WriteText(env.stdout); err != nil {
 		return err
+	}
+	if bt != nil {
+		bt.writeText(env.stdout, cfg.Speed)
 	}
 	if tw != nil {
 		st := tw.Stats()

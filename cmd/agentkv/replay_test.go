@@ -205,6 +205,7 @@ func TestReplayUsageErrors(t *testing.T) {
 		{"extra arg", []string{"--endpoint", "http://x", "file.jsonl"}, "unexpected argument"},
 		{"bad format", []string{"--endpoint", "http://x", "--workload", "f", "--format", "xml"}, "xml"},
 		{"zero sessions", []string{"--endpoint", "http://x", "--sessions", "0"}, "--sessions"},
+		{"batch past the workload", []string{"--endpoint", "http://x", "--batch", "--sessions", "4", "--concurrency", "5"}, "a batch of 5 programs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runCLI(t, "", append([]string{"replay"}, tc.args...)...)

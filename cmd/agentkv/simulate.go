@@ -341,7 +341,7 @@ func printBatchTable(w io.Writer, results []*simrun.Result) {
 	fmt.Fprintln(tw, strings.Join(batchColumns, "\t")+"\t")
 	for _, r := range results {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%d\t\n",
-			r.Policy, concLabel(r.Concurrency), r.Steps, capLabel(r), dur(r.Makespan), r.Throughput, 100*(1-r.Busy), 100*r.HitRate,
+			r.Policy, concLabel(r.Concurrency), r.RolloutSteps, capLabel(r), dur(r.Makespan), r.Throughput, 100*(1-r.Busy), 100*r.HitRate,
 			dur(r.Completion.P50), dur(r.Completion.P99), dur(r.HoldFirst.P99), dur(r.HoldLater.P99), r.Preemptions)
 	}
 	tw.Flush()

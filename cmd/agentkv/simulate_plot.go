@@ -28,7 +28,7 @@ type panel struct {
 }
 
 // writeSimPlot draws, side by side, the closed loop's throughput (kv+cap's
-// points labelled with the cap that won: a number, or "none"), prefix hit
+// points labelled with the cap that won: "cap 48", or "cap none"), prefix hit
 // rate and median program completion against concurrency, one line per
 // policy; with batch results, a second row: the batch makespan, the
 // engines' idle share and median completion. SVG, or PNG when path ends
@@ -49,8 +49,8 @@ func writeSimPlot(path, workload string, results, batch []*simrun.Result, polici
 	}
 	if len(batch) > 0 {
 		steps := ""
-		if batch[0].Steps > 1 {
-			steps = fmt.Sprintf(", %d steps", batch[0].Steps)
+		if batch[0].RolloutSteps > 1 {
+			steps = fmt.Sprintf(", %d steps", batch[0].RolloutSteps)
 		}
 		row, err := simPanels(batch, policies, []panel{
 			{title: "Batch makespan (" + workload + steps + ")", ylabel: "minutes", y: func(r *simrun.Result) float64 { return minutes(r.Makespan) }, capLabels: true},
@@ -123,7 +123,7 @@ func simPanels(results []*simrun.Result, policies []simrun.Policy, panels []pane
 					continue
 				}
 				xys = append(xys, plotter.XY{X: float64(r.Concurrency), Y: pn.y(r)})
-				caps = append(caps, capLabel(r))
+				caps = append(caps, "cap "+capLabel(r))
 			}
 			if len(xys) == 0 {
 				continue

@@ -71,7 +71,7 @@ func TestSimulateBatch(t *testing.T) {
 	require.Len(t, out.Batch, 4)
 	for _, r := range out.Batch {
 		require.True(t, r.Batch, r.Policy)
-		require.Equal(t, 2, r.Steps, r.Policy)
+		require.Equal(t, 2, r.RolloutSteps, r.Policy)
 		require.Positive(t, r.Makespan, r.Policy)
 		require.Equal(t, r.Requests, r.Finished+r.Rejected, r.Policy)
 		switch r.Policy {

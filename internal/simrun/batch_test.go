@@ -75,7 +75,7 @@ func TestBatchRun(t *testing.T) {
 		r, err := Run(&w, opt)
 		require.NoError(t, err, name)
 		require.True(t, r.Batch)
-		require.Equal(t, 1, r.Steps)
+		require.Equal(t, 1, r.RolloutSteps)
 		require.False(t, r.Window.Steady)
 		require.Equal(t, r.Requests, r.Finished+r.Rejected, name)
 		require.Equal(t, r.Makespan, r.Completion.Max, name)
@@ -105,7 +105,7 @@ func TestBatchStepsFlush(t *testing.T) {
 		opt.onDone = func(r *agentkv.Router, es []*sim.Engine, _ []*sim.Request) { indexAgrees(t, name, r, es) }
 		two, err := Run(&w, opt)
 		require.NoError(t, err)
-		require.Equal(t, 2, two.Steps)
+		require.Equal(t, 2, two.RolloutSteps)
 		require.Equal(t, 2*one.Requests, two.Requests, name)
 		require.Equal(t, 2*one.PromptTokens, two.PromptTokens, name)
 		require.Equal(t, two.Requests, two.Finished+two.Rejected, name)

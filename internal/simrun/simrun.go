@@ -18,6 +18,14 @@
 // flight), the baseline of RL rollouts. "kv+admission" runs AdmissionConfig,
 // "kv+admission:upstream" ThunderAgent's defaults.
 //
+// Options.Batch runs RL rollout steps instead of a closed loop: each step
+// offers Concurrency programs at once (Batch picks them), refills nothing
+// and ends with its last program; Options.Steps runs several in a row on
+// one router, the engines replaced by flushed ones and the router's index
+// cleared (an AllBlocksCleared per worker) between steps, as a weight
+// update does, while sessions, admission's learned state and the clock go
+// on. A BestCap policy then keeps the cap with the shortest makespan.
+//
 // Policies with KV hints (Policy.Hints) add the router's kvhint policies;
 // every simulated worker implements agentkv.HintReceiver and hands the
 // envelopes to its engine, which applies them at its next step (see
@@ -220,9 +228,10 @@ type Result struct {
 	Hints sim.HintStats `json:"hints"`
 	// Wall is the real time the run took.
 	Wall time.Duration `json:"wall_ns"`
-	// Batch and Steps say the run was Steps rollout steps (Options.Batch).
-	Batch bool `json:"batch,omitempty"`
-	Steps int  `json:"steps,omitempty"`
+	// Batch and RolloutSteps say the run was RolloutSteps rollout steps
+	// (Options.Batch, Options.Steps; sim.Result.Steps counts engine steps).
+	Batch        bool `json:"batch,omitempty"`
+	RolloutSteps int  `json:"rollout_steps,omitempty"`
 	// SameAs names the policy of the same sweep whose run this result
 	// is, when Sweep did not run it twice (a BestCap policy's uncapped
 	// candidate is that run of the policy with its router configuration).
@@ -350,7 +359,7 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 	out := &Result{Policy: opt.Policy.Name, Concurrency: opt.Concurrency, WorkerCount: cl.Workers, Cap: opt.MaxRunning, Result: res,
 		Admission: r.AdmissionStats(), Batch: opt.Batch}
 	if opt.Batch {
-		out.Steps = len(steps)
+		out.RolloutSteps = len(steps)
 	}
 	for _, e := range engines {
 		st := e.Stats().Hints
