@@ -248,6 +248,7 @@ func (rp *Replica) consume(ctx context.Context) {
 	for ctx.Err() == nil {
 		cc, err := rp.startConsumer(ctx)
 		if err != nil {
+			err = rp.p.cause(err)
 			rp.setConsErr(err)
 			rp.log.Warn("eventplane: consumer not started; retrying", "err", err, "in", wait)
 			select {

@@ -563,3 +563,39 @@ func TestReplicaProcessesSurviveAKill(t *testing.T) {
 		})
 	}
 }
+
+// TestRelayWaitsForNATSAndWorker starts "agentkv relay" before its NATS
+// server and its worker, as the README's replica block does when pasted
+// (the replica embedding NATS and the mock worker still building): the
+// relay logs each retry, naming what it waits for (never NATS's "outbound
+// buffer limit exceeded"), and bridges the worker once both are up. With
+// a short --wait and no worker it gives up with the reason.
+func TestRelayWaitsForNATSAndWorker(t *testing.T) {
+	natsPort, workerPort := freeport.Port(t), freeport.Port(t)
+	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	workerURL := fmt.Sprintf("http://127.0.0.1:%d", workerPort)
+	ev := fmt.Sprintf("tcp://127.0.0.1:%d", freeport.Port(t))
+	relay := startProcess(t, "relay", "--nats", natsURL, "--worker-id", "0", "--url", workerURL, "--events", ev)
+	eventually(t, "the relay to say it waits for NATS", func() bool {
+		return strings.Contains(relay.stderr.String(), "relay: waiting for NATS "+natsURL)
+	})
+	ns, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: natsPort})
+	require.NoError(t, err)
+	defer ns.Stop()
+	eventually(t, "the relay to say it waits for the worker", func() bool {
+		return strings.Contains(relay.stderr.String(), "relay: waiting for worker "+workerURL)
+	})
+	startProcess(t, "mock-worker", "--listen", fmt.Sprintf("127.0.0.1:%d", workerPort), "--events", ev, "--speedup", "1000")
+	relay.line(t, "agentkv relay: worker 0 ("+workerURL)
+	log := relay.stderr.String()
+	require.NotContains(t, log, "outbound buffer limit exceeded", "start-up warnings name their cause")
+	require.Contains(t, log, "relay: worker "+workerURL+" answered")
+
+	// No worker and a short --wait: the relay gives up, saying why.
+	gone := fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t))
+	p := startProcess(t, "relay", "--nats", ns.URL(), "--worker-id", "1", "--url", gone, "--events", ev, "--wait", "300ms")
+	for range p.lines {
+	}
+	require.Error(t, p.cmd.Wait())
+	require.Contains(t, p.stderr.String(), "worker "+gone+" not answering after")
+}
