@@ -236,6 +236,7 @@ type proxyFlags struct {
 	firstByte    offDuration
 	stripBilling bool
 	tokenizer    string
+	modelAliases modelAliasFlags
 	nats         *natsFlags
 }
 
@@ -261,6 +262,7 @@ func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.firstByte, "first-byte-timeout", fmt.Sprintf("longest wait for a stream's first byte from a worker before trying another (0: the default, %v; off: none)", gateway.DefaultFirstByteTimeout))
 	fs.BoolVar(&f.stripBilling, "strip-billing-header", true, "remove Claude Code's per-request billing preamble from Messages system prompts")
 	fs.StringVar(&f.tokenizer, "tokenizer", "", "the served model's Hugging Face directory (tokenizer.json, tokenizer_config.json, chat_template.jinja): --worker prompts are tokenized in process, checked against the workers' /tokenize now and then, instead of a /tokenize call per request")
+	fs.Var(&f.modelAliases, "model-alias", "PATTERN=MODEL: requests for a model matching the glob PATTERN go to MODEL, the served model (repeatable; first match wins; listed in /v1/models), e.g. 'claude-*=Qwen/Qwen3-8B' for Claude Code's built-in model names")
 	f.nats = addNATSFlags(fs)
 }
 
@@ -299,10 +301,24 @@ func (f *proxyFlags) config() (gateway.StackConfig, gateway.ServerConfig, error)
 	}
 	cfg = gateway.StackConfig{Workers: append([]gateway.WorkerSpec(nil), f.workers...), BlockSize: f.blockSize, Policy: pol, Affinity: aff,
 		Admission: f.admission, Tick: f.tick, Refresh: f.refresh.value(),
-		Gateway: gateway.Config{MaxBodyBytes: f.maxBody, StripBillingHeader: f.stripBilling,
+		Gateway: gateway.Config{MaxBodyBytes: f.maxBody, StripBillingHeader: f.stripBilling, ModelAliases: f.modelAliases,
 			Failover:         failover.Config{MigrationLimit: int(f.migration), Probe: failover.ProbeConfig{Interval: f.probe}},
 			FirstByteTimeout: f.firstByte.value()}}
 	return cfg, sc, nil
+}
+
+// modelAliasFlags collects repeated --model-alias PATTERN=MODEL flags.
+type modelAliasFlags []gateway.ModelAlias
+
+func (f *modelAliasFlags) String() string { return fmt.Sprint(len(*f), " aliases") }
+
+func (f *modelAliasFlags) Set(s string) error {
+	a, err := gateway.ParseModelAlias(s)
+	if err != nil {
+		return err
+	}
+	*f = append(*f, a)
+	return nil
 }
 
 // offDuration is a duration flag that also takes "off": 0 means the

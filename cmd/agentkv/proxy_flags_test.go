@@ -1,8 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +14,7 @@ import (
 
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/gateway"
+	"github.com/agentkv/agentkv/internal/freeport"
 )
 
 // TestProxyFlagsConfig: the proxy's flags as the stack's configuration.
@@ -109,4 +114,42 @@ func TestProxyFlagsConfig(t *testing.T) {
 			tc.check(t, cfg, sc)
 		})
 	}
+}
+
+// TestProxyModelAlias runs "agentkv proxy --mock-workers 1 --model-alias
+// 'claude-*=agentkv-mock'" as a process: a Messages request for Claude
+// Code's built-in "claude-sonnet-4-5" reaches the mock worker as its
+// served model (the mock answers 404 for a model it does not serve, as a
+// name no alias matches shows), and /v1/models lists the alias.
+func TestProxyModelAlias(t *testing.T) {
+	base := "http://127.0.0.1:" + strconv.Itoa(freeport.Port(t))
+	p := startProcess(t, "proxy", "--listen", strings.TrimPrefix(base, "http://"), "--mock-workers", "1", "--mock-speedup", "1000",
+		"--model-alias", "claude-*=agentkv-mock")
+	p.line(t, "agentkv proxy listening on "+base)
+	ask := func(model string) (*http.Response, []byte) {
+		body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": 8,
+			"messages": []chatMsg{{"user", "which model answers?"}}})
+		return post(t, base+"/v1/messages", map[string]string{"anthropic-version": "2023-06-01"}, body)
+	}
+	resp, body := ask("claude-sonnet-4-5")
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	var reply struct{ Model string }
+	require.NoError(t, json.Unmarshal(body, &reply))
+	require.Equal(t, "agentkv-mock", reply.Model, "the served model answered")
+	resp, body = ask("gpt-4o")
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "no alias: the mock refuses a model it does not serve: %s", body)
+
+	r, err := http.Get(base + "/v1/models")
+	require.NoError(t, err)
+	defer r.Body.Close()
+	var models struct{ Data []struct{ ID, Root string } }
+	require.NoError(t, json.NewDecoder(r.Body).Decode(&models))
+	var ids []string
+	for _, m := range models.Data {
+		ids = append(ids, m.ID)
+		if m.ID == "claude-*" {
+			require.Equal(t, "agentkv-mock", m.Root)
+		}
+	}
+	require.Equal(t, []string{"agentkv-mock", "claude-*"}, ids)
 }
