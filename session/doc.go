@@ -53,8 +53,8 @@
 //
 // Table holds live sessions: bounded (65,536 by default, least recently used
 // out), idle expiry (30 min), the parent/child tree (a subagent's parent, a
-// parent's live children, the root), REASONING while a request runs and
-// ACTING between requests with the time each state began, token totals from
+// parent's live children, the root), the Phase: Reasoning while a request runs and
+// Acting between requests, with the time each phase began, token totals from
 // reported usage, and Final: a Final request ends its session when its last
 // in-flight request ends. Optional affinity binds a session to a Worker for
 // a TTL, in Hard (must) or Soft (prefer) mode. The clock is injected

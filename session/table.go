@@ -43,24 +43,24 @@ type Worker struct {
 
 func (w Worker) String() string { return fmt.Sprintf("%d/%d", w.ID, w.DPRank) }
 
-// State is where a session is in its agent loop.
-type State uint8
+// Phase is where a session is in its agent loop.
+type Phase uint8
 
 const (
 	// Reasoning: a model request of the session is in flight.
-	Reasoning State = iota + 1
+	Reasoning Phase = iota + 1
 	// Acting: no request in flight; the agent runs tools or thinks.
 	Acting
 )
 
-func (s State) String() string {
-	switch s {
+func (p Phase) String() string {
+	switch p {
 	case Reasoning:
-		return "REASONING"
+		return "reasoning"
 	case Acting:
-		return "ACTING"
+		return "acting"
 	}
-	return fmt.Sprintf("state(%d)", uint8(s))
+	return fmt.Sprintf("phase(%d)", uint8(p))
 }
 
 // Mode is how strongly an affinity binding holds.
@@ -139,8 +139,8 @@ type Removal struct {
 type Info struct {
 	ID, Parent                  string
 	Harness, AgentID, ProgramID string
-	State                       State
-	StateSince                  time.Time // when State was entered
+	Phase                       Phase
+	PhaseSince                  time.Time // when Phase was entered
 	Created, LastSeen           time.Time
 	InFlight                    int    // requests begun and not ended
 	Requests                    uint64 // requests begun
@@ -350,7 +350,7 @@ func (t *RawTable) link(e *entry) {
 
 // Begin records the start of a request of ac's session: it creates the
 // session if needed (linking it under its live parent), moves it to
-// REASONING, and counts the request. A Final context marks the session to
+// Reasoning, and counts the request. A Final context marks the session to
 // end when its in-flight requests end. The parent of a session is fixed by
 // its first request that names one; parent links that would form a cycle,
 // or a chain deeper than MaxLineageDepth, are ignored. An id longer than
@@ -387,8 +387,8 @@ func (t *RawTable) Begin(ac AgentContext) (Info, error) {
 	t.link(e)
 	// A parent created after its children adopts them lazily: children
 	// link when they next Begin.
-	if e.info.State != Reasoning {
-		e.info.State, e.info.StateSince = Reasoning, now
+	if e.info.Phase != Reasoning {
+		e.info.Phase, e.info.PhaseSince = Reasoning, now
 	}
 	if e.info.ProgramID == "" {
 		e.info.ProgramID = ac.ProgramID
@@ -400,7 +400,7 @@ func (t *RawTable) Begin(ac AgentContext) (Info, error) {
 }
 
 // End records the end of one request of session id with its reported
-// usage. When no request is left in flight the session moves to ACTING; a
+// usage. When no request is left in flight the session moves to Acting; a
 // Final session is removed (Cause Ended) and its last Info returned.
 func (t *RawTable) End(id string, u Usage) (Info, error) {
 	now := t.cfg.Now()
@@ -414,7 +414,7 @@ func (t *RawTable) End(id string, u Usage) (Info, error) {
 		e.info.InFlight--
 	}
 	if e.info.InFlight == 0 {
-		e.info.State, e.info.StateSince = Acting, now
+		e.info.Phase, e.info.PhaseSince = Acting, now
 		if e.info.Final {
 			info := t.snapshot(e)
 			t.remove(e, Ended)
