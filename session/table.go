@@ -147,6 +147,15 @@ type Info struct {
 	Usage                       Usage  // totals over ended requests
 	Children                    int    // live children
 	Final                       bool   // ends when its in-flight requests end
+	Inferred                    bool   // inferred from the prompt (AgentContext.Inferred)
+	// Window is the highest Codex window number seen (AgentContext.Window);
+	// Compactions counts the requests that compacted the context.
+	Window      uint32
+	Compactions uint64
+	// Compacted is set only in the Info Begin returns, when that request
+	// compacts the context: AgentContext.Compaction, or a Window above the
+	// one seen before.
+	Compacted bool
 }
 
 // TableConfig configures a Table. Zero fields mean the documented default.
@@ -374,7 +383,7 @@ func (t *RawTable) Begin(ac AgentContext) (Info, error) {
 		}
 		e = &entry{info: Info{
 			ID: ac.SessionID, Harness: ac.Harness, AgentID: ac.AgentID, ProgramID: ac.ProgramID,
-			Created: now, LastSeen: now,
+			Inferred: ac.Inferred, Created: now, LastSeen: now,
 		}}
 		t.m[ac.SessionID] = e
 		t.pushFront(e)
@@ -396,7 +405,14 @@ func (t *RawTable) Begin(ac AgentContext) (Info, error) {
 	e.info.InFlight++
 	e.info.Requests++
 	e.info.Final = e.info.Final || ac.Final
-	return t.snapshot(e), nil
+	compacted := ac.Compaction || (ac.Window > e.info.Window && e.info.Window != 0)
+	e.info.Window = max(e.info.Window, ac.Window)
+	if compacted {
+		e.info.Compactions++
+	}
+	info := t.snapshot(e)
+	info.Compacted = compacted
+	return info, nil
 }
 
 // End records the end of one request of session id with its reported

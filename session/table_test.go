@@ -322,3 +322,38 @@ func TestTableConcurrent(t *testing.T) {
 		t.Fatal("no evictions recorded")
 	}
 }
+
+// A rising Codex window or a compaction marker compacts the session; the
+// session and its program continue.
+func TestTableCompaction(t *testing.T) {
+	tb, err := NewRawTable(TableConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		ac   AgentContext
+		want bool
+	}{
+		{AgentContext{SessionID: "s", Window: 1}, false},
+		{AgentContext{SessionID: "s", Window: 1}, false},
+		{AgentContext{SessionID: "s", Window: 2}, true},
+		{AgentContext{SessionID: "s"}, false},
+		{AgentContext{SessionID: "s", Window: 1}, false},
+		{AgentContext{SessionID: "s", Compaction: true}, true},
+	}
+	for i, st := range steps {
+		info, err := tb.Begin(st.ac)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Compacted != st.want {
+			t.Fatalf("step %d: Compacted = %v, want %v", i, info.Compacted, st.want)
+		}
+		if _, err := tb.End("s", Usage{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if info, _ := tb.Get("s"); info.Compactions != 2 || info.Window != 2 || info.Requests != 6 || info.Compacted {
+		t.Fatalf("info %+v", info)
+	}
+}
