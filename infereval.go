@@ -26,7 +26,7 @@ type InferEval struct {
 	// has the right parent (none for a root; for a subagent, the inferred
 	// session of its true parent). Subagents and SubagentsCorrect count
 	// the subagents alone.
-	ParentCorrect              float64
+	ParentCorrect               float64
 	Subagents, SubagentsCorrect int
 }
 
