@@ -41,6 +41,10 @@ type Decision struct {
 	Waited    time.Duration
 	// Affinity is set when a session binding chose the worker.
 	Affinity bool
+	// Reason says why the worker was chosen: its session, its inferred
+	// session, its cached prefix, load alone, or admission after holding
+	// the turn (the gateway's X-Agentkv-Route reply header).
+	Reason RouteReason
 	// Hints counts the hint actions delivered for this request.
 	Hints int
 
@@ -111,6 +115,9 @@ func (r *Router) done(d *Decision, u Usage) {
 	}
 	if u.Failed {
 		r.undoRoute(d)
+	}
+	if d.agent.Inferred && r.infer != nil {
+		r.infer.End(d.agent.SessionID)
 	}
 	r.mu.Lock()
 	r.loads.finish(d.id)
