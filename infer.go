@@ -102,7 +102,7 @@ type Inference struct {
 // inferred is what the Inferrer remembers of one inferred session.
 type inferred struct {
 	opening int    // blocks of its first prompt
-	base    int    // of them, how many were already held by other contexts
+	base    int    // how deep its context is shared: held by other contexts when it opened, or the depth of its last tail rewrite
 	scope   string // the client scope it was inferred in
 	parent  string
 	seq     uint64 // position in Inferrer.order
@@ -247,6 +247,12 @@ func (in *Inferrer) decide(b radix.Branch, chain []uint64, scope string) Inferen
 			// (parallel subagents with one system prompt and nearly one
 			// task) differ only near the end of their first prompts.
 			if u.flight == 0 && (b.OwnerDepth-j <= in.tailBlock || j == len(chain)) {
+				// The session's context up to j is now proven its own
+				// only once: a later prompt that parts from it at j again
+				// is another session sharing that prefix, not another
+				// rewrite. Without this, a stream of new sessions on one
+				// system prompt would each join the first.
+				u.base = max(u.base, j)
 				return in.join(b.Owner, u, j)
 			}
 			if j >= u.opening {

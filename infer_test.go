@@ -66,7 +66,7 @@ func TestInferRules(t *testing.T) {
 	step("the shared prefix and new blocks never join", cat(sys, blocks(6, 1)), "", InferOpened, s4, "")
 	a3 := cat(a2[:len(a2)-3], blocks(7, 8))
 	step("a rewrites its last 3 blocks: still a", a3, "", InferJoined, s1, "")
-	fork := cat(a3[:27], blocks(8, 4))
+	fork := cat(a3[:31], blocks(8, 4))
 	step("branching off a beyond its first prompt: a fork of a", fork, "", InferForked, InferredPrefix+"5", s1)
 	step("a continues", cat(a3, blocks(9, 2)), "", InferJoined, s1, "")
 	step("a resend of part of a's own context is a", a3[:33], "", InferJoined, s1, "")
@@ -90,6 +90,22 @@ func TestInferParallelSiblings(t *testing.T) {
 		ids = append(ids, got.Agent.SessionID)
 	}
 	require.Len(t, slices.Compact(slices.Clone(ids)), 3, "three siblings, not one session")
+}
+
+// A stream of new sessions on one system prompt, each sent after the
+// previous one ended, joins the first at most once: then the prefix is
+// known to be shared.
+func TestInferStreamOnOneSystemPrompt(t *testing.T) {
+	in, err := NewInferrer(InferConfig{}, 16)
+	require.NoError(t, err)
+	sys := blocks(1, 8)
+	ids := map[string]bool{}
+	for i := range 100 {
+		got := in.Infer(chained(cat(sys, blocks(uint64(10+i), 8))), "")
+		ids[got.Agent.SessionID] = true
+		in.End(got.Agent.SessionID)
+	}
+	require.GreaterOrEqual(t, len(ids), 99)
 }
 
 func TestInferBounded(t *testing.T) {
@@ -165,6 +181,7 @@ func (m *naiveInfer) infer(chain []uint64, scope string) Inference {
 		for id, deepest := range owners {
 			if u := joinable(id, j); u != nil {
 				if u.flight == 0 && (deepest-j <= tail || j == len(chain)) {
+					u.base = max(u.base, j)
 					return m.join(id, chain, j)
 				}
 				if j >= u.opening {
