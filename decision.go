@@ -77,6 +77,10 @@ type Usage struct {
 	Failed bool
 }
 
+// Agent returns the session the request was routed in: its Request.Agent,
+// or the session inferred for it (Inferred set).
+func (d *Decision) Agent() session.AgentContext { return d.agent }
+
 // FirstToken records that the request's prefill finished: its tokens move
 // from prefill to decode load.
 func (d *Decision) FirstToken() {

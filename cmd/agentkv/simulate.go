@@ -72,6 +72,7 @@ type simulateFlags struct {
 	parallel     int
 	slo          time.Duration
 	priority     bool
+	infer        bool
 }
 
 func runSimulate(env *cmdEnv, args []string) error {
@@ -91,6 +92,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 	fs.StringVar(&f.policies, "policies", "kv,kv+cap,kv+admission", "policies to compare, a comma list of: "+policyNames())
 	fs.StringVar(&f.levels, "concurrency", "32,64,128,256,512", "concurrent agent programs, a comma list (0 = no bound)")
 	fs.DurationVar(&f.slo, "slo", 10*time.Second, "TTFT objective of goodput")
+	fs.BoolVar(&f.infer, "infer-sessions", false, "route every request without its session id: the router infers sessions from the prompt's blocks")
 	fs.BoolVar(&f.priority, "priority", false, "run the engines with vLLM's priority scheduling; requests carry admission's priorities (resume boost, soft demote)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic workload and the router's tie-breaking")
 	fs.StringVar(&f.jsonOut, "json", filepath.Join("out", "simulate.json"), "write results as JSON here (empty: don't)")
@@ -187,6 +189,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 		Seed:    f.seed,
 		TTFTSLO: f.slo,
 	}
+	base.InferSessions = f.infer
 	results, err := simrun.Sweep(&w, base, policies, levels, f.parallel, progress)
 	if err != nil {
 		return err

@@ -186,6 +186,12 @@ type Options struct {
 	MaxRunning int
 	// TTFTSLO is the goodput objective (sim.ReplayConfig.TTFTSLO).
 	TTFTSLO time.Duration
+	// InferSessions routes every request without its session id: the
+	// router infers sessions from the blocks (agentkv.InferConfig with
+	// ScopeParent; a request's client is its root session, and the
+	// inferred session ends when the true one's last turn finishes, as a
+	// client that closes its connection).
+	InferSessions bool
 
 	// onDone, if set (by tests), sees the router, the engines and the
 	// requests of a run that succeeded.
@@ -243,6 +249,23 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 	if opt.Policy.Admission != nil {
 		ac := *opt.Policy.Admission
 		rcfg.Admission = &ac
+	}
+	if opt.InferSessions {
+		rcfg.InferSessions = &agentkv.InferConfig{ScopeParent: true}
+		g.client = map[string]string{}
+		for _, s := range w.Sessions {
+			root := s.ID
+			for p := s.Parent; p != ""; {
+				root, p = p, ""
+				for _, q := range w.Sessions {
+					if q.ID == root {
+						p = q.Parent
+						break
+					}
+				}
+			}
+			g.client[s.ID] = root
+		}
 	}
 	r, err := agentkv.New(rcfg)
 	if err != nil {
@@ -314,6 +337,7 @@ type glue struct {
 	decisions map[uint64]*agentkv.Decision
 	released  []uint64
 	lastTurn  map[string]int
+	client    map[string]string // with InferSessions: each session's root
 	err       error
 	// engines report their KV in use to admission before each Tick, as
 	// the proxy reads it from each worker's /metrics.
@@ -350,7 +374,8 @@ func (g *glue) Route(now time.Duration, req *sim.Request) (sim.Decision, error) 
 		SequenceHashes:       req.SeqHashes,
 		InputTokens:          req.InputTokens,
 		ExpectedOutputTokens: req.OutputTokens,
-		Agent:                session.AgentContext{SessionID: req.Session, ParentSessionID: req.Parent},
+		Agent:                g.agent(req),
+		Client:               g.client[req.Session],
 	})
 	if errors.Is(err, agentkv.ErrHeld) {
 		return sim.Decision{Hold: true}, nil
@@ -361,6 +386,14 @@ func (g *glue) Route(now time.Duration, req *sim.Request) (sim.Decision, error) 
 	g.decisions[req.ID] = d
 	req.Priority = -int(math.Round(d.Admission.Priority))
 	return sim.Decision{Worker: int(d.Worker.ID)}, nil
+}
+
+// agent is req's identity: none with InferSessions.
+func (g *glue) agent(req *sim.Request) session.AgentContext {
+	if g.client != nil {
+		return session.AgentContext{}
+	}
+	return session.AgentContext{SessionID: req.Session, ParentSessionID: req.Parent}
 }
 
 // FirstToken implements sim.FirstTokenObserver.
@@ -374,13 +407,17 @@ func (g *glue) FirstToken(now time.Duration, req *sim.Request) {
 // Finished implements sim.Router.
 func (g *glue) Finished(now time.Duration, req *sim.Request) []uint64 {
 	g.cur = now
+	id := req.Session
 	if d := g.decisions[req.ID]; d != nil {
 		delete(g.decisions, req.ID)
 		d.Done(agentkv.Usage{PromptTokens: req.InputTokens, CompletionTokens: req.OutputTokens,
 			CachedTokens: req.CachedTokens, Failed: req.Rejected})
+		if g.client != nil {
+			id = d.Agent().SessionID
+		}
 	}
-	if last, ok := g.lastTurn[req.Session]; ok && req.Turn >= last {
-		g.r.EndSession(req.Session)
+	if last, ok := g.lastTurn[req.Session]; ok && req.Turn >= last && id != "" {
+		g.r.EndSession(id)
 	}
 	return g.takeReleased()
 }
