@@ -317,3 +317,48 @@ func TestInferMatchesNaiveModel(t *testing.T) {
 		}
 	}
 }
+
+// FuzzInfer drives an Inferrer and the naive model with the same
+// prompts, scopes and ends: they decide alike, and nothing panics.
+func FuzzInfer(f *testing.F) {
+	f.Add([]byte{0, 6, 1, 1, 1, 1, 2, 3, 0, 8, 1, 1, 1, 1, 2, 3, 4, 5, 2, 0, 1, 7, 1, 1, 1, 1, 9, 9, 9})
+	f.Add([]byte{1, 4, 1, 2, 3, 4, 1, 4, 1, 2, 3, 5, 2, 1, 0, 3, 1, 2, 3})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg := InferConfig{TailTokens: 2, ScopeParent: len(data)%2 == 0}
+		in, err := NewInferrer(cfg, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &naiveInfer{cfg: cfg, sess: map[string]*naiveSess{}, byScope: map[string]string{}, popular: map[uint64]bool{}}
+		var ids []string
+		for len(data) >= 2 {
+			op, n := data[0], int(data[1]%16)
+			data = data[2:]
+			n = min(n, len(data))
+			ids0 := make([]uint64, n)
+			for i := range ids0 {
+				ids0[i] = uint64(data[i] % 8)
+			}
+			data = data[n:]
+			switch op % 3 {
+			case 2: // end a request
+				if len(ids) > 0 {
+					id := ids[n%len(ids)]
+					in.End(id)
+					if s := m.sess[id]; s != nil && s.flight > 0 {
+						s.flight--
+					}
+				}
+			default:
+				chain, scope := chained(ids0), fmt.Sprint(op%2)
+				got, want := in.Infer(chain, scope), m.infer(chain, scope)
+				if got != want {
+					t.Fatalf("Infer(%v, %q) = %+v, model %+v", ids0, scope, got, want)
+				}
+				if got.Kind != InferNone {
+					ids = append(ids, got.Agent.SessionID)
+				}
+			}
+		}
+	})
+}
