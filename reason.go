@@ -63,6 +63,18 @@ func (r *Router) inferSession(rt *routing, req *Request) {
 	if r.infer == nil || req.Agent.Valid() || len(rt.seq) == 0 {
 		return
 	}
+	r.mu.Lock()
+	var held session.AgentContext
+	if h := r.held[req.ID]; h != nil && req.ID != "" {
+		held = h.inferred
+	}
+	r.mu.Unlock()
+	if held.Valid() { // a held request's retry keeps its session
+		req.Agent = held
+		rt.inferred = true
+		r.identify(rt, req)
+		return
+	}
 	inf := r.infer.Infer(rt.seq, req.Client)
 	if inf.Kind == InferNone {
 		return

@@ -355,6 +355,9 @@ func (r *Router) holdLocked(rt *routing, req *Request, hold bool) (*heldRequest,
 		return nil, ErrTooManyHeld
 	}
 	h := &heldRequest{program: rt.program, since: rt.start, waiter: hold, ready: make(chan struct{})}
+	if rt.inferred {
+		h.inferred = req.Agent
+	}
 	r.held[req.ID] = h
 	r.heldByPg[rt.program] = append(r.heldByPg[rt.program], req.ID)
 	rt.heldNow = true
