@@ -218,6 +218,7 @@ func runProxy(env *cmdEnv, args []string) error {
 	blockSize := fs.Int("block-size", 0, "KV block size in tokens (0: read from the workers' /metrics; must match the engines)")
 	policy := fs.String("policy", "kv", "worker selection: kv, round-robin or random")
 	affinity := fs.String("affinity", "auto", "session affinity: auto (soft: a session stays on its worker unless that one is busy), off, soft or hard")
+	infer := fs.Bool("infer-sessions", false, "infer the session of a request that names none from its prompt (README: How agentkv recognises sessions)")
 	adm := fs.Bool("admission", false, "enable program-aware admission control (admission.Agentic: ThunderAgent with bounded waits, growth-sized placement and home-first resumes)")
 	metrics := fs.String("metrics", "/metrics", "path serving Prometheus metrics (empty: none)")
 	maxBody := fs.Int64("max-body", gateway.DefaultMaxBodyBytes, "largest request body in bytes (larger: 413)")
@@ -313,6 +314,9 @@ func runProxy(env *cmdEnv, args []string) error {
 			FirstByteTimeout: *firstByte}}
 	if *firstByte == 0 {
 		cfg.Gateway.FirstByteTimeout = -1 // Config: negative disables
+	}
+	if *infer {
+		cfg.InferSessions = &agentkv.InferConfig{}
 	}
 	if *traceOut != "" {
 		fh, tw, err := openTraceOut(*traceOut)
