@@ -188,9 +188,9 @@ type Options struct {
 	TTFTSLO time.Duration
 	// InferSessions routes every request without its session id: the
 	// router infers sessions from the blocks (agentkv.InferConfig with
-	// ScopeParent; a request's client is its root session, and the
-	// inferred session ends when the true one's last turn finishes, as a
-	// client that closes its connection).
+	// ScopeParent; a request's client is its root session, and an
+	// inferred session ends when every true session routed into it has
+	// finished its last turn, as clients that close their connections).
 	InferSessions bool
 
 	// onDone, if set (by tests), sees the router, the engines and the
@@ -252,7 +252,7 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 	}
 	if opt.InferSessions {
 		rcfg.InferSessions = &agentkv.InferConfig{ScopeParent: true}
-		g.client = map[string]string{}
+		g.client, g.users = map[string]string{}, map[string]map[string]bool{}
 		for _, s := range w.Sessions {
 			root := s.ID
 			for p := s.Parent; p != ""; {
@@ -338,7 +338,10 @@ type glue struct {
 	released  []uint64
 	lastTurn  map[string]int
 	client    map[string]string // with InferSessions: each session's root
-	err       error
+	// users holds, per inferred session, the true sessions routed into it
+	// and whether each has finished: it ends when all have.
+	users map[string]map[string]bool
+	err   error
 	// engines report their KV in use to admission before each Tick, as
 	// the proxy reads it from each worker's /metrics.
 	engines   []*sim.Engine
@@ -348,9 +351,12 @@ type glue struct {
 func (g *glue) now() time.Time { return g.base.Add(g.cur) }
 
 func (g *glue) onRelease(id string, dropped error) {
-	if dropped != nil {
+	if dropped != nil && g.client == nil {
 		return // the session ended while its turn was held
 	}
+	// With InferSessions, the inferred session a held turn was placed in
+	// can end under it (another true session merged into it finished):
+	// the turn is routed again, into the session inferred for it then.
 	n, err := strconv.ParseUint(id, 10, 64)
 	if err != nil {
 		g.err = fmt.Errorf("simrun: released unknown request id %q", id)
@@ -384,6 +390,14 @@ func (g *glue) Route(now time.Duration, req *sim.Request) (sim.Decision, error) 
 		return sim.Decision{}, err
 	}
 	g.decisions[req.ID] = d
+	if a := d.Agent(); g.users != nil && a.Inferred {
+		if g.users[a.SessionID] == nil {
+			g.users[a.SessionID] = map[string]bool{}
+		}
+		if _, ok := g.users[a.SessionID][req.Session]; !ok {
+			g.users[a.SessionID][req.Session] = false
+		}
+	}
 	req.Priority = -int(math.Round(d.Admission.Priority))
 	return sim.Decision{Worker: int(d.Worker.ID)}, nil
 }
@@ -417,6 +431,15 @@ func (g *glue) Finished(now time.Duration, req *sim.Request) []uint64 {
 		}
 	}
 	if last, ok := g.lastTurn[req.Session]; ok && req.Turn >= last && id != "" {
+		if u := g.users[id]; u != nil {
+			u[req.Session] = true
+			for _, done := range u {
+				if !done {
+					return g.takeReleased() // another true session still runs in it
+				}
+			}
+			delete(g.users, id)
+		}
 		g.r.EndSession(id)
 	}
 	return g.takeReleased()
