@@ -196,6 +196,13 @@ type Config struct {
 	// Lineage configures the session-prefix tree (radix) that records each
 	// session's context chain; it feeds hint policies.
 	Lineage radix.Config
+	// InferSessions, if set, infers the session of a request that names
+	// none from its prompt's blocks (infer.go, README "How agentkv
+	// recognises sessions"): it joins the live session whose context the
+	// prompt extends, forks it, or opens a new one, and gets affinity, an
+	// admission program, lineage, hints and traces like a named session.
+	// nil routes such requests as isolated calls.
+	InferSessions *InferConfig
 	// Hints are evaluated when a turn is routed or resumed, at every tick
 	// for sessions between turns, and when a session ends; the hints go to
 	// workers that implement HintReceiver.

@@ -41,6 +41,10 @@ type Decision struct {
 	Waited    time.Duration
 	// Affinity is set when a session binding chose the worker.
 	Affinity bool
+	// Reason says why the worker was chosen: its session, its inferred
+	// session, its cached prefix, load alone, or admission after holding
+	// the turn (the gateway's X-Agentkv-Route reply header).
+	Reason RouteReason
 	// Hints counts the hint actions delivered for this request.
 	Hints int
 
@@ -78,6 +82,10 @@ type Usage struct {
 	// how it failed (gateway.ErrorKind).
 	API, ErrorKind string
 }
+
+// Agent returns the session the request was routed in: its Request.Agent,
+// or the session inferred for it (Inferred set).
+func (d *Decision) Agent() session.AgentContext { return d.agent }
 
 // FirstToken records that the request's prefill finished: its tokens move
 // from prefill to decode load.
@@ -117,6 +125,9 @@ func (r *Router) done(d *Decision, u Usage) {
 	}
 	if u.Failed {
 		r.undoRoute(d)
+	}
+	if d.agent.Inferred && r.infer != nil {
+		r.infer.End(d.agent.SessionID)
 	}
 	r.mu.Lock()
 	r.loads.finish(d.id)

@@ -70,6 +70,24 @@
 // verifies the resent prefix chunk by chunk, reading the new prompt once,
 // and hashes only from the first chunk that changed.
 //
+// # Sessions nobody named
+//
+// With Config.InferSessions, a request that names no session (its
+// Request.Agent is zero) gets one from its prompt's block hashes, after
+// hashing: it joins the live inferred session whose context it extends
+// (or whose last TailTokens it rewrites), forks one it branches off beyond
+// that session's first prompt, or opens a new one; a prompt that matches
+// only a prefix several sessions share never joins (README, "How agentkv
+// recognises sessions"). Route fills Request.Agent with the inferred
+// session (Inferred set, ids under InferredPrefix, which no client may
+// send), and it gets affinity, an admission program, lineage, hints and
+// traces like a named one; Request.Client keeps inference within one
+// client. [Inferrer] and [EvalInference] do the same on traces. Every
+// Decision says why its worker was chosen (Decision.Reason: session,
+// inferred, prefix, load or held). A compaction (AgentContext.Compaction,
+// or session.Info.Compacted) restarts the session's lineage; its program
+// goes on.
+//
 // # Admission
 //
 // With Config.Admission set, each session is a program (its ProgramID when

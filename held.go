@@ -1,6 +1,7 @@
 package agentkv
 
 import (
+	"github.com/agentkv/agentkv/session"
 	"slices"
 	"strings"
 	"time"
@@ -21,6 +22,9 @@ type heldRequest struct {
 	adm        admission.Admission
 	ready      chan struct{} // closed on release or drop
 	dropped    bool
+	// inferred is the session the Infer stage gave the request, which
+	// its retry keeps (it names none itself).
+	inferred session.AgentContext
 }
 
 // Cancel withdraws a held request; a request not held is ignored. A

@@ -15,7 +15,7 @@ import (
 // hint inputs and envelopes. admission.WorkerID is not one of them: it is a
 // dense number the router assigns per rank (workerState.admID, byAdm).
 // AffinityMode maps to session.Mode; a session between turns is
-// kvhint.PhaseActing (session.Acting in the table, admission.Acting in
+// kvhint.PhaseActing (session.Acting, a session.Phase, in the table, admission.Acting in
 // admission, each package's own view of the same phase).
 
 // sessionWorker is w as session bindings name it.

@@ -41,7 +41,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "agentkv", Subsystem: "router", Name: "overhead_seconds",
 			Help: "Router overhead per request by stage (hash, match, schedule, total).", Buckets: buckets,
 		}, []string{"stage"}),
-		routed:       counterVec("router", "requests_routed_total", "Requests routed, by how the worker was chosen.", "via"),
+		routed: counterVec("router", "requests_routed_total",
+			"Requests routed, by how the worker was chosen (via: affinity or policy) and why (reason: session, inferred, prefix, load, held).", "via", "reason"),
 		promptTokens: counter("router", "prompt_tokens_total", "Prompt tokens of routed requests."),
 		cachedTokens: counterVec("router", "cached_tokens_total",
 			"Prompt tokens the chosen worker held, by tier (hit rate = this / prompt_tokens_total).", "tier"),
@@ -88,7 +89,7 @@ func (m *Metrics) observeRoute(d *Decision, blocks int, hash, match, sched, tota
 	if d.Affinity {
 		via = "affinity"
 	}
-	m.routed.WithLabelValues(via).Inc()
+	m.routed.WithLabelValues(via, d.Reason.String()).Inc()
 	m.promptTokens.Add(float64(d.prompt))
 	m.cachedTokens.WithLabelValues("device").Add(float64(d.Cached.Device))
 	m.cachedTokens.WithLabelValues("host").Add(float64(d.Cached.Host))

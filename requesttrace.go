@@ -28,7 +28,7 @@ func (r *Router) traceRecord(d *Decision, u Usage, now time.Time) {
 		EventTimeUnixMs: uint64(now.UnixMilli()),
 		EventSource:     "agentkv",
 		AgentContext: trace.AgentContext{SessionID: d.agent.SessionID, ParentSessionID: d.agent.ParentSessionID,
-			SessionFinal: d.agent.Final},
+			SessionFinal: d.agent.Final, SessionInferred: d.agent.Inferred},
 		Request: trace.Request{
 			RequestID:         d.RequestID,
 			API:               u.API,

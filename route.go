@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,8 +32,14 @@ type Request struct {
 	InputTokens    int
 	// ExpectedOutputTokens estimates the completion length for decode load.
 	ExpectedOutputTokens int
-	// Agent is the session the request belongs to (zero: an isolated call).
+	// Agent is the session the request belongs to (zero: an isolated call,
+	// or, with Config.InferSessions, a session inferred from the prompt:
+	// routing then fills Agent with it, Inferred set).
 	Agent session.AgentContext
+	// Client names the caller's scope for inferred sessions (a tenant, an
+	// API key's hash, a connection): a request only joins sessions
+	// inferred for the same Client. "" is one scope shared by all.
+	Client string
 	// LoRA names the adapter; it changes the block hashes.
 	LoRA string
 	// Override adjusts this request's routing.
@@ -108,6 +115,9 @@ type routing struct {
 	tracked     bool // Config.AdmissionPolicy tracks the request
 	pick        candidate
 	viaAffinity bool
+	inferred    bool // the Infer stage gave the request its session
+	wasHeld     bool // admission held the turn before it ran
+	continuing  bool // admission kept a running program's worker
 	// book
 	id uint64 // the load tracker's id of the request
 	// stage timings for Metrics
@@ -146,6 +156,7 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 	if err := r.hashPrompt(rt, req, sc); err != nil {
 		return nil, nil, err
 	}
+	r.inferSession(rt, req)
 	r.matchPrompt(rt, req, sc)
 
 	t := time.Now()
@@ -155,6 +166,9 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 	r.mu.Unlock()
 	rt.tSched = time.Since(t)
 	r.notify(rel)
+	if err != nil && !errors.Is(err, ErrHeld) && rt.inferred {
+		r.infer.End(req.Agent.SessionID) // it never ran
+	}
 	if err != nil {
 		if rt.heldNow && r.metrics != nil {
 			r.metrics.observeHeld()
@@ -169,6 +183,10 @@ func (r *Router) route(req *Request, hold bool) (*Decision, *heldRequest, error)
 // request belongs to, and the worker the session is bound to, if any (the
 // session table learns of the request only once it is routed, in commit).
 func (r *Router) identify(rt *routing, req *Request) {
+	if !req.Agent.Inferred && strings.HasPrefix(req.Agent.SessionID, InferredPrefix) {
+		// No client may address an inferred session.
+		req.Agent.SessionID, req.Agent.ParentSessionID = "", ""
+	}
 	ac := req.Agent
 	rt.program = programID(ac)
 	if ac.Valid() && r.affinityMayApply() {
@@ -303,12 +321,14 @@ func (r *Router) admitLocked(rt *routing, req *Request, sc *scratch, hold bool) 
 		if !h.released {
 			return h, ErrHeld
 		}
-		rt.adm, rt.waited = h.adm, rt.start.Sub(h.since)
+		rt.adm, rt.waited, rt.wasHeld = h.adm, rt.start.Sub(h.since), true
 		delete(r.held, id)
 	} else {
 		var prefer []admission.WorkerID
+		st := r.adm.Status(rt.program)
+		rt.continuing = st != admission.StatusUnknown
 		if r.cfg.Policy == KVAware {
-			switch st := r.adm.Status(rt.program); {
+			switch {
 			case st == admission.StatusUnknown:
 				prefer = r.preferenceLocked(sc.cands)
 			case st == admission.StatusRunnable && r.moves != nil:
@@ -347,6 +367,9 @@ func (r *Router) holdLocked(rt *routing, req *Request, hold bool) (*heldRequest,
 		return nil, ErrTooManyHeld
 	}
 	h := &heldRequest{program: rt.program, since: rt.start, waiter: hold, ready: make(chan struct{})}
+	if rt.inferred {
+		h.inferred = req.Agent
+	}
 	r.held[req.ID] = h
 	r.heldByPg[rt.program] = append(r.heldByPg[rt.program], req.ID)
 	rt.heldNow = true
@@ -462,8 +485,12 @@ func (r *Router) beginSession(rt *routing, req *Request) bool {
 	if !ac.Valid() {
 		return false
 	}
-	if _, err := r.table.Begin(ac); err != nil {
+	info, err := r.table.Begin(ac)
+	if err != nil {
 		r.log.Debug("agentkv: session not tracked", "session", ac.SessionID, "err", err)
+	}
+	if ac.Compaction || info.Compacted {
+		r.compacted(ac.SessionID)
 	}
 	w := rt.pick.ws.key
 	aff := r.affinityFor(w)
@@ -491,6 +518,7 @@ func (r *Router) newDecision(rt *routing, req *Request, candidates int) *Decisio
 		Admission:    rt.adm,
 		Waited:       rt.waited,
 		Affinity:     rt.viaAffinity,
+		Reason:       rt.reason(req.Agent),
 		r:            r,
 		id:           rt.id,
 		program:      rt.program,

@@ -39,6 +39,7 @@ type Router struct {
 	index   *flashindex.Index
 	table   *session.Table
 	tree    *radix.Tree
+	infer   *Inferrer // nil without Config.InferSessions
 	batcher *kvhint.Batcher
 	log     *slog.Logger
 	metrics *Metrics
@@ -134,6 +135,11 @@ func (r *Router) newParts() error {
 	}
 	if r.tree, err = radix.New(cfg.Lineage); err != nil {
 		return err
+	}
+	if cfg.InferSessions != nil {
+		if r.infer, err = newInferrer(*cfg.InferSessions, cfg.BlockSize, r.tree); err != nil {
+			return err
+		}
 	}
 	tc := cfg.Sessions
 	if tc.Now == nil {
@@ -326,6 +332,9 @@ func (r *Router) EndSession(id string) {
 func (r *Router) onSessionRemoved(rm session.Removal) {
 	r.hintsOnFinish(rm.ID, "")
 	r.tree.RemoveSession(rm.ID)
+	if r.infer != nil {
+		r.infer.Forget(rm.ID)
+	}
 	r.hashes.forget(rm.ID)
 	r.mu.Lock()
 	delete(r.acting, rm.ID)

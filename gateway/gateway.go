@@ -44,6 +44,9 @@ const (
 	// HeaderWaited is how long admission control held the request before
 	// it was routed, in milliseconds ("0" when it was not held).
 	HeaderWaited = "X-Agentkv-Waited-Ms"
+	// HeaderRoute says why the worker was chosen: session, inferred,
+	// prefix, load or held (agentkv.Decision.Reason).
+	HeaderRoute = "X-Agentkv-Route"
 	// HeaderDPRank is vLLM's (and SGLang's) header pinning a request to a
 	// data-parallel rank; the gateway sets it for workers with DPRanks > 1.
 	HeaderDPRank = "X-Data-Parallel-Rank"

@@ -188,6 +188,7 @@ func (g *Gateway) routedHeaders(h http.Header, wk *worker, d *agentkv.Decision) 
 		h.Set(HeaderSharedTokens, strconv.Itoa(d.SharedBlocks*g.router.Index().BlockSize()))
 	}
 	h.Set(HeaderWaited, strconv.FormatFloat(float64(d.Waited)/float64(time.Millisecond), 'f', 3, 64))
+	h.Set(HeaderRoute, d.Reason.String())
 }
 
 // watchdog cancels a stalled attempt: FirstByteTimeout until the first

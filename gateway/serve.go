@@ -368,6 +368,9 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, c *call, fw 
 		Override: &agentkv.Override{AllowedWorkers: fw.allowed}})
 	switch {
 	case err == nil:
+		if a := d.Agent(); a.Inferred && !c.agent.Valid() {
+			c.agent = a // a retry stays in the session inferred for it
+		}
 	case ctx.Err() != nil:
 		g.clientGone(c)
 		return nil, nil, stop // the client left while admission held the request

@@ -112,6 +112,9 @@ type StackConfig struct {
 	// Admission enables program-aware admission as admission.Agentic
 	// configures it (ticking every Tick).
 	Admission bool
+	// InferSessions is the router's Config.InferSessions: requests that
+	// name no session get one inferred from their prompts (nil: off).
+	InferSessions *agentkv.InferConfig
 	// Tick is the control-loop period (default 5 s); Refresh the capacity
 	// refresh period (default 30 s; negative disables).
 	Tick, Refresh time.Duration
@@ -232,7 +235,7 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	s.blockSize = blockSize
 	rc := agentkv.Config{BlockSize: blockSize, Policy: cfg.Policy, Affinity: cfg.Affinity, Approximate: approximate,
 		Logger: s.log, Metrics: rm, IndexSnapshot: cfg.IndexSnapshot, TickInterval: cfg.Tick, SharedPool: cfg.SharedPool,
-		Trace: cfg.Trace}
+		Trace: cfg.Trace, InferSessions: cfg.InferSessions}
 	if cfg.Admission {
 		ac := admission.Agentic()
 		ac.Interval = cfg.Tick

@@ -46,7 +46,7 @@ func TestNames(t *testing.T) {
 	if w.String() != "7/2" || !w.Less(WorkerID{ID: 7, DPRank: 3}) || !w.Less(WorkerID{ID: 8}) || w.Less(w) {
 		t.Error("WorkerID")
 	}
-	if PhaseActing.String() != "ACTING" || PhaseReasoning.String() != "REASONING" || EventResume.String() != "resume" || SkipVersion.String() != "unsupported-version" {
+	if PhaseActing.String() != "acting" || PhaseReasoning.String() != "reasoning" || EventResume.String() != "resume" || SkipVersion.String() != "unsupported-version" {
 		t.Error("names")
 	}
 	// Marshal through encoding/json by value.

@@ -18,9 +18,9 @@ const (
 func (p Phase) String() string {
 	switch p {
 	case PhaseReasoning:
-		return "REASONING"
+		return "reasoning"
 	case PhaseActing:
-		return "ACTING"
+		return "acting"
 	}
 	return "phase(" + strconv.Itoa(int(p)) + ")"
 }

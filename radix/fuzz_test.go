@@ -47,6 +47,17 @@ func FuzzOps(f *testing.F) {
 				if len(content) > 0 {
 					tr.Sessions(content[0], nil)
 				}
+				for _, c := range [][]uint64{chainOf(content), content} {
+					b := tr.Branch(c)
+					if b.Depth > len(c) || b.NOnPath > MaxOnPath || b.Owners > 2 || (b.Owners == 1) != (b.Owner != "") {
+						t.Fatalf("Branch(%v) = %+v", c, b)
+					}
+					for i := 0; i < b.NOnPath; i++ {
+						if m := b.OnPath[i]; m.Depth > b.Depth || m.Depth < 1 || i > 0 && m.Depth > b.OnPath[i-1].Depth {
+							t.Fatalf("Branch(%v) = %+v", c, b)
+						}
+					}
+				}
 			}
 			_ = err
 			if cerr := tr.check(); cerr != nil {

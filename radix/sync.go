@@ -114,3 +114,10 @@ func (t *Tree) Stats() Stats {
 	defer t.unlock()
 	return t.raw.Stats()
 }
+
+// Branch is RawTree.Branch under the lock.
+func (t *Tree) Branch(chain []uint64) Branch {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.raw.Branch(chain)
+}

@@ -4,12 +4,21 @@ import "context"
 
 // Harness names reported in AgentContext.Harness by the built-in rules.
 const (
-	HarnessDynamo       = "dynamo"       // only the canonical x-dynamo-* headers
-	HarnessClaudeCode   = "claude-code"  // Anthropic Claude Code
-	HarnessCodex        = "codex"        // OpenAI Codex CLI
-	HarnessOpenCode     = "opencode"     // sst OpenCode
-	HarnessThunderAgent = "thunderagent" // program_id in the JSON body
-	HarnessSGLang       = "sglang"       // the SGLang model gateway's X-SMG-Routing-Key
+	HarnessDynamo       = "dynamo"            // only the canonical x-dynamo-* headers
+	HarnessClaudeCode   = "claude-code"       // Anthropic Claude Code
+	HarnessCodex        = "codex"             // OpenAI Codex CLI
+	HarnessOpenCode     = "opencode"          // sst OpenCode
+	HarnessThunderAgent = "thunderagent"      // program_id in the JSON body
+	HarnessSGLang       = "sglang"            // the SGLang model gateway's X-SMG-Routing-Key
+	HarnessDeepSeek     = "deepseek"          // DeepSeek's harness (x-deepseek-harness-*)
+	HarnessPi           = "pi"                // Pi (@mariozechner/pi-coding-agent), openai-responses
+	HarnessClientID     = "client-request-id" // a session-shaped x-client-request-id
+	HarnessBearer       = "bearer"            // the API key as the session (Config.BearerSession)
+	HarnessOpenAIUser   = "openai-user"       // the body's user field
+	HarnessSessionParam = "session-params"    // the body's session_params.session_id
+	// HarnessInferred marks a session the router inferred from the prompt
+	// (no header or body field named one); AgentContext.Inferred is set.
+	HarnessInferred = "inferred"
 )
 
 // AgentContext is the agent identity of one request. The zero value means
@@ -38,6 +47,22 @@ type AgentContext struct {
 	// ProgramID is a ThunderAgent program id from the body (program_id or
 	// extra_body.program_id); admission control groups requests by it.
 	ProgramID string
+	// Compaction is set when the request rewrites its session's context
+	// under the same identity: Codex's turn metadata request_kind
+	// "compaction", Claude Code's x-claude-code-compaction or a request
+	// class naming compaction, DeepSeek's x-deepseek-harness-compact, or
+	// (reported by Table.Begin in Info.Compacted) a rise of Window. The
+	// program continues (admission keeps its accounting); its lineage
+	// restarts (the router expects no prefix hit on this turn and lets the
+	// old branch age out).
+	Compaction bool
+	// Window is Codex's window number: the digits after the last ':' of
+	// x-codex-window-id (0 when absent or not numeric). Codex opens a new
+	// window when it compacts; a rise within a session is a compaction.
+	Window uint32
+	// Inferred is set when the session was inferred from the prompt's
+	// blocks (the router's Infer stage), not named by the request.
+	Inferred bool
 }
 
 // Valid reports whether the request belongs to a session.

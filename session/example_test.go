@@ -60,14 +60,14 @@ func ExampleTable() {
 	tb.Begin(session.AgentContext{SessionID: "root/sub", ParentSessionID: "root"})
 	tb.Bind("root/sub", session.Worker{ID: 3}, session.Soft)
 	info, _ := tb.End("root/sub", session.Usage{InputTokens: 1200, OutputTokens: 80})
-	fmt.Println(info.State, info.Usage.InputTokens, tb.Children("root", nil))
+	fmt.Println(info.Phase, info.Usage.InputTokens, tb.Children("root", nil))
 	b, _ := tb.Affinity("root/sub")
 	fmt.Println(b.Worker, b.Mode)
 	tb.End("root", session.Usage{})
 	tb.Begin(session.AgentContext{SessionID: "root", Final: true})
 	tb.End("root", session.Usage{})
 	// Output:
-	// ACTING 1200 [root/sub]
+	// acting 1200 [root/sub]
 	// 3/0 soft
 	// removed root ended
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"unicode/utf8"
@@ -77,6 +78,7 @@ type Rule struct {
 	Session []string // session id headers
 	Parent  []string // parent session id headers
 	Final   []string // headers whose value "true", "1" or "yes" ends the session
+	Compact []string // headers whose value "true", "1" or "yes" marks a compaction
 	Agent   []string // agent id headers
 	Turn    []string // turn id headers
 	Func    func(h http.Header, body []byte, ac *AgentContext)
@@ -106,12 +108,22 @@ const (
 	headerOpenCodeAffinity        = "X-Session-Affinity"
 	headerOpenCodeParent          = "X-Parent-Session-Id"
 	headerSGLangRoutingKey        = "X-Smg-Routing-Key"
+	headerCodexWindow             = "X-Codex-Window-Id"
+	headerCodexOriginator         = "Originator"
+	headerClaudeCompaction        = "X-Claude-Code-Compaction"
+	headerClaudeRequestClass      = "X-Claude-Code-Request-Class"
+	headerDeepSeekSession         = "X-Deepseek-Harness-Session-Id"
+	headerDeepSeekParent          = "X-Deepseek-Harness-Parent-Session-Id"
+	headerDeepSeekCompact         = "X-Deepseek-Harness-Compact"
+	headerClientRequestID         = "X-Client-Request-Id"
+	headerAuthorization           = "Authorization"
 )
 
 // DefaultRules returns a fresh copy of the built-in rows, in precedence
-// order: Claude Code, Codex, OpenCode. Add a harness by appending (or
-// prepending, to take precedence) a Rule and passing the slice as
-// Config.Rules.
+// order: Claude Code, Codex, Pi, DeepSeek, OpenCode (and SkyRL), SGLang's
+// routing key, a session-shaped x-client-request-id. Add a harness by
+// appending (or prepending, to take precedence) a Rule and passing the
+// slice as Config.Rules.
 //
 // Claude Code: X-Claude-Code-Session-Id is the session; a subagent's
 // x-claude-code-agent-id makes the session "<session>/<agent>" whose parent
@@ -124,7 +136,19 @@ const (
 // is the parent; x-codex-turn-metadata (JSON) gives agent_name and turn_id.
 //
 // OpenCode: x-session-id, else x-session-affinity; parent
-// x-parent-session-id.
+// x-parent-session-id. SkyRL's X-Session-ID is the same header.
+//
+// Pi (openai-responses): the session_id header (net/http's "Session_id")
+// when no Codex header and no Codex originator comes with it (older Codex
+// sent session_id too, always with originator codex_*).
+//
+// DeepSeek's harness: x-deepseek-harness-session-id, parent
+// x-deepseek-harness-parent-session-id, x-deepseek-harness-compact: 1
+// marks a compaction.
+//
+// x-client-request-id, last and only when it is session-shaped (a UUID,
+// 8-4-4-4-12 hex digits, the form harnesses that send it use for their
+// session: Pi, Codex); anything else is a per-request id and is ignored.
 //
 // SGLang model gateway clients (slime, miles and other RL rollout
 // workers): X-SMG-Routing-Key, the key its consistent_hashing and manual
@@ -133,13 +157,100 @@ func DefaultRules() []Rule {
 	return []Rule{
 		{Harness: HarnessClaudeCode, Func: claudeRule},
 		{Harness: HarnessCodex, Parent: []string{headerCodexParent}, Func: codexRule},
+		{Harness: HarnessPi, Func: piRule},
+		{
+			Harness: HarnessDeepSeek,
+			Session: []string{headerDeepSeekSession},
+			Parent:  []string{headerDeepSeekParent},
+			Compact: []string{headerDeepSeekCompact},
+		},
 		{
 			Harness: HarnessOpenCode,
 			Session: []string{headerOpenCodeSession, headerOpenCodeAffinity},
 			Parent:  []string{headerOpenCodeParent},
 		},
 		{Harness: HarnessSGLang, Session: []string{headerSGLangRoutingKey}},
+		{Harness: HarnessClientID, Func: clientIDRule},
 	}
+}
+
+// piRule takes the session_id header when nothing marks it as Codex's.
+func piRule(h http.Header, body []byte, ac *AgentContext) {
+	if body != nil {
+		return
+	}
+	s := header(h, headerCodexLegacySession)
+	if s == "" || header(h, headerCodexLegacyConversation) != "" || codexOriginator(h) {
+		return
+	}
+	ac.SessionID = s
+}
+
+func codexOriginator(h http.Header) bool {
+	return strings.HasPrefix(strings.ToLower(header(h, headerCodexOriginator)), "codex")
+}
+
+// clientIDRule takes x-client-request-id when it is session-shaped.
+func clientIDRule(h http.Header, body []byte, ac *AgentContext) {
+	if body != nil {
+		return
+	}
+	if v := header(h, headerClientRequestID); isUUID(v) {
+		ac.SessionID = v
+	}
+}
+
+// isUUID reports whether s is 8-4-4-4-12 hex digits.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// bearerRule takes the API key as the session (slime's agent facade);
+// only with Config.BearerSession.
+func bearerRule(h http.Header, body []byte, ac *AgentContext) {
+	if body != nil {
+		return
+	}
+	v := header(h, headerAuthorization)
+	if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+		ac.SessionID = strings.TrimSpace(v[7:])
+	}
+}
+
+// windowNumber is the digits after the last ':' of a Codex window id (0
+// when there are none or they overflow).
+func windowNumber(v string) uint32 {
+	i := strings.LastIndexByte(v, ':')
+	if i < 0 || i == len(v)-1 {
+		return 0
+	}
+	var n uint64
+	for _, c := range []byte(v[i+1:]) {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + uint64(c-'0')
+		if n > 1<<32-1 {
+			return 0
+		}
+	}
+	return uint32(n)
 }
 
 func header(h http.Header, key string) string {
@@ -171,6 +282,15 @@ func claudeRule(h http.Header, body []byte, ac *AgentContext) {
 		return // the body fallback (metadata.user_id) is built in
 	}
 	claudeContext(h, header(h, headerClaudeSession), ac)
+	claudeCompaction(h, ac)
+}
+
+// claudeCompaction reads Claude Code's compaction markers.
+func claudeCompaction(h http.Header, ac *AgentContext) {
+	if truthy(header(h, headerClaudeCompaction)) ||
+		strings.Contains(strings.ToLower(header(h, headerClaudeRequestClass)), "compact") {
+		ac.Compaction = true
+	}
 }
 
 func codexRule(h http.Header, body []byte, ac *AgentContext) {
@@ -195,11 +315,20 @@ func codexRule(h http.Header, body []byte, ac *AgentContext) {
 				ac.AgentID, _ = jsonString(v)
 			case keyIs(k, "turn_id"):
 				ac.TurnID, _ = jsonString(v)
+			case keyIs(k, "request_kind"):
+				if kind, _ := jsonString(v); kind == "compaction" {
+					ac.Compaction = true
+				}
 			}
 		}
 	}
+	ac.Window = windowNumber(header(h, headerCodexWindow))
+	legacy := "" // session_id alone is Pi's unless Codex's originator comes with it
+	if header(h, headerCodexLegacyConversation) != "" || codexOriginator(h) {
+		legacy = header(h, headerCodexLegacySession)
+	}
 	for _, s := range [...]string{header(h, headerCodexThread), metaThread, header(h, headerCodexSession), metaSession,
-		header(h, headerCodexLegacyConversation), header(h, headerCodexLegacySession)} {
+		header(h, headerCodexLegacyConversation), legacy} {
 		if s != "" {
 			ac.SessionID = s
 			break
@@ -222,13 +351,19 @@ type Config struct {
 	// the headers name a session (to pick up a ThunderAgent program_id).
 	// By default the body is read only when the headers name no session.
 	AlwaysReadBody bool
+	// BearerSession makes the API key the session when no header before
+	// it names one: Authorization: Bearer <session>, as slime's agent
+	// facade sends it. Off by default: elsewhere the key names a tenant,
+	// not a session, and would put every request of a tenant in one
+	// session (and the key into traces and metrics).
+	BearerSession bool
 }
 
 type rule struct {
-	harness                           string
-	session, parent, final, agent, tn []string
-	fn                                func(http.Header, []byte, *AgentContext)
-	builtin                           uint8
+	harness                                    string
+	session, parent, final, compact, agent, tn []string
+	fn                                         func(http.Header, []byte, *AgentContext)
+	builtin                                    uint8
 }
 
 // Built-in rule funcs are recognised in New and called directly (not
@@ -237,6 +372,9 @@ const (
 	builtinNone uint8 = iota
 	builtinClaude
 	builtinCodex
+	builtinPi
+	builtinClientID
+	builtinBearer
 )
 
 // Extractor turns requests into AgentContexts. It is immutable after New
@@ -266,6 +404,9 @@ func New(cfg Config) (*Extractor, error) {
 	if rules == nil {
 		rules = DefaultRules()
 	}
+	if cfg.BearerSession {
+		rules = append(slices.Clip(rules), Rule{Harness: HarnessBearer, Func: bearerRule})
+	}
 	canon := func(names []string) []string {
 		out := make([]string, 0, len(names))
 		for _, n := range names {
@@ -284,14 +425,21 @@ func New(cfg Config) (*Extractor, error) {
 		}
 		e.rules = append(e.rules, rule{
 			harness: r.Harness, session: canon(r.Session), parent: canon(r.Parent),
-			final: canon(r.Final), agent: canon(r.Agent), tn: canon(r.Turn), fn: r.Func,
+			final: canon(r.Final), compact: canon(r.Compact), agent: canon(r.Agent), tn: canon(r.Turn), fn: r.Func,
 		})
 		if r.Func != nil {
+			b := &e.rules[len(e.rules)-1].builtin
 			switch reflect.ValueOf(r.Func).Pointer() {
 			case reflect.ValueOf(claudeRule).Pointer():
-				e.rules[len(e.rules)-1].builtin = builtinClaude
+				*b = builtinClaude
 			case reflect.ValueOf(codexRule).Pointer():
-				e.rules[len(e.rules)-1].builtin = builtinCodex
+				*b = builtinCodex
+			case reflect.ValueOf(piRule).Pointer():
+				*b = builtinPi
+			case reflect.ValueOf(clientIDRule).Pointer():
+				*b = builtinClientID
+			case reflect.ValueOf(bearerRule).Pointer():
+				*b = builtinBearer
 			}
 		}
 	}
@@ -337,12 +485,26 @@ func (r *rule) apply(h http.Header, body []byte, ac *AgentContext) {
 				ac.Final = true
 			}
 		}
+		for _, k := range r.compact {
+			if truthy(header(h, k)) {
+				ac.Compaction = true
+			}
+		}
+	}
+	switch r.builtin { // static calls: ac stays on the caller's stack
+	case builtinClaude:
+		claudeRule(h, body, ac)
+	case builtinCodex:
+		codexRule(h, body, ac)
+	case builtinPi:
+		piRule(h, body, ac)
+	case builtinClientID:
+		clientIDRule(h, body, ac)
+	case builtinBearer:
+		bearerRule(h, body, ac)
 	}
 	switch {
-	case r.builtin == builtinClaude: // static calls: ac stays on the caller's stack
-		claudeRule(h, body, ac)
-	case r.builtin == builtinCodex:
-		codexRule(h, body, ac)
+	case r.builtin != builtinNone:
 	case r.fn != nil:
 		// A user Func may keep its argument: give it a heap copy so the
 		// common (built-in only) path allocates nothing.
@@ -358,12 +520,14 @@ func (r *rule) apply(h http.Header, body []byte, ac *AgentContext) {
 // only consulted when the headers name no session, except for the
 // ThunderAgent program_id which is taken whenever a body is given.
 //
-// Precedence: the canonical x-dynamo-* headers win; otherwise the first
-// Rule (in table order) whose headers name a session; otherwise the body:
-// Claude Code's metadata.user_id (a JSON string holding session_id, or the
-// legacy "..._session_<id>" form), then Codex's prompt_cache_key, then
+// Precedence (the source chain): the canonical x-dynamo-* headers win;
+// otherwise the first Rule (in table order) whose headers name a session;
+// otherwise the body: prompt_cache_key (Codex, Pi), Claude Code's
+// metadata.user_id (a JSON string holding session_id, or the plain
+// "..._session_<id>" form), OpenAI's user, session_params.session_id, then
 // program_id / extra_body.program_id. A parent equal to the session is
-// dropped.
+// dropped. A request none of them names is left to the router, which
+// infers its session from the prompt (AgentContext.Inferred).
 //
 // A request with no session yields the zero AgentContext and a nil error.
 // An id that is too long, holds a control character or is not UTF-8 yields
@@ -414,9 +578,9 @@ func (e *Extractor) FromRequest(r *http.Request, body []byte) (AgentContext, err
 }
 
 // fromBody applies the body fallbacks in one pass over the top-level
-// members.
+// members, then picks the first present in the chain's order.
 func (e *Extractor) fromBody(h http.Header, body []byte, ac *AgentContext) {
-	var meta, cacheKey, program string
+	var meta, cacheKey, user, param, program string
 	f := newFields(body)
 	for {
 		k, v, ok := f.next()
@@ -434,6 +598,12 @@ func (e *Extractor) fromBody(h http.Header, body []byte, ac *AgentContext) {
 			}
 		case keyIs(k, "prompt_cache_key") && ac.SessionID == "":
 			cacheKey, _ = jsonString(string(v))
+		case keyIs(k, "user") && ac.SessionID == "":
+			user, _ = jsonString(string(v))
+		case keyIs(k, "session_params") && ac.SessionID == "":
+			if raw, ok := member(v, "session_id"); ok {
+				param, _ = jsonID(string(raw))
+			}
 		case keyIs(k, "program_id"):
 			if id, ok := jsonID(string(v)); ok {
 				program = id
@@ -467,12 +637,19 @@ func (e *Extractor) fromBody(h http.Header, body []byte, ac *AgentContext) {
 		}
 	}
 	switch {
-	case meta != "":
-		claudeContext(h, meta, ac)
-		ac.Harness = HarnessClaudeCode
 	case cacheKey != "":
 		ac.SessionID = cacheKey
 		ac.Harness = HarnessCodex
+	case meta != "":
+		claudeContext(h, meta, ac)
+		claudeCompaction(h, ac)
+		ac.Harness = HarnessClaudeCode
+	case user != "":
+		ac.SessionID = user
+		ac.Harness = HarnessOpenAIUser
+	case param != "":
+		ac.SessionID = param
+		ac.Harness = HarnessSessionParam
 	case program != "":
 		ac.SessionID = program
 		ac.Harness = HarnessThunderAgent

@@ -157,8 +157,8 @@ func TestCodex(t *testing.T) {
 			want:    AgentContext{SessionID: "conv-old", Harness: HarnessCodex},
 		},
 		{
-			name:    "older Codex: session_id alone",
-			headers: [][2]string{{"session_id", "sess-old"}},
+			name:    "older Codex: session_id with Codex's originator",
+			headers: [][2]string{{"session_id", "sess-old"}, {"originator", "codex_cli_rs"}},
 			want:    AgentContext{SessionID: "sess-old", Harness: HarnessCodex},
 		},
 		{
@@ -440,6 +440,106 @@ func TestJSONScanner(t *testing.T) {
 	for _, raw := range []string{`"a\x"`, `1`, `"`, `"\xff"`} {
 		if got, ok := jsonString(raw); ok {
 			t.Errorf("jsonString(%q) = %q, want failure", raw, got)
+		}
+	}
+}
+
+// The rows added for issue #32, in source-chain order, and compaction.
+func TestSourceChain(t *testing.T) {
+	const uuid = "0f8fad5b-d9cb-469f-a165-70867728950e"
+	runHarnessCases(t, Default, []harnessCase{
+		{
+			name:    "DeepSeek harness with parent and compaction",
+			headers: [][2]string{{"x-deepseek-harness-session-id", "ds-2"}, {"x-deepseek-harness-parent-session-id", "ds-1"}, {"x-deepseek-harness-compact", "1"}},
+			want:    AgentContext{SessionID: "ds-2", ParentSessionID: "ds-1", Harness: HarnessDeepSeek, Compaction: true},
+		},
+		{
+			name:    "Pi openai-responses: session_id and x-client-request-id",
+			headers: [][2]string{{"session_id", uuid}, {"x-client-request-id", uuid}},
+			body:    `{"model":"m","prompt_cache_key":"` + uuid + `"}`,
+			want:    AgentContext{SessionID: uuid, Harness: HarnessPi},
+		},
+		{
+			name:    "Pi with session affinity headers",
+			headers: [][2]string{{"session_id", "pi-1"}, {"x-session-affinity", "pi-1"}},
+			want:    AgentContext{SessionID: "pi-1", Harness: HarnessPi},
+		},
+		{
+			name:    "SkyRL X-Session-ID",
+			headers: [][2]string{{"X-Session-ID", "traj-4"}},
+			want:    AgentContext{SessionID: "traj-4", Harness: HarnessOpenCode},
+		},
+		{
+			name:    "session-shaped x-client-request-id",
+			headers: [][2]string{{"x-client-request-id", uuid}},
+			want:    AgentContext{SessionID: uuid, Harness: HarnessClientID},
+		},
+		{
+			name:    "per-request x-client-request-id is ignored",
+			headers: [][2]string{{"x-client-request-id", "req_123"}},
+		},
+		{
+			name:    "Bearer is not a session by default",
+			headers: [][2]string{{"Authorization", "Bearer sess-7"}},
+		},
+		{
+			name: "body: prompt_cache_key before metadata.user_id",
+			body: `{"metadata":{"user_id":"{\"session_id\":\"cc\"}"},"prompt_cache_key":"pk"}`,
+			want: AgentContext{SessionID: "pk", Harness: HarnessCodex},
+		},
+		{
+			name: "body: metadata.user_id plain form",
+			body: `{"metadata":{"user_id":"user_ab_account_cd_session_ef"}}`,
+			want: AgentContext{SessionID: "ef", Harness: HarnessClaudeCode},
+		},
+		{
+			name: "body: user before session_params and program_id",
+			body: `{"user":"u-1","session_params":{"session_id":"sp-1"},"program_id":"p-1"}`,
+			want: AgentContext{SessionID: "u-1", Harness: HarnessOpenAIUser, ProgramID: "p-1"},
+		},
+		{
+			name: "body: session_params.session_id",
+			body: `{"session_params":{"session_id":"sp-1"},"program_id":"p-1"}`,
+			want: AgentContext{SessionID: "sp-1", Harness: HarnessSessionParam, ProgramID: "p-1"},
+		},
+		{
+			name:    "Codex compaction turn and window number",
+			headers: [][2]string{{"thread-id", "th"}, {"x-codex-window-id", "th:3"}, {"x-codex-turn-metadata", `{"request_kind":"compaction"}`}},
+			want:    AgentContext{SessionID: "th", Harness: HarnessCodex, Compaction: true, Window: 3},
+		},
+		{
+			name:    "Claude Code compaction header",
+			headers: [][2]string{{"X-Claude-Code-Session-Id", "s"}, {"x-claude-code-compaction", "true"}},
+			want:    AgentContext{SessionID: "s", Harness: HarnessClaudeCode, Compaction: true},
+		},
+		{
+			name:    "Claude Code request class",
+			headers: [][2]string{{"X-Claude-Code-Session-Id", "s"}, {"x-claude-code-request-class", "compaction"}},
+			want:    AgentContext{SessionID: "s", Harness: HarnessClaudeCode, Compaction: true},
+		},
+	})
+	bearer, err := New(Config{BearerSession: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runHarnessCases(t, bearer, []harnessCase{
+		{
+			name:    "opt-in Bearer as session",
+			headers: [][2]string{{"Authorization", "Bearer sess-7"}},
+			want:    AgentContext{SessionID: "sess-7", Harness: HarnessBearer},
+		},
+		{
+			name:    "harness headers win over Bearer",
+			headers: [][2]string{{"Authorization", "Bearer sess-7"}, {"x-session-id", "o"}},
+			want:    AgentContext{SessionID: "o", Harness: HarnessOpenCode},
+		},
+	})
+}
+
+func TestWindowNumber(t *testing.T) {
+	for v, want := range map[string]uint32{"": 0, "w": 0, "th:": 0, "th:12": 12, "a:b:7": 7, "th:x1": 0, "th:99999999999": 0} {
+		if got := windowNumber(v); got != want {
+			t.Errorf("windowNumber(%q) = %d, want %d", v, got, want)
 		}
 	}
 }

@@ -20,8 +20,11 @@ func FuzzFromRequest(f *testing.F) {
 	f.Add("x-dynamo-session-id", "d", "x-dynamo-session-final", "true", `{"extra_body":{"program_id":"p"}}`)
 	f.Add("x-dynamo-session-id", strings.Repeat("z", 300), "x", "\x00", `{"a":[[[[{"b":"\\"}`)
 	f.Add("", "", "", "", `{"metadata":{"user_id":"user_1_account_2_session_3"}}`)
+	f.Add("x-deepseek-harness-session-id", "d", "x-deepseek-harness-compact", "1", `{"user":"u"}`)
+	f.Add("session_id", "p", "x-client-request-id", "0f8fad5b-d9cb-469f-a165-70867728950e", `{"session_params":{"session_id":5}}`)
+	f.Add("x-codex-window-id", "t:4", "authorization", "Bearer b", `{"prompt_cache_key":"k"}`)
 	const limit = 128
-	e, err := New(Config{MaxBodyBytes: limit})
+	e, err := New(Config{MaxBodyBytes: limit, BearerSession: true})
 	if err != nil {
 		f.Fatal(err)
 	}

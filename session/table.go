@@ -43,24 +43,24 @@ type Worker struct {
 
 func (w Worker) String() string { return fmt.Sprintf("%d/%d", w.ID, w.DPRank) }
 
-// State is where a session is in its agent loop.
-type State uint8
+// Phase is where a session is in its agent loop.
+type Phase uint8
 
 const (
 	// Reasoning: a model request of the session is in flight.
-	Reasoning State = iota + 1
+	Reasoning Phase = iota + 1
 	// Acting: no request in flight; the agent runs tools or thinks.
 	Acting
 )
 
-func (s State) String() string {
-	switch s {
+func (p Phase) String() string {
+	switch p {
 	case Reasoning:
-		return "REASONING"
+		return "reasoning"
 	case Acting:
-		return "ACTING"
+		return "acting"
 	}
-	return fmt.Sprintf("state(%d)", uint8(s))
+	return fmt.Sprintf("phase(%d)", uint8(p))
 }
 
 // Mode is how strongly an affinity binding holds.
@@ -139,14 +139,23 @@ type Removal struct {
 type Info struct {
 	ID, Parent                  string
 	Harness, AgentID, ProgramID string
-	State                       State
-	StateSince                  time.Time // when State was entered
+	Phase                       Phase
+	PhaseSince                  time.Time // when Phase was entered
 	Created, LastSeen           time.Time
 	InFlight                    int    // requests begun and not ended
 	Requests                    uint64 // requests begun
 	Usage                       Usage  // totals over ended requests
 	Children                    int    // live children
 	Final                       bool   // ends when its in-flight requests end
+	Inferred                    bool   // inferred from the prompt (AgentContext.Inferred)
+	// Window is the highest Codex window number seen (AgentContext.Window);
+	// Compactions counts the requests that compacted the context.
+	Window      uint32
+	Compactions uint64
+	// Compacted is set only in the Info Begin returns, when that request
+	// compacts the context: AgentContext.Compaction, or a Window above the
+	// one seen before.
+	Compacted bool
 }
 
 // TableConfig configures a Table. Zero fields mean the documented default.
@@ -350,7 +359,7 @@ func (t *RawTable) link(e *entry) {
 
 // Begin records the start of a request of ac's session: it creates the
 // session if needed (linking it under its live parent), moves it to
-// REASONING, and counts the request. A Final context marks the session to
+// Reasoning, and counts the request. A Final context marks the session to
 // end when its in-flight requests end. The parent of a session is fixed by
 // its first request that names one; parent links that would form a cycle,
 // or a chain deeper than MaxLineageDepth, are ignored. An id longer than
@@ -374,7 +383,7 @@ func (t *RawTable) Begin(ac AgentContext) (Info, error) {
 		}
 		e = &entry{info: Info{
 			ID: ac.SessionID, Harness: ac.Harness, AgentID: ac.AgentID, ProgramID: ac.ProgramID,
-			Created: now, LastSeen: now,
+			Inferred: ac.Inferred, Created: now, LastSeen: now,
 		}}
 		t.m[ac.SessionID] = e
 		t.pushFront(e)
@@ -387,8 +396,8 @@ func (t *RawTable) Begin(ac AgentContext) (Info, error) {
 	t.link(e)
 	// A parent created after its children adopts them lazily: children
 	// link when they next Begin.
-	if e.info.State != Reasoning {
-		e.info.State, e.info.StateSince = Reasoning, now
+	if e.info.Phase != Reasoning {
+		e.info.Phase, e.info.PhaseSince = Reasoning, now
 	}
 	if e.info.ProgramID == "" {
 		e.info.ProgramID = ac.ProgramID
@@ -396,11 +405,18 @@ func (t *RawTable) Begin(ac AgentContext) (Info, error) {
 	e.info.InFlight++
 	e.info.Requests++
 	e.info.Final = e.info.Final || ac.Final
-	return t.snapshot(e), nil
+	compacted := ac.Compaction || (ac.Window > e.info.Window && e.info.Window != 0)
+	e.info.Window = max(e.info.Window, ac.Window)
+	if compacted {
+		e.info.Compactions++
+	}
+	info := t.snapshot(e)
+	info.Compacted = compacted
+	return info, nil
 }
 
 // End records the end of one request of session id with its reported
-// usage. When no request is left in flight the session moves to ACTING; a
+// usage. When no request is left in flight the session moves to Acting; a
 // Final session is removed (Cause Ended) and its last Info returned.
 func (t *RawTable) End(id string, u Usage) (Info, error) {
 	now := t.cfg.Now()
@@ -414,7 +430,7 @@ func (t *RawTable) End(id string, u Usage) (Info, error) {
 		e.info.InFlight--
 	}
 	if e.info.InFlight == 0 {
-		e.info.State, e.info.StateSince = Acting, now
+		e.info.Phase, e.info.PhaseSince = Acting, now
 		if e.info.Final {
 			info := t.snapshot(e)
 			t.remove(e, Ended)

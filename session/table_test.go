@@ -48,7 +48,7 @@ func TestTableLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State != Reasoning || !info.StateSince.Equal(t0) || info.InFlight != 1 || info.Requests != 1 {
+	if info.Phase != Reasoning || !info.PhaseSince.Equal(t0) || info.InFlight != 1 || info.Requests != 1 {
 		t.Fatalf("after Begin: %+v", info)
 	}
 	clk.Advance(2 * time.Second)
@@ -56,7 +56,7 @@ func TestTableLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State != Acting || !info.StateSince.Equal(t0.Add(2*time.Second)) {
+	if info.Phase != Acting || !info.PhaseSince.Equal(t0.Add(2*time.Second)) {
 		t.Fatalf("after End: %+v", info)
 	}
 	clk.Advance(time.Second)
@@ -64,12 +64,12 @@ func TestTableLifecycle(t *testing.T) {
 	tb.Begin(AgentContext{SessionID: "s"}) // two in flight
 	tb.End("s", Usage{InputTokens: 150, OutputTokens: 20})
 	info, _ = tb.Get("s")
-	if info.State != Reasoning || info.InFlight != 1 {
+	if info.Phase != Reasoning || info.InFlight != 1 {
 		t.Fatalf("one of two ended: %+v", info)
 	}
 	info, _ = tb.End("s", Usage{InputTokens: 1})
 	want := Usage{InputTokens: 251, OutputTokens: 30, CachedTokens: 64}
-	if info.Usage != want || info.Requests != 3 || info.State != Acting || info.Harness != HarnessCodex {
+	if info.Usage != want || info.Requests != 3 || info.Phase != Acting || info.Harness != HarnessCodex {
 		t.Fatalf("totals: %+v", info)
 	}
 	if _, err := tb.End("nope", Usage{}); !errors.Is(err, ErrUnknown) {
@@ -320,5 +320,40 @@ func TestTableConcurrent(t *testing.T) {
 	defer mu.Unlock()
 	if removed == 0 {
 		t.Fatal("no evictions recorded")
+	}
+}
+
+// A rising Codex window or a compaction marker compacts the session; the
+// session and its program continue.
+func TestTableCompaction(t *testing.T) {
+	tb, err := NewRawTable(TableConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		ac   AgentContext
+		want bool
+	}{
+		{AgentContext{SessionID: "s", Window: 1}, false},
+		{AgentContext{SessionID: "s", Window: 1}, false},
+		{AgentContext{SessionID: "s", Window: 2}, true},
+		{AgentContext{SessionID: "s"}, false},
+		{AgentContext{SessionID: "s", Window: 1}, false},
+		{AgentContext{SessionID: "s", Compaction: true}, true},
+	}
+	for i, st := range steps {
+		info, err := tb.Begin(st.ac)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Compacted != st.want {
+			t.Fatalf("step %d: Compacted = %v, want %v", i, info.Compacted, st.want)
+		}
+		if _, err := tb.End("s", Usage{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if info, _ := tb.Get("s"); info.Compactions != 2 || info.Window != 2 || info.Requests != 6 || info.Compacted {
+		t.Fatalf("info %+v", info)
 	}
 }

@@ -3,7 +3,7 @@ package session
 import "sync"
 
 // Table is the set of live sessions: bounded (LRU out), with idle expiry,
-// a parent/child tree, REASONING/ACTING state, token totals and optional
+// a parent/child tree, Reasoning/Acting phase, token totals and optional
 // worker affinity. It is a RawTable behind a mutex and is safe for
 // concurrent use. OnRemove callbacks run after the lock is released, on
 // the goroutine whose call caused the removal.

@@ -29,7 +29,7 @@
 //	schema "dynamo.request.trace.v1", event_type (request_end, tool_start,
 //	tool_end, tool_error, request_payload), event_time_unix_ms,
 //	event_source (dynamo | harness),
-//	agent_context {session_id, parent_session_id, session_final},
+//	agent_context {session_id, parent_session_id, session_final, session_inferred},
 //	request {request_id, x_request_id, model, input_tokens, output_tokens,
 //	  cached_tokens, request_received_ms, prefill_wait_time_ms,
 //	  prefill_time_ms, ttft_ms, total_time_ms, avg_itl_ms, kv_hit_rate,

@@ -58,6 +58,9 @@ type AgentContext struct {
 	SessionID       string `json:"session_id"`
 	ParentSessionID string `json:"parent_session_id,omitempty"`
 	SessionFinal    bool   `json:"session_final,omitempty"`
+	// SessionInferred marks a session the router inferred from the prompt
+	// (no header or body field named one); agentkv's extension.
+	SessionInferred bool `json:"session_inferred,omitempty"`
 }
 
 // Request holds the metrics of one finished model request (Dynamo's
@@ -242,6 +245,9 @@ func (r *Record) AppendJSON(dst []byte, content bool) []byte {
 		}
 		if a.SessionFinal {
 			dst = append(dst, `,"session_final":true`...)
+		}
+		if a.SessionInferred {
+			dst = append(dst, `,"session_inferred":true`...)
 		}
 		dst = append(dst, '}')
 	}

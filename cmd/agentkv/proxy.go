@@ -221,6 +221,7 @@ type proxyFlags struct {
 	blockSize    int
 	policy       string
 	affinity     string
+	infer        bool
 	admission    bool
 	metrics      string
 	maxBody      int64
@@ -247,6 +248,7 @@ func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.blockSize, "block-size", 0, "KV block size in tokens (0: read from the workers' /metrics; must match the engines)")
 	fs.StringVar(&f.policy, "policy", "kv", "worker selection: kv, round-robin, random or global-lb (VERL's default rollout balancer: sticky per session, else the fewest requests in flight)")
 	fs.StringVar(&f.affinity, "affinity", "auto", "session affinity: auto (soft: a session stays on its worker unless that one is busy; off with --policy global-lb, which is sticky itself), off, soft or hard")
+	fs.BoolVar(&f.infer, "infer-sessions", false, "infer the session of a request that names none from its prompt (README: How agentkv recognises sessions)")
 	fs.BoolVar(&f.admission, "admission", false, "enable program-aware admission control (admission.Agentic: ThunderAgent with bounded waits, growth-sized placement and home-first resumes)")
 	fs.StringVar(&f.metrics, "metrics", "/metrics", "path serving Prometheus metrics (empty: none)")
 	fs.Int64Var(&f.maxBody, "max-body", gateway.DefaultMaxBodyBytes, "largest request body in bytes (larger: 413)")
@@ -307,6 +309,9 @@ func (f *proxyFlags) config() (gateway.StackConfig, gateway.ServerConfig, error)
 		Gateway: gateway.Config{MaxBodyBytes: f.maxBody, StripBillingHeader: f.stripBilling, ModelAliases: f.modelAliases,
 			Failover:         failover.Config{MigrationLimit: int(f.migration), Probe: failover.ProbeConfig{Interval: f.probe}},
 			FirstByteTimeout: f.firstByte.value()}}
+	if f.infer {
+		cfg.InferSessions = &agentkv.InferConfig{}
+	}
 	return cfg, sc, nil
 }
 

@@ -87,6 +87,7 @@ type simulateFlags struct {
 	batch        bool
 	closedLoop   bool
 	steps        int
+	infer        bool
 }
 
 // simDefaultPolicies and simBatchPolicies are --policies' defaults
@@ -114,6 +115,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 	fs.StringVar(&f.policies, "policies", simDefaultPolicies, "policies to compare, a comma list of: "+policyNames()+" (with --batch the default is "+simBatchPolicies+")")
 	fs.StringVar(&f.levels, "concurrency", "32,64,128,256,512", "concurrent agent programs, a comma list (0 = no bound)")
 	fs.DurationVar(&f.slo, "slo", 10*time.Second, "TTFT objective of goodput")
+	fs.BoolVar(&f.infer, "infer-sessions", false, "route every request without its session id: the router infers sessions from the prompt's blocks")
 	fs.BoolVar(&f.priority, "priority", false, "run the engines with vLLM's priority scheduling; requests carry admission's priorities (resume boost, soft demote)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic workload and the router's tie-breaking")
 	fs.StringVar(&f.jsonOut, "json", filepath.Join("out", "simulate.json"), "write results as JSON here (empty: don't)")
@@ -232,6 +234,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 		Seed:    f.seed,
 		TTFTSLO: f.slo,
 	}
+	base.InferSessions = f.infer
 	var results, batch []*simrun.Result
 	if f.closedLoop {
 		if results, err = simrun.Sweep(&w, base, policies, levels, f.parallel, progress); err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/trace"
 )
 
@@ -25,11 +26,15 @@ NVIDIA Dynamo write (dynamo.request.trace.v1 JSONL, optionally .gz or .zst),
 Mooncake / AIPerf JSONL, and Claude Code session traces (kv-cache-tester
 format). The format is detected from the content unless --format says.
 
-  agentkv trace inspect [--format F] [--block-tokens N] [--json] FILE...
+  agentkv trace inspect [--format F] [--block-tokens N] [--json]
+          [--infer-sessions] FILE...
       Print, per file (and in total for several), sessions and subagents,
       requests, tokens, the infinite-cache prefix hit ceiling, the tool-gap
       and user-gap distributions and subagent fan-out. Several Dynamo shards
-      are read as one capture.
+      are read as one capture. --infer-sessions instead infers every
+      request's session from its blocks alone (files merged, each its own
+      client) and prints pairwise precision and recall against the true
+      sessions and the share of parent links right.
 
   agentkv trace convert --to mooncake|perfetto [-o OUT] [--copies N
           --stagger D] FILE...
@@ -142,6 +147,7 @@ func traceFlags(env *cmdEnv, c *command) (*flag.FlagSet, *string, *int) {
 func runTraceInspect(env *cmdEnv, c *command, args []string) error {
 	fs, formatName, block := traceFlags(env, c)
 	asJSON := fs.Bool("json", false, "print the summaries as JSON")
+	infer := fs.Bool("infer-sessions", false, "also infer sessions from the blocks with every session id removed, and score them against the true ones")
 	if err := parseFlags(env, c, fs, args); err != nil {
 		return err
 	}
@@ -183,6 +189,9 @@ func runTraceInspect(env *cmdEnv, c *command, args []string) error {
 			fmt.Fprintf(env.stderr, "agentkv trace inspect: no total: %v\n", err)
 		}
 	}
+	if *infer {
+		return printInference(env, ins, *asJSON)
+	}
 	if *asJSON {
 		out := make([]jsonSummary, len(sums))
 		for i, s := range sums {
@@ -197,6 +206,49 @@ func runTraceInspect(env *cmdEnv, c *command, args []string) error {
 			fmt.Fprintln(env.stdout)
 		}
 		printSummary(env.stdout, s, labels[i])
+	}
+	return nil
+}
+
+// printInference infers the sessions of the inputs (merged, each file in
+// its own hash namespace and client scope) and prints the scores, with
+// and without scope parents.
+func printInference(env *cmdEnv, ins []traceInput, asJSON bool) error {
+	ws := make([]trace.Workload, len(ins))
+	for i := range ins {
+		ws[i] = ins[i].w
+	}
+	w := ws[0]
+	if len(ws) > 1 {
+		var err error
+		if w, err = trace.Merge("TOTAL", ws...); err != nil {
+			return err
+		}
+	}
+	type row struct {
+		Config string
+		agentkv.InferEval
+	}
+	var rows []row
+	for _, sp := range []bool{true, false} {
+		ev, err := agentkv.EvalInference(&w, agentkv.InferConfig{ScopeParent: sp})
+		if err != nil {
+			return err
+		}
+		name := "scope parents"
+		if !sp {
+			name = "fork parents only"
+		}
+		rows = append(rows, row{name, ev})
+	}
+	if asJSON {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	fmt.Fprintf(env.stdout, "inferred sessions, %s (%d-token blocks), every session id removed:\n", w.Name, w.BlockTokens)
+	for _, r := range rows {
+		fmt.Fprintf(env.stdout, "  %-17s %v\n", r.Config+":", r.InferEval)
 	}
 	return nil
 }

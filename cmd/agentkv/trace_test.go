@@ -63,6 +63,17 @@ func TestTraceInspectClaudeAndTotal(t *testing.T) {
 	require.Contains(t, out, "tool gaps")
 }
 
+// trace inspect --infer-sessions prints the README's numbers (issue #32).
+func TestTraceInspectInferSessions(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(shareddata.Dir(t), "claude_code_traces", "trace_*.json"))
+	require.NotEmpty(t, files)
+	code, out, stderr := runCLI(t, "", append([]string{"trace", "inspect", "--infer-sessions"}, files...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "scope parents:    requests 165, sessions 27 true / 27 inferred")
+	require.Contains(t, out, "pairwise precision 1.000, recall 1.000; parent links 1.000 correct (subagents 4 of 4)")
+	require.Contains(t, out, "fork parents only")
+}
+
 func TestTraceConvert(t *testing.T) {
 	f := writeTemp(t, "c.json", `{"id":"s","block_size":4,"requests":[
 {"t":0,"type":"n","in":10,"out":2,"hash_ids":[1,2],"stop":"tool_use","api_time":1},

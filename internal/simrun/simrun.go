@@ -207,6 +207,12 @@ type Options struct {
 	// prefix caches flushed and the router's index cleared between them,
 	// as a weight update does; the result sums them (see mergeSteps).
 	Steps int
+	// InferSessions routes every request without its session id: the
+	// router infers sessions from the blocks (agentkv.InferConfig with
+	// ScopeParent; a request's client is its root session, and an
+	// inferred session ends when every true session routed into it has
+	// finished its last turn, as clients that close their connections).
+	InferSessions bool
 
 	// onDone, if set (by tests), sees the router, the engines and the
 	// requests of a run that succeeded.
@@ -282,6 +288,23 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 	if opt.Policy.Admission != nil {
 		ac := *opt.Policy.Admission
 		rcfg.Admission = &ac
+	}
+	if opt.InferSessions {
+		rcfg.InferSessions = &agentkv.InferConfig{ScopeParent: true}
+		g.client, g.users = map[string]string{}, map[string]map[string]bool{}
+		for _, s := range w.Sessions {
+			root := s.ID
+			for p := s.Parent; p != ""; {
+				root, p = p, ""
+				for _, q := range w.Sessions {
+					if q.ID == root {
+						p = q.Parent
+						break
+					}
+				}
+			}
+			g.client[s.ID] = root
+		}
 	}
 	r, err := agentkv.New(rcfg)
 	if err != nil {
@@ -391,7 +414,11 @@ type glue struct {
 	decisions map[uint64]*agentkv.Decision
 	released  []uint64
 	lastTurn  map[string]int
-	err       error
+	client    map[string]string // with InferSessions: each session's root
+	// users holds, per inferred session, the true sessions routed into it
+	// and whether each has finished: it ends when all have.
+	users map[string]map[string]bool
+	err   error
 	// engines report their KV in use to admission before each Tick, as
 	// the proxy reads it from each worker's /metrics.
 	engines   []*sim.Engine
@@ -432,9 +459,12 @@ func (g *glue) flush() error {
 func (g *glue) now() time.Time { return g.base.Add(g.offset + g.cur) }
 
 func (g *glue) onRelease(id string, dropped error) {
-	if dropped != nil {
+	if dropped != nil && g.client == nil {
 		return // the session ended while its turn was held
 	}
+	// With InferSessions, the inferred session a held turn was placed in
+	// can end under it (another true session merged into it finished):
+	// the turn is routed again, into the session inferred for it then.
 	n, err := strconv.ParseUint(id, 10, 64)
 	if err != nil {
 		g.err = fmt.Errorf("simrun: released unknown request id %q", id)
@@ -458,7 +488,8 @@ func (g *glue) Route(now time.Duration, req *sim.Request) (sim.Decision, error) 
 		SequenceHashes:       req.SeqHashes,
 		InputTokens:          req.InputTokens,
 		ExpectedOutputTokens: req.OutputTokens,
-		Agent:                session.AgentContext{SessionID: req.Session, ParentSessionID: req.Parent},
+		Agent:                g.agent(req),
+		Client:               g.client[req.Session],
 	})
 	if errors.Is(err, agentkv.ErrHeld) {
 		return sim.Decision{Hold: true}, nil
@@ -467,8 +498,24 @@ func (g *glue) Route(now time.Duration, req *sim.Request) (sim.Decision, error) 
 		return sim.Decision{}, err
 	}
 	g.decisions[req.ID] = d
+	if a := d.Agent(); g.users != nil && a.Inferred {
+		if g.users[a.SessionID] == nil {
+			g.users[a.SessionID] = map[string]bool{}
+		}
+		if _, ok := g.users[a.SessionID][req.Session]; !ok {
+			g.users[a.SessionID][req.Session] = false
+		}
+	}
 	req.Priority = -int(math.Round(d.Admission.Priority))
 	return sim.Decision{Worker: int(d.Worker.ID)}, nil
+}
+
+// agent is req's identity: none with InferSessions.
+func (g *glue) agent(req *sim.Request) session.AgentContext {
+	if g.client != nil {
+		return session.AgentContext{}
+	}
+	return session.AgentContext{SessionID: req.Session, ParentSessionID: req.Parent}
 }
 
 // FirstToken implements sim.FirstTokenObserver.
@@ -482,13 +529,26 @@ func (g *glue) FirstToken(now time.Duration, req *sim.Request) {
 // Finished implements sim.Router.
 func (g *glue) Finished(now time.Duration, req *sim.Request) []uint64 {
 	g.cur = now
+	id := req.Session
 	if d := g.decisions[req.ID]; d != nil {
 		delete(g.decisions, req.ID)
 		d.Done(agentkv.Usage{PromptTokens: req.InputTokens, CompletionTokens: req.OutputTokens,
 			CachedTokens: req.CachedTokens, Failed: req.Rejected})
+		if g.client != nil {
+			id = d.Agent().SessionID
+		}
 	}
-	if last, ok := g.lastTurn[req.Session]; ok && req.Turn >= last {
-		g.r.EndSession(req.Session)
+	if last, ok := g.lastTurn[req.Session]; ok && req.Turn >= last && id != "" {
+		if u := g.users[id]; u != nil {
+			u[req.Session] = true
+			for _, done := range u {
+				if !done {
+					return g.takeReleased() // another true session still runs in it
+				}
+			}
+			delete(g.users, id)
+		}
+		g.r.EndSession(id)
 	}
 	return g.takeReleased()
 }
