@@ -162,6 +162,7 @@ type Gateway struct {
 	mux     *http.ServeMux
 	tokIdx  atomic.Uint64 // the worker tried first for /tokenize
 	reqSeq  atomic.Uint64
+	rids    rids // token-API requests in flight by rid (generate.go)
 	tracker *failover.Tracker
 	// migrationLimit is Config.Failover.MigrationLimit.
 	migrationLimit int
@@ -318,6 +319,9 @@ func (g *Gateway) routes() *http.ServeMux {
 		})
 	}
 	mux.HandleFunc("GET "+ModelsPath, g.models)
+	mux.HandleFunc("POST "+GeneratePath, func(w http.ResponseWriter, r *http.Request) { g.serveTokens(w, r, true) })
+	mux.HandleFunc("POST "+InferenceGeneratePath, func(w http.ResponseWriter, r *http.Request) { g.serveTokens(w, r, false) })
+	mux.HandleFunc("POST "+AbortPath, g.abortRequest)
 	mux.HandleFunc("POST "+ReleasePath, g.release)
 	// /healthz is liveness: the process serves. /readyz is readiness: at
 	// least one worker can take a request (503 when none).
