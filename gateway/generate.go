@@ -150,6 +150,9 @@ func (g *Gateway) serveTokens(w http.ResponseWriter, r *http.Request, sglang boo
 		return
 	}
 	ctx := r.Context()
+	if g.pause.wait(ctx) != nil {
+		return // the client left while the router was paused
+	}
 	id := "gw" + strconv.FormatUint(g.reqSeq.Add(1), 10)
 	d, err := g.router.Route(ctx, &agentkv.Request{ID: id, Tokens: tc.tokens, Agent: agent,
 		Override: &agentkv.Override{AllowedWorkers: g.tracker.Allowed(nil, nil)}})
