@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,43 +21,62 @@ func smokeConfig(admission bool) config {
 // gateway stay, so the ones arriving after them do not fit and must wait,
 // whatever the machine's speed. (Without the gate a loaded machine could
 // run programs one after another, and nobody would wait.)
-func queuedGate(ctx context.Context, st *gateway.Stack, step int) error {
-	for step == 0 && st.Router().AdmissionStats().Queued == 0 {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Millisecond):
+//
+// The gate also opens once every program of the step waits at it (nobody
+// can be queued then; the test reports it rather than hang).
+func queuedGate(programs int) func(ctx context.Context, st *gateway.Stack, step int) error {
+	var mu sync.Mutex
+	waiting := 0
+	return func(ctx context.Context, st *gateway.Stack, step int) error {
+		if step != 0 {
+			return nil
+		}
+		mu.Lock()
+		waiting++
+		mu.Unlock()
+		for {
+			mu.Lock()
+			all := waiting == programs
+			mu.Unlock()
+			if all || st.Router().AdmissionStats().Queued > 0 {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("gate: %w", ctx.Err())
+			case <-time.After(time.Millisecond):
+			}
 		}
 	}
-	return nil
 }
 
-// TestRolloutAdmissionHoldsAndCompletes runs two rollout steps of 12
+// TestRolloutAdmissionHoldsAndCompletes runs two rollout steps of 16
 // programs against two mock workers whose KV caches fit about three
-// programs each, with a pause, flush, weight update and continue between
+// programs each at their first turn, with a pause, flush, weight update and continue between
 // the steps: admission must hold some turns in the gateway and resume
 // them, every program must finish every turn, the workers must carry the
 // new weights, and the prefix hit rate must beat running everyone at
 // once.
 func TestRolloutAdmissionHoldsAndCompletes(t *testing.T) {
-	srvs, urls, stop, err := startWorkers(2, 150, 1000) // 2,400 tokens each; a program reaches 800
+	srvs, urls, stop, err := startWorkers(2, 110, 1000) // 1,760 tokens each; 16 programs start at 512 and reach 832
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	cfg := smokeConfig(true)
+	cfg.Programs = 16
 	cfg.ToolGap = 5 * time.Millisecond
-	cfg.beforeRelease = queuedGate
+	cfg.beforeRelease = queuedGate(cfg.Programs)
 	with, err := rollout(ctx, cfg, urls)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Log("admission:", with)
-	if with.Turns != 2*12*4 {
-		t.Fatalf("%d turns finished, want 96", with.Turns)
+	if with.Turns != 2*16*4 {
+		t.Fatalf("%d turns finished, want 128", with.Turns)
 	}
 	if with.Held == 0 || with.Admission.Queued == 0 || with.Admission.Resumed == 0 {
 		t.Fatalf("admission never held a program: %+v", with)
@@ -69,7 +90,7 @@ func TestRolloutAdmissionHoldsAndCompletes(t *testing.T) {
 		}
 	}
 
-	_, urls2, stop2, err := startWorkers(2, 150, 1000)
+	_, urls2, stop2, err := startWorkers(2, 110, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +101,7 @@ func TestRolloutAdmissionHoldsAndCompletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("no admission:", without)
-	if without.Turns != 96 || without.Held != 0 {
+	if without.Turns != 128 || without.Held != 0 {
 		t.Fatalf("without admission: %+v", without)
 	}
 	hit := func(s summary) float64 { return float64(s.Cached) / float64(s.PromptTokens) }
