@@ -11,10 +11,12 @@
 //	go run ./examples/rollout --admission=false      # compare: everyone at once
 //	go run ./examples/rollout --worker http://127.0.0.1:30001 --worker http://127.0.0.1:30002 --model MODEL
 //
-// Each turn sends the program's whole context as token ids (a token-id
-// prompt to /v1/completions with return_token_ids, the way RL frameworks
-// keep tokens exact), ThunderAgent's program_id and SGLang-gateway's
-// X-SMG-Routing-Key; it appends the generated ids and a synthetic tool
+// Each turn sends the program's whole context as token ids to the
+// gateway's /generate (SGLang's API, as slime and ROLL call it: input_ids,
+// sampling_params, return_logprob; the generated ids are read from
+// meta_info.output_token_logprobs), or with --api completions to
+// /v1/completions with a token-id prompt (vLLM workers), with
+// ThunderAgent's program_id and SGLang-gateway's X-SMG-Routing-Key; it appends the generated ids and a synthetic tool
 // result for the next turn. A program ends with POST /programs/release.
 // Between two rollout steps the driver does what a trainer does around a
 // weight update, on every worker: pause generation, flush the prefix
@@ -62,6 +64,10 @@ type config struct {
 	// /update_weights_from_disk, /continue_generation), "vllm" (/pause,
 	// /reset_prefix_cache, /resume) or "none".
 	StepControl string
+	// API is what a turn sends: "generate" (SGLang's /generate with
+	// input_ids and return_logprob, as slime and ROLL do) or "completions"
+	// (/v1/completions with a token-id prompt, for vLLM workers).
+	API string
 	// beforeRelease, when set, runs before a program's release (tests use
 	// it as a gate: no program leaves before every program of the step
 	// has reached admission, so the admission hold is deterministic).
@@ -262,9 +268,15 @@ type completion struct {
 // ids it generated.
 func (d *driver) complete(ctx context.Context, program string, prompt []uint32) ([]uint32, completion, time.Duration, error) {
 	var c completion
+	path := gateway.CompletionsPath
 	body, _ := json.Marshal(map[string]any{"model": d.cfg.Model, "prompt": prompt, "max_tokens": d.cfg.Output,
 		"ignore_eos": true, "return_token_ids": true, "program_id": program})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.base+gateway.CompletionsPath, bytes.NewReader(body))
+	if d.cfg.API != "completions" {
+		path = gateway.GeneratePath
+		body, _ = json.Marshal(map[string]any{"input_ids": prompt, "return_logprob": true, "program_id": program,
+			"sampling_params": map[string]any{"max_new_tokens": d.cfg.Output, "ignore_eos": true, "temperature": 1.0}})
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.base+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, c, 0, err
 	}
@@ -282,6 +294,33 @@ func (d *driver) complete(ctx context.Context, program string, prompt []uint32) 
 	if resp.StatusCode != http.StatusOK {
 		return nil, c, 0, fmt.Errorf("gateway returned %d: %.200s", resp.StatusCode, b)
 	}
+	ms, _ := strconv.ParseFloat(resp.Header.Get(gateway.HeaderWaited), 64)
+	waited := time.Duration(ms * float64(time.Millisecond))
+	if path == gateway.GeneratePath {
+		// SGLang's answer: the generated ids and their logprobs as
+		// meta_info.output_token_logprobs [logprob, id, text] (slime reads
+		// them from there).
+		var g struct {
+			Meta struct {
+				Prompt   int      `json:"prompt_tokens"`
+				Cached   int      `json:"cached_tokens"`
+				Logprobs [][3]any `json:"output_token_logprobs"`
+			} `json:"meta_info"`
+		}
+		if err := json.Unmarshal(b, &g); err != nil {
+			return nil, c, 0, fmt.Errorf("unreadable /generate answer: %.200s", b)
+		}
+		out := make([]uint32, 0, len(g.Meta.Logprobs))
+		for _, e := range g.Meta.Logprobs {
+			id, ok := e[1].(float64)
+			if !ok {
+				return nil, c, 0, fmt.Errorf("bad output_token_logprobs entry %v", e)
+			}
+			out = append(out, uint32(id))
+		}
+		c.Usage.PromptTokens, c.Usage.Details.CachedTokens, c.Usage.CompletionTokens = g.Meta.Prompt, g.Meta.Cached, len(out)
+		return out, c, waited, nil
+	}
 	if err := json.Unmarshal(b, &c); err != nil || len(c.Choices) == 0 {
 		return nil, c, 0, fmt.Errorf("unreadable completion: %.200s", b)
 	}
@@ -289,8 +328,7 @@ func (d *driver) complete(ctx context.Context, program string, prompt []uint32) 
 	if out == nil {
 		out = d.tok.Encode(nil, c.Choices[0].Text)
 	}
-	ms, _ := strconv.ParseFloat(resp.Header.Get(gateway.HeaderWaited), 64)
-	return out, c, time.Duration(ms * float64(time.Millisecond)), nil
+	return out, c, waited, nil
 }
 
 // release ends the program (ThunderAgent's end-of-program call).
@@ -386,6 +424,7 @@ func main() {
 	flag.DurationVar(&cfg.Tick, "tick", 20*time.Millisecond, "control-loop period (ThunderAgent uses 5s)")
 	flag.BoolVar(&cfg.Admission, "admission", true, "program-aware admission control")
 	flag.StringVar(&cfg.Model, "model", cfg.Model, "model name sent to the workers")
+	flag.StringVar(&cfg.API, "api", "generate", "what a turn sends: generate (SGLang's /generate) or completions (/v1/completions, for vLLM workers)")
 	flag.StringVar(&cfg.StepControl, "step-control", "sglang", "engine endpoints between steps: sglang, vllm or none")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of the synthetic tokens")
 	n := flag.Int("mock-workers", 2, "in-process mock workers when no --worker is given")
