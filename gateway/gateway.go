@@ -170,6 +170,8 @@ type Gateway struct {
 	mux     *http.ServeMux
 	tokIdx  atomic.Uint64 // the worker tried first for /tokenize
 	reqSeq  atomic.Uint64
+	rids    rids      // token-API requests in flight by rid (generate.go)
+	pause   pauseGate // the router-level pause (control.go)
 	tracker *failover.Tracker
 	// migrationLimit is Config.Failover.MigrationLimit.
 	migrationLimit int
@@ -326,6 +328,16 @@ func (g *Gateway) routes() *http.ServeMux {
 		})
 	}
 	mux.HandleFunc("GET "+ModelsPath, g.models)
+	mux.HandleFunc("POST "+GeneratePath, func(w http.ResponseWriter, r *http.Request) { g.serveTokens(w, r, true) })
+	mux.HandleFunc("POST "+InferenceGeneratePath, func(w http.ResponseWriter, r *http.Request) { g.serveTokens(w, r, false) })
+	mux.HandleFunc("POST "+AbortPath, g.abortRequest)
+	for p := range engineControls {
+		mux.HandleFunc("POST "+p, g.engineControl)
+	}
+	mux.HandleFunc("GET /flush_cache", g.engineControl)
+	mux.HandleFunc("POST "+PausePath, g.routerPause(true))
+	mux.HandleFunc("POST "+ResumePath, g.routerPause(false))
+	mux.HandleFunc("GET "+WorkersPath, g.listWorkers)
 	mux.HandleFunc("POST "+ReleasePath, g.release)
 	// /healthz is liveness: the process serves. /readyz is readiness: at
 	// least one worker can take a request (503 when none).

@@ -41,11 +41,45 @@
 //     vllm:kv_cache_usage_perc (and the older gpu_cache_usage_perc), token
 //     and prefix-cache counters.
 //   - GET and POST /admin/fault: the fault switches (below).
+//   - The token-in, token-out APIs of RL rollout frameworks (package
+//     internal/tokenapi has their shapes): SGLang's POST /generate (rid,
+//     input_ids or text, sampling_params with max_new_tokens (default
+//     128), ignore_eos, stop_token_ids; return_logprob, logprob_start_len,
+//     top_logprobs_num; streaming as SGLang's cumulative data: chunks and
+//     data: [DONE]) answering {text, output_ids, meta_info: {id,
+//     finish_reason: {type: stop|length|abort}, prompt_tokens,
+//     completion_tokens, cached_tokens, output_token_logprobs:
+//     [[logprob, id, null], ...], weight_version}}; and vLLM's POST
+//     /inference/v1/generate (token_ids, sampling_params with max_tokens
+//     (default 16), logprobs, ignore_eos, stop_token_ids; streaming
+//     deltas) answering {request_id, choices: [{token_ids, finish_reason,
+//     logprobs: {content: [{token: "token_id:N", logprob}]}}], usage}.
+//     Logprobs are deterministic (a multiple of 1/1024 from a hash of the
+//     prompt and position), so equal prompts give equal tokens and
+//     logprobs. A client that goes away aborts its request.
+//   - RL control: POST /abort_request ({"rid"} → that request ends with
+//     finish reason abort within one engine step; {"abort_all": true};
+//     an unknown rid is a 400) and vLLM's /abort_requests
+//     ({"request_ids"}); SGLang's /pause_generation ({"mode": "abort"}
+//     by default, "in_place"), /continue_generation, /flush_cache,
+//     /update_weights_from_disk|tensor|distributed (they flush and set
+//     weight_version), GET /get_weight_version, GET /get_model_info
+//     (with vocab_size); vLLM's /pause (?mode=abort|keep,
+//     clear_cache=true), /resume, GET /is_paused, /reset_prefix_cache,
+//     /sleep, /wake_up, GET /is_sleeping. A flush empties both cache
+//     tiers and publishes AllBlocksCleared (the event sequence goes on);
+//     it is refused (400) while requests are in flight, as SGLang does,
+//     and so are weight updates: pause generation first. While paused no
+//     engine step runs and new requests wait.
 //
 // Bad input gets the API's own error shape (OpenAI {"error":{...}},
-// Anthropic {"type":"error",...}): malformed JSON 400, an unknown model
-// 404, a body over Config.MaxBodyBytes 413, an unknown route 404, a prompt
-// over Config.MaxModelLen 400.
+// Anthropic {"type":"error",...}, SGLang {"error":{"message"}}): malformed
+// JSON 400, an unknown model 404, a body over Config.MaxBodyBytes 413, an
+// unknown route 404, a prompt over Config.MaxModelLen 400; on the token
+// APIs also non-integer, negative or out-of-vocabulary ids (the
+// vocabulary is 2^31 ids), more than tokenapi.MaxIDs ids (2,097,152; the
+// decoder stops there, so 10 million ids cost no more), a batch, a rid in
+// flight, and aborting an unknown rid.
 //
 // # Tokens, prompts and replies
 //
@@ -118,10 +152,13 @@
 //
 // # Limits
 //
-// A request whose client goes away keeps running in the simulation to its
-// end (engine/sim has no abort); vLLM would abort it. One prompt per
-// completions request; no n > 1, no logprobs, no sampling (temperature and
-// the like are accepted and ignored).
+// A chat, completions, Responses or Messages request whose client goes
+// away keeps running in the simulation to its end; a token-API request is
+// aborted. One prompt per
+// request; no n > 1, no logprobs on the OpenAI APIs, no sampling
+// (temperature and the like are accepted and ignored); cache_salt is
+// accepted and not mixed into the hashes; vLLM's /pause?mode=wait is not
+// modelled.
 //
 // # Thread safety
 //

@@ -70,6 +70,7 @@ type driver struct {
 	idle     bool
 	restarts int
 	stall    time.Time // no step starts before this wall time
+	paused   bool      // no step runs and no request is admitted (control.go)
 	stats    driverStats
 	sinkErr  error
 }
@@ -243,6 +244,16 @@ func (d *driver) run(ctx context.Context) {
 				return
 			}
 			continue
+		}
+		if d.paused {
+			d.idle = true
+			d.mu.Unlock()
+			select {
+			case <-d.wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
 		}
 		for _, j := range d.pending {
 			if err := d.eng.Add(&j.req); err != nil {

@@ -176,6 +176,7 @@ type Server struct {
 	start  int64 // unix seconds
 
 	faults faultState
+	rl     *rlState // token APIs and RL control endpoints (control.go)
 
 	mu       sync.Mutex // guards ln, closed, refusing
 	ln       net.Listener
@@ -302,6 +303,26 @@ func (s *Server) routes() *http.ServeMux {
 	m.HandleFunc("POST /v1/responses", s.native(APIResponses, s.responses))
 	m.HandleFunc("POST /v1/messages", s.native(APIMessages, s.messages))
 	m.HandleFunc("POST /v1/messages/count_tokens", s.native(APIMessages, s.countTokens))
+	s.rl = newRLState()
+	m.HandleFunc("POST /generate", s.sglGenerate)
+	m.HandleFunc("POST /inference/v1/generate", s.vllmGenerate)
+	m.HandleFunc("POST /abort_request", s.abortRequest)
+	m.HandleFunc("POST /abort_requests", s.abortRequests)
+	m.HandleFunc("POST /pause_generation", s.pauseGeneration)
+	m.HandleFunc("POST /continue_generation", s.continueGeneration)
+	m.HandleFunc("/flush_cache", s.flushCache)
+	m.HandleFunc("POST /update_weights_from_disk", s.updateWeights)
+	m.HandleFunc("POST /update_weights_from_tensor", s.updateWeights)
+	m.HandleFunc("POST /update_weights_from_distributed", s.updateWeights)
+	m.HandleFunc("GET /get_weight_version", s.getWeightVersion)
+	m.HandleFunc("GET /get_model_info", s.getModelInfo)
+	m.HandleFunc("POST /pause", s.vllmPause)
+	m.HandleFunc("POST /resume", s.vllmResume)
+	m.HandleFunc("GET /is_paused", s.vllmIsPaused)
+	m.HandleFunc("POST /reset_prefix_cache", s.resetPrefixCache)
+	m.HandleFunc("POST /sleep", s.vllmSleep)
+	m.HandleFunc("POST /wake_up", s.vllmWakeUp)
+	m.HandleFunc("GET /is_sleeping", s.vllmIsSleeping)
 	m.HandleFunc("POST /tokenize", s.tokenize)
 	m.HandleFunc("POST /detokenize", s.detokenize)
 	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })

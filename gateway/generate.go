@@ -1,0 +1,346 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/agentkv/agentkv"
+	"github.com/agentkv/agentkv/engine/vllm"
+	"github.com/agentkv/agentkv/internal/tokenapi"
+)
+
+// This file serves the token-in, token-out APIs of RL rollout frameworks:
+// SGLang's POST /generate (slime, ROLL, AReaL) and vLLM's POST
+// /inference/v1/generate (SkyRL), routed on the token ids the client sent
+// (no tokenizer: the block hashes are exact), passed through byte for byte
+// to the chosen worker, and POST /abort_request, sent to the worker that
+// holds the request. The agent session comes from X-SMG-Routing-Key,
+// X-Session-ID or the body (package session).
+
+// Paths of the token APIs.
+const (
+	GeneratePath          = tokenapi.GeneratePath
+	InferenceGeneratePath = tokenapi.InferenceGeneratePath
+	AbortPath             = tokenapi.AbortPath
+)
+
+// rids maps the rid (or request_id) of each token-API request in flight
+// to its worker, for /abort_request.
+type rids struct {
+	mu sync.Mutex // guards m
+	m  map[string]*worker
+}
+
+func (r *rids) add(rid string, wk *worker) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]*worker{}
+	}
+	if _, ok := r.m[rid]; ok {
+		return false
+	}
+	r.m[rid] = wk
+	return true
+}
+
+func (r *rids) del(rid string) {
+	r.mu.Lock()
+	delete(r.m, rid)
+	r.mu.Unlock()
+}
+
+func (r *rids) get(rid string) *worker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[rid]
+}
+
+// tokenCall is one token-API request as the gateway reads it.
+type tokenCall struct {
+	sglang bool
+	rid    string
+	tokens []uint32
+	stream bool
+}
+
+// readTokenCall decodes a token-API body: its rid and its token ids, with
+// tokenapi.ParseIDs' checks (integers, none negative, within the
+// vocabulary, at most tokenapi.MaxIDs). A text prompt (SGLang's "text") is
+// routed on approximate tokens.
+func readTokenCall(sglang bool, body []byte) (*tokenCall, error) {
+	tc := &tokenCall{sglang: sglang}
+	var err error
+	if sglang {
+		var req tokenapi.GenerateRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, badRequest("malformed JSON body: %v", err)
+		}
+		rid, ok := req.RIDString()
+		if !ok {
+			return nil, badRequest("rid must be one string: send one prompt per request")
+		}
+		tc.rid, tc.stream = rid, req.Stream
+		switch {
+		case len(req.InputIDs) > 0 && string(req.InputIDs) != "null":
+			if tc.tokens, err = tokenapi.ParseIDs(nil, req.InputIDs, "input_ids", tokenapi.DefaultVocab, tokenapi.MaxIDs); err != nil {
+				return nil, badRequest("%v", err)
+			}
+		case req.Text != nil:
+			tc.tokens = vllm.ApproxTokens(nil, []byte(*req.Text))
+		default:
+			return nil, badRequest("Either text or input_ids should be provided.")
+		}
+		return tc, nil
+	}
+	var req tokenapi.InferenceRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, badRequest("malformed JSON body: %v", err)
+	}
+	tc.rid, tc.stream = req.RequestID, req.Stream
+	if tc.tokens, err = tokenapi.ParseIDs(nil, req.TokenIDs, "token_ids", tokenapi.DefaultVocab, tokenapi.MaxIDs); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	if len(tc.tokens) == 0 {
+		return nil, badRequest("token_ids: at least one token id is required")
+	}
+	return tc, nil
+}
+
+// tokenError answers in the API's error shape: SGLang's {"error":
+// {"message"}} or OpenAI's (vLLM's).
+func tokenError(w http.ResponseWriter, sglang bool, status int, msg string) {
+	if sglang {
+		tokenapi.WriteSGLangError(w, status, msg)
+		return
+	}
+	writeError(w, false, status, msg)
+}
+
+// serveTokens serves /generate (sglang) and /inference/v1/generate.
+func (g *Gateway) serveTokens(w http.ResponseWriter, r *http.Request, sglang bool) {
+	path := InferenceGeneratePath
+	if sglang {
+		path = GeneratePath
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err != nil {
+		tokenError(w, sglang, http.StatusRequestEntityTooLarge, "reading the request body: "+err.Error())
+		return
+	}
+	tc, err := readTokenCall(sglang, body)
+	if err != nil {
+		tokenError(w, sglang, http.StatusBadRequest, err.Error())
+		return
+	}
+	agent, err := g.sess.FromRequest(r, body)
+	if err != nil {
+		tokenError(w, sglang, http.StatusBadRequest, err.Error())
+		return
+	}
+	if len(g.order) == 0 {
+		tokenError(w, sglang, http.StatusServiceUnavailable, "agentkv gateway: no workers")
+		return
+	}
+	ctx := r.Context()
+	if g.pause.wait(ctx) != nil {
+		return // the client left while the router was paused
+	}
+	id := "gw" + strconv.FormatUint(g.reqSeq.Add(1), 10)
+	d, err := g.router.Route(ctx, &agentkv.Request{ID: id, Tokens: tc.tokens, Agent: agent,
+		Override: &agentkv.Override{AllowedWorkers: g.tracker.Allowed(nil, nil)}})
+	if err != nil {
+		if ctx.Err() == nil {
+			tokenError(w, sglang, http.StatusServiceUnavailable, err.Error())
+		}
+		return
+	}
+	wk := g.workers[d.Worker.ID]
+	if wk == nil {
+		d.Done(agentkv.Usage{Failed: true})
+		tokenError(w, sglang, http.StatusServiceUnavailable, "agentkv gateway: routed to an unknown worker")
+		return
+	}
+	if tc.rid != "" {
+		if !g.rids.add(tc.rid, wk) {
+			d.Done(agentkv.Usage{Failed: true})
+			tokenError(w, sglang, http.StatusBadRequest, "Duplicate request ID: "+strconv.Quote(tc.rid)+" is in flight")
+			return
+		}
+		defer g.rids.del(tc.rid)
+	}
+	u, ferr := g.passTokens(ctx, w, wk, path, body, d, sglang)
+	u.Failed = ferr != nil
+	u.API = path
+	d.Done(u)
+}
+
+// passTokens forwards body to wk and copies the reply through, reading
+// the usage from it (meta_info, or vLLM's usage) for the router.
+func (g *Gateway) passTokens(ctx context.Context, w http.ResponseWriter, wk *worker, path string, body []byte, d *agentkv.Decision, sglang bool) (agentkv.Usage, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, wk.URL+path, bytes.NewReader(body))
+	if err != nil {
+		tokenError(w, sglang, http.StatusInternalServerError, err.Error())
+		return agentkv.Usage{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := g.cfg.HTTPClient.Do(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			tokenError(w, sglang, http.StatusBadGateway, "agentkv gateway: worker "+wk.URL+" failed: "+err.Error())
+		}
+		return agentkv.Usage{}, err
+	}
+	defer resp.Body.Close()
+	h := w.Header()
+	for _, k := range []string{"Content-Type", "Cache-Control"} {
+		if v := resp.Header.Get(k); v != "" {
+			h.Set(k, v)
+		}
+	}
+	h.Set(HeaderWorker, wk.URL)
+	h.Set(HeaderCachedTokens, strconv.Itoa(d.Cached.Device+d.Cached.Host+d.Cached.Disk))
+	if d.Waited > 0 {
+		h.Set(HeaderWaited, strconv.FormatFloat(float64(d.Waited)/float64(time.Millisecond), 'f', 3, 64))
+	}
+	w.WriteHeader(resp.StatusCode)
+	var last []byte // the last JSON object of the reply
+	rc := http.NewResponseController(w)
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			if _, werr := w.Write(line); werr != nil {
+				return agentkv.Usage{}, werr
+			}
+			if t := bytes.TrimSpace(bytes.TrimPrefix(bytes.TrimSpace(line), []byte("data:"))); len(t) > 0 && t[0] == '{' {
+				last = append(last[:0], t...)
+			}
+			if bytes.HasPrefix(line, []byte("data:")) {
+				rc.Flush()
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return agentkv.Usage{}, err
+		}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return agentkv.Usage{}, errStatus(resp.StatusCode)
+	}
+	return tokenUsage(last), nil
+}
+
+type errStatus int
+
+func (e errStatus) Error() string { return "worker answered " + strconv.Itoa(int(e)) }
+
+// tokenUsage reads the usage from the reply's last JSON object: SGLang's
+// meta_info or vLLM's usage (and its finish reason).
+func tokenUsage(b []byte) agentkv.Usage {
+	var v struct {
+		Meta *struct {
+			Prompt     int `json:"prompt_tokens"`
+			Completion int `json:"completion_tokens"`
+			Cached     int `json:"cached_tokens"`
+			Finish     *struct {
+				Type string `json:"type"`
+			} `json:"finish_reason"`
+		} `json:"meta_info"`
+		Usage *struct {
+			Prompt     int `json:"prompt_tokens"`
+			Completion int `json:"completion_tokens"`
+			Details    *struct {
+				Cached int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+		Choices []struct {
+			Finish *string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(b, &v) != nil {
+		return agentkv.Usage{}
+	}
+	var u agentkv.Usage
+	switch {
+	case v.Meta != nil:
+		u.PromptTokens, u.CompletionTokens, u.CachedTokens = v.Meta.Prompt, v.Meta.Completion, v.Meta.Cached
+		if v.Meta.Finish != nil {
+			u.FinishReason = v.Meta.Finish.Type
+		}
+	case v.Usage != nil:
+		u.PromptTokens, u.CompletionTokens = v.Usage.Prompt, v.Usage.Completion
+		if v.Usage.Details != nil {
+			u.CachedTokens = v.Usage.Details.Cached
+		}
+	}
+	if len(v.Choices) > 0 && v.Choices[0].Finish != nil {
+		u.FinishReason = *v.Choices[0].Finish
+	}
+	return u
+}
+
+// abortRequest serves POST /abort_request: {"rid"} goes to the worker
+// holding that request (its reply ends with finish reason abort, and the
+// request's end releases its admission turn); {"abort_all": true} goes to
+// every worker. An unknown rid is a 400 in SGLang's shape.
+func (g *Gateway) abortRequest(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err != nil {
+		tokenapi.WriteSGLangError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		return
+	}
+	var req tokenapi.AbortRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		tokenapi.WriteSGLangError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
+		return
+	}
+	var targets []*worker
+	switch {
+	case req.AbortAll:
+		targets = g.order
+	case req.RID == "":
+		tokenapi.WriteSGLangError(w, http.StatusBadRequest, "abort_request: give rid or abort_all")
+		return
+	default:
+		wk := g.rids.get(req.RID)
+		if wk == nil {
+			tokenapi.WriteSGLangError(w, http.StatusBadRequest, "abort_request: unknown rid "+strconv.Quote(req.RID))
+			return
+		}
+		targets = []*worker{wk}
+	}
+	failed := 0
+	for _, wk := range targets {
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, wk.URL+AbortPath, bytes.NewReader(body))
+		if err != nil {
+			failed++
+			continue
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := g.cfg.HTTPClient.Do(req)
+		if err != nil {
+			failed++
+			continue
+		}
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			failed++
+		}
+	}
+	if failed > 0 && !req.AbortAll {
+		tokenapi.WriteSGLangError(w, http.StatusBadGateway, "abort_request: the worker did not take the abort")
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
