@@ -9,17 +9,17 @@ import (
 
 // Outlier detection defaults.
 const (
-	DefaultMaxEjectedShare     = 1.0 / 3
-	DefaultLatencyFactor       = 5.0
-	DefaultLatencyMinSamples   = 10
-	DefaultMinPromptTokens     = 256
-	DefaultFirstByteFactor     = 3.0
-	DefaultFirstByteFloor      = 10 * time.Second
-	DefaultPrefillRate         = 2000.0 // tokens per second, before any is observed
-	DefaultTokenTime           = 50 * time.Millisecond
-	DefaultOutputBudget        = 1024
-	latencyAlpha               = 0.2 // EWMA weight of a new sample
-	defaultMinPeersForLatency  = 2
+	DefaultMaxEjectedShare    = 1.0 / 3
+	DefaultLatencyFactor      = 5.0
+	DefaultLatencyMinSamples  = 10
+	DefaultMinPromptTokens    = 256
+	DefaultFirstByteFactor    = 3.0
+	DefaultFirstByteFloor     = 10 * time.Second
+	DefaultPrefillRate        = 2000.0 // tokens per second, before any is observed
+	DefaultTokenTime          = 50 * time.Millisecond
+	DefaultOutputBudget       = 1024
+	latencyAlpha              = 0.2 // EWMA weight of a new sample
+	defaultMinPeersForLatency = 2
 )
 
 // Ejection reasons, the label of agentkv_gateway_worker_ejections_total.

@@ -669,11 +669,11 @@ func newTrackerMetrics(reg prometheus.Registerer, t *Tracker) (*trackerMetrics, 
 			Name: "worker_ejections_total",
 			Help: "Workers ejected from routing (breaker opened) by reason: connect, timeout, errors, latency, trial_failed."},
 			[]string{"worker", "reason"}),
-		capped: cv("ejections_capped_total", "Ejections not made because the share of workers ejected was at its cap."),
-		routable:   desc("worker_routable", "1 when new requests may go to the worker, else 0."),
-		health:     desc("worker_health", "The worker's probed health: 0 unknown, 1 up, 2 down."),
-		breakerSt:  desc("breaker_state", "The worker's circuit breaker: 0 closed, 1 open, 2 half-open."),
-		t:          t,
+		capped:    cv("ejections_capped_total", "Ejections not made because the share of workers ejected was at its cap."),
+		routable:  desc("worker_routable", "1 when new requests may go to the worker, else 0."),
+		health:    desc("worker_health", "The worker's probed health: 0 unknown, 1 up, 2 down."),
+		breakerSt: desc("breaker_state", "The worker's circuit breaker: 0 closed, 1 open, 2 half-open."),
+		t:         t,
 	}
 	for _, c := range []prometheus.Collector{m.failures, m.probes, m.retries, m.migrations, m.opens, m.ejections, m.capped, m} {
 		if err := reg.Register(c); err != nil {
