@@ -23,9 +23,22 @@ type chaosResult struct {
 	requests, failedBeforeFirstByte, erroredMidStream, migrated int64
 	sessionsDone                                                int64
 	prompt, cached                                              int64
+	// reusable counts the prompt tokens a turn shares with its session's
+	// previous turn (that turn's prompt and reply): what a perfect cache
+	// could have served, which depends on how many turns the run managed
+	// (a loaded machine completes fewer, and first turns share little).
+	reusable int64
 }
 
 func (r *chaosResult) hitRate() float64 { return float64(r.cached) / float64(max(r.prompt, 1)) }
+
+// reachable is the hit rate a perfect cache would have had on the turns
+// this run made.
+func (r *chaosResult) reachable() float64 { return float64(r.reusable) / float64(max(r.prompt, 1)) }
+
+// efficiency is the share of the reachable hit rate the run got (the
+// shared system prompt can put it above 1).
+func (r *chaosResult) efficiency() float64 { return r.hitRate() / max(r.reachable(), 1e-9) }
 
 // runChaos drives sessions concurrent multi-turn chat sessions (streamed,
 // usage on; each turn resends the conversation) through a fleet of three
@@ -69,6 +82,7 @@ func runChaos(t *testing.T, sessions, turns int, kill, admission bool, period, d
 			defer wg.Done()
 			msgs := []map[string]string{{"role": "system", "content": longPrompt(-1)},
 				{"role": "user", "content": longPrompt(s)}}
+			prev := 0 // the previous turn's prompt and reply tokens
 			for turn := range turns {
 				if ctx.Err() != nil {
 					break // time is up: the session ran to the end
@@ -91,6 +105,8 @@ func runChaos(t *testing.T, sessions, turns int, kill, admission bool, period, d
 				}
 				atomic.AddInt64(&res.prompt, int64(u.PromptTokens))
 				atomic.AddInt64(&res.cached, int64(u.CachedTokens))
+				atomic.AddInt64(&res.reusable, int64(min(prev, u.PromptTokens)))
+				prev = u.PromptTokens + u.CompletionTokens
 				msgs = append(msgs, map[string]string{"role": "assistant", "content": reply},
 					map[string]string{"role": "user", "content": fmt.Sprintf("tool output %d %d ok", s, turn)})
 			}
@@ -145,13 +161,19 @@ func TestFailoverChaos(t *testing.T) {
 		t.Run(fmt.Sprint("admission=", admission), func(t *testing.T) {
 			base := runChaos(t, sessions, turns, false, admission, period, dur)
 			hit := runChaos(t, sessions, turns, true, admission, period, dur)
-			t.Logf("no faults: %d requests, %d sessions done, hit rate %.3f", base.requests, base.sessionsDone, base.hitRate())
-			t.Logf("chaos: %d requests, %d failed before the first byte, %d migrated, %d ended with an error event, %d sessions done, hit rate %.3f",
-				hit.requests, hit.failedBeforeFirstByte, hit.migrated, hit.erroredMidStream, hit.sessionsDone, hit.hitRate())
+			t.Logf("no faults: %d requests, %d sessions done, hit rate %.3f of a reachable %.3f (%.2f)", base.requests,
+				base.sessionsDone, base.hitRate(), base.reachable(), base.efficiency())
+			t.Logf("chaos: %d requests, %d failed before the first byte, %d migrated, %d ended with an error event, %d sessions done, hit rate %.3f of a reachable %.3f (%.2f)",
+				hit.requests, hit.failedBeforeFirstByte, hit.migrated, hit.erroredMidStream, hit.sessionsDone, hit.hitRate(),
+				hit.reachable(), hit.efficiency())
 			require.Zero(t, base.failedBeforeFirstByte+base.erroredMidStream)
 			require.Zero(t, hit.failedBeforeFirstByte, "no request failed before its first byte")
-			require.Greater(t, base.hitRate(), 0.5)
-			require.Greater(t, hit.hitRate(), base.hitRate()-0.3, "the hit rate holds up under chaos")
+			// Thresholds on what each run managed, not on the machine: a
+			// loaded machine completes fewer turns, and first turns share
+			// only the system prompt (the absolute hit rate once fell to
+			// 0.469 that way).
+			require.Greater(t, base.efficiency(), 0.6, "without faults the cache serves most of what it could")
+			require.Greater(t, hit.efficiency(), base.efficiency()-0.35, "the hit rate holds up under chaos")
 		})
 	}
 	// Most kills find requests before their first byte (the mock decodes

@@ -230,7 +230,12 @@ func runProxy(env *cmdEnv, args []string) error {
 	traceOut := fs.String("trace-out", "", "write content-free request records (JSONL; .gz or .zst compress) to this file")
 	migration := fs.Int("migration-limit", 0, "times a cut chat stream may move to another worker and continue (0: off; the client then gets the API's error event)")
 	probe := fs.Duration("probe-interval", failover.DefaultProbeInterval, "how often each worker's /health is probed while it is up (down: from 100 ms, doubling up to this)")
-	firstByte := fs.Duration("first-byte-timeout", gateway.DefaultFirstByteTimeout, "longest wait for a stream's first byte from a worker before trying another (0: none)")
+	firstByte := fs.Duration("first-byte-timeout", gateway.DefaultFirstByteTimeout, "longest wait for a stream's first byte from a worker before trying another, whatever the prompt (0: none)")
+	fbFactor := fs.Float64("first-byte-factor", failover.DefaultFirstByteFactor, "a request's first-byte deadline is --first-byte-floor + this × its expected time (its prompt at the worker's observed prefill speed; for a whole reply, its output budget too)")
+	fbFloor := fs.Duration("first-byte-floor", failover.DefaultFirstByteFloor, "the fixed part of a request's first-byte deadline")
+	streamIdle := fs.Duration("stream-idle-timeout", gateway.DefaultStreamIdleTimeout, "longest silence in a worker's stream before it counts as stalled (retried, migrated or ended like a cut stream; 0: none)")
+	ejectShare := fs.Float64("max-ejected-share", failover.DefaultMaxEjectedShare, "most of the workers ejected at once for timeouts, errors or latency (at least one)")
+	latencyFactor := fs.Float64("latency-eject-factor", failover.DefaultLatencyFactor, "eject a worker whose time to first token per prompt token is over this × its peers' median (0: off)")
 	stripBilling := fs.Bool("strip-billing-header", true, "remove Claude Code's per-request billing preamble from Messages system prompts")
 	tokDir := fs.String("tokenizer", "", "the served model's Hugging Face directory (tokenizer.json, tokenizer_config.json, chat_template.jinja): --worker prompts are tokenized in process, checked against the workers' /tokenize now and then, instead of a /tokenize call per request")
 	nf := addNATSFlags(fs)
@@ -261,6 +266,10 @@ func runProxy(env *cmdEnv, args []string) error {
 		return usagef("proxy: --refresh must be ≥ 0, got %v", *refresh)
 	case *migration < 0 || *firstByte < 0 || *probe <= 0:
 		return usagef("proxy: --migration-limit and --first-byte-timeout must be ≥ 0, --probe-interval > 0")
+	case !(*fbFactor > 0) || *fbFloor < 0 || *streamIdle < 0:
+		return usagef("proxy: --first-byte-factor must be > 0, --first-byte-floor and --stream-idle-timeout ≥ 0")
+	case !(*ejectShare >= 0 && *ejectShare <= 1) || *latencyFactor < 0 || (*latencyFactor > 0 && *latencyFactor < 1):
+		return usagef("proxy: --max-ejected-share must be in [0, 1], --latency-eject-factor 0 (off) or ≥ 1")
 	case *grace <= 0:
 		return usagef("proxy: --shutdown-timeout must be > 0, got %v", *grace)
 	case *metrics != "" && !strings.HasPrefix(*metrics, "/"):
@@ -309,10 +318,24 @@ func runProxy(env *cmdEnv, args []string) error {
 	cfg := gateway.StackConfig{Workers: workers, BlockSize: *blockSize, Policy: pol, Affinity: aff,
 		Admission: *adm, Tick: *tick, Refresh: *refresh, Logger: logger,
 		Gateway: gateway.Config{MaxBodyBytes: *maxBody, StripBillingHeader: *stripBilling,
-			Failover:         failover.Config{MigrationLimit: *migration, Probe: failover.ProbeConfig{Interval: *probe}},
-			FirstByteTimeout: *firstByte}}
+			Failover: failover.Config{MigrationLimit: *migration, Probe: failover.ProbeConfig{Interval: *probe},
+				Outlier: failover.OutlierConfig{FirstByteFactor: *fbFactor, FirstByteFloor: *fbFloor,
+					MaxEjectedShare: *ejectShare, LatencyFactor: *latencyFactor}},
+			FirstByteTimeout: *firstByte, StreamIdleTimeout: *streamIdle}}
 	if *firstByte == 0 {
 		cfg.Gateway.FirstByteTimeout = -1 // Config: negative disables
+	}
+	if *streamIdle == 0 {
+		cfg.Gateway.StreamIdleTimeout = -1
+	}
+	if *fbFloor == 0 {
+		cfg.Gateway.Failover.Outlier.FirstByteFloor = -1 // see below
+	}
+	if *ejectShare == 0 {
+		cfg.Gateway.Failover.Outlier.MaxEjectedShare = 1e-9 // at least one worker, as documented
+	}
+	if *latencyFactor == 0 {
+		cfg.Gateway.Failover.Outlier.LatencyFactor = -1 // OutlierConfig: negative disables
 	}
 	if *traceOut != "" {
 		fh, tw, err := openTraceOut(*traceOut)

@@ -63,7 +63,7 @@ type OutlierConfig struct {
 	MinPromptTokens int
 	// FirstByteFactor and FirstByteFloor make a request's first-byte
 	// deadline (FirstByteDeadline): FirstByteFloor + FirstByteFactor ×
-	// the expected time (defaults 3 and 10 s).
+	// the expected time (defaults 3 and 10 s; a negative floor is none).
 	FirstByteFactor float64
 	FirstByteFloor  time.Duration
 	// PrefillRate (tokens/s) and TokenTime (per output token) are assumed
@@ -93,6 +93,7 @@ func (c *OutlierConfig) withDefaults() (OutlierConfig, error) {
 	if o.FirstByteFloor == 0 {
 		o.FirstByteFloor = DefaultFirstByteFloor
 	}
+	o.FirstByteFloor = max(o.FirstByteFloor, 0) // negative: no floor
 	if o.PrefillRate == 0 {
 		o.PrefillRate = DefaultPrefillRate
 	}
@@ -106,8 +107,8 @@ func (c *OutlierConfig) withDefaults() (OutlierConfig, error) {
 		return o, fmt.Errorf("%w: LatencyFactor %v (want ≥ 1, or negative for off)", ErrConfig, o.LatencyFactor)
 	case o.LatencyMinSamples < 0 || o.MinPromptTokens < 0:
 		return o, fmt.Errorf("%w: negative LatencyMinSamples or MinPromptTokens", ErrConfig)
-	case !(o.FirstByteFactor > 0) || o.FirstByteFloor < 0:
-		return o, fmt.Errorf("%w: FirstByteFactor %v must be > 0, FirstByteFloor ≥ 0", ErrConfig, o.FirstByteFactor)
+	case !(o.FirstByteFactor > 0):
+		return o, fmt.Errorf("%w: FirstByteFactor %v must be > 0", ErrConfig, o.FirstByteFactor)
 	case !(o.PrefillRate > 0) || o.TokenTime < 0:
 		return o, fmt.Errorf("%w: PrefillRate %v must be > 0, TokenTime ≥ 0", ErrConfig, o.PrefillRate)
 	}

@@ -226,7 +226,7 @@ func TestFirstByteDeadline(t *testing.T) {
 		t.Fatalf("unknown worker: %v", d)
 	}
 	for _, c := range []OutlierConfig{{MaxEjectedShare: 2}, {LatencyFactor: 0.5}, {FirstByteFactor: -1},
-		{PrefillRate: -1}, {FirstByteFloor: -1}} {
+		{PrefillRate: -1}} {
 		if _, err := New(Config{Outlier: c}); err == nil {
 			t.Errorf("config %+v accepted", c)
 		}
