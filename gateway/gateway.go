@@ -337,10 +337,11 @@ func (g *Gateway) routes() *http.ServeMux {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := g.Ready(); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, "not ready: "+err.Error()+"\n"+g.ejections(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")
+		fmt.Fprint(w, g.ejections())
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		code := http.StatusNotFound

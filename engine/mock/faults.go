@@ -95,6 +95,7 @@ type faultState struct {
 	// wedged requests wait on it. nil until a request first wedges.
 	unwedge chan struct{}
 	held    int // requests wedged now
+	wedgedN int // requests ever wedged
 	closed  bool
 }
 
@@ -127,7 +128,15 @@ func (fs *faultState) wedged() <-chan struct{} {
 		fs.unwedge = make(chan struct{})
 	}
 	fs.held++
+	fs.wedgedN++
 	return fs.unwedge
+}
+
+// WedgedTotal returns how many requests the wedge switches have held.
+func (s *Server) WedgedTotal() int {
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	return s.faults.wedgedN
 }
 
 // Wedged returns how many requests the wedge switches hold now.
