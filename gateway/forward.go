@@ -285,9 +285,9 @@ type relay struct {
 	upstreamCT string
 	sv         *streamSoFar
 	dog        *watchdog
-	track      bool // follow chat content in sv (migration is on)
+	track      bool   // follow chat content in sv (migration is on)
 	sp         *speed // the stream's speed, for the tracker (nil: a whole reply)
-	started    bool // this attempt's first byte reached the client
+	started    bool   // this attempt's first byte reached the client
 	lastProg   time.Time
 }
 
