@@ -426,3 +426,70 @@ func gathered(t *testing.T, g prometheus.Gatherer, name string, labels ...string
 	}
 	return 0
 }
+
+// TestLongPromptNotEjected: a 128K-token prompt on a healthy but slow
+// fleet (the mock at a twentieth of its usual speed-up) takes far longer
+// to its first token than the short prompts the workers were judged by,
+// and more than the deadline floor: its deadline, scaled by its size, lets
+// it finish on the first worker tried, and its TTFT, normalised by its
+// size, ejects no one.
+func TestLongPromptNotEjected(t *testing.T) {
+	fc := fastFailover()
+	// A small floor, so only the scaling by size lets the long prompt
+	// through; a factor that leaves room for a loaded machine.
+	fc.Outlier = failover.OutlierConfig{FirstByteFloor: 50 * time.Millisecond, FirstByteFactor: 6, LatencyMinSamples: 3}
+	var specs []WorkerSpec
+	var cfgs []mock.Config
+	for range 3 {
+		cfg := mockConfig(nil)
+		cfg.Speedup = 50
+		m, err := mock.Start(cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = m.Close() })
+		cfg.Listen = m.Addr()
+		cfgs = append(cfgs, cfg)
+		specs = append(specs, WorkerSpec{URL: m.URL(), Events: m.EventsEndpoint(), Native: Baseline})
+	}
+	stack, srv := testStack(t, StackConfig{Gateway: Config{Failover: fc, FirstByteTimeout: 10 * time.Minute}}, specs...)
+	f := &fleet{t: t, cfgs: cfgs, stack: stack, srv: srv}
+	for i := range 3 {
+		f.waitRoutable(i, true)
+	}
+	// Short prompts teach the tracker each worker's speed.
+	seen := map[int]int{}
+	for i := 0; len(seen) < 3 || seen[0] < 4 || seen[1] < 4 || seen[2] < 4; i++ {
+		require.Less(t, i, 500, "the short prompts did not reach every worker")
+		resp, body, err := f.post(context.Background(), ChatPath, fmt.Sprint("short", i), chatBody(longPrompt(i), true))
+		require.NoError(t, err)
+		require.True(t, replyComplete(ChatPath, true, resp, body), body)
+		seen[f.workerOf(resp)]++
+	}
+	for _, stream := range []bool{false, true} {
+		var b strings.Builder
+		for i := range 127_000 {
+			fmt.Fprintf(&b, "t%v%d ", stream, i) // uncached each time
+		}
+		body := fmt.Sprintf(`{"model":"m","stream":%v,"max_tokens":8,"messages":[{"role":"user","content":%q}]}`, stream, b.String())
+		start := time.Now()
+		resp, out, err := f.post(context.Background(), ChatPath, fmt.Sprint("long", stream), body)
+		require.NoError(t, err)
+		require.True(t, replyComplete(ChatPath, stream, resp, out), "%.300s", out)
+		w := f.workerOf(resp)
+		took, tr := time.Since(start), stack.Gateway().Tracker()
+		t.Logf("128K-token prompt (stream %v) answered in %v by worker %d; its whole-reply deadline there was %v (a short prompt's %v)",
+			stream, took, w, tr.FirstByteDeadline(uint64(w), 127_000, 8), tr.FirstByteDeadline(uint64(w), 200, 8))
+		if !stream {
+			require.Greater(t, took, tr.FirstByteDeadline(uint64(w), 200, 8), "the long prompt needed its scaled deadline")
+		}
+	}
+	for w := range 3 {
+		require.True(t, stack.Gateway().Tracker().Routable(uint64(w)))
+		require.Zero(t, gathered(t, stack.Registry(), "agentkv_failover_retries_total", "worker", strconv.Itoa(w)))
+		require.Zero(t, gathered(t, stack.Registry(), "agentkv_failover_failures_total", "worker", strconv.Itoa(w)))
+	}
+	mfs, err := stack.Registry().Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		require.NotEqual(t, "agentkv_gateway_worker_ejections_total", mf.GetName(), "a worker was ejected")
+	}
+}

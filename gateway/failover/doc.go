@@ -58,8 +58,9 @@
 // Beyond consecutive failures, a worker whose time to first token is far
 // outside its peers' is ejected (ReasonLatency): Tracker.ObserveFirstToken
 // keeps, per worker, an EWMA of the streamed requests' TTFT divided by
-// max(uncached prompt tokens, MinPromptTokens), i.e. normalised by the
-// prompt's size, and a worker with LatencyMinSamples (10) samples whose
+// max(uncached prompt tokens, MinPromptTokens) × (1 + tokens /
+// AttentionTokens), i.e. normalised by the prompt's size (attention makes
+// a long prompt cost more per token: 32K tokens count twice), and a worker with LatencyMinSamples (10) samples whose
 // value is above LatencyFactor (5) × the median of at least two routable
 // peers' is ejected. A 128K-token prompt is judged by its size, so a long
 // prefill on a healthy worker is not an outlier.
@@ -84,7 +85,8 @@
 // Tracker.FirstByteDeadline(worker, prompt tokens, output tokens) is how
 // long a request may wait for its first byte: FirstByteFloor (10 s) +
 // FirstByteFactor (3) × the expected time, the prompt (at least
-// MinPromptTokens) at the worker's observed prefill speed plus the output
+// MinPromptTokens, with the same attention allowance) at the worker's
+// observed prefill speed plus the output
 // tokens (0 for a stream, whose first byte is its first token; the output
 // budget for a whole reply, whose first byte is its last) at its observed
 // time per token (ObserveDecode). A worker not yet observed is taken to be

@@ -13,6 +13,7 @@ const (
 	DefaultLatencyFactor      = 5.0
 	DefaultLatencyMinSamples  = 10
 	DefaultMinPromptTokens    = 256
+	DefaultAttentionTokens    = 32 << 10
 	DefaultFirstByteFactor    = 3.0
 	DefaultFirstByteFloor     = 10 * time.Second
 	DefaultPrefillRate        = 2000.0 // tokens per second, before any is observed
@@ -61,6 +62,13 @@ type OutlierConfig struct {
 	// a deadline is computed for), since a short prompt's TTFT is mostly
 	// fixed cost (default 256).
 	MinPromptTokens int
+	// AttentionTokens is the prompt size at which prefilling costs twice
+	// as much per token as a short prompt does (attention grows with the
+	// context): a prompt of n tokens counts as n × (1 + n/AttentionTokens)
+	// short-prompt tokens, for deadlines and for judging latency, so a
+	// 128K-token prefill learnt from short prompts is not cut short
+	// (default 32,768; negative: linear).
+	AttentionTokens int
 	// FirstByteFactor and FirstByteFloor make a request's first-byte
 	// deadline (FirstByteDeadline): FirstByteFloor + FirstByteFactor ×
 	// the expected time (defaults 3 and 10 s; a negative floor is none).
@@ -86,6 +94,9 @@ func (c *OutlierConfig) withDefaults() (OutlierConfig, error) {
 	}
 	if o.MinPromptTokens == 0 {
 		o.MinPromptTokens = DefaultMinPromptTokens
+	}
+	if o.AttentionTokens == 0 {
+		o.AttentionTokens = DefaultAttentionTokens
 	}
 	if o.FirstByteFactor == 0 {
 		o.FirstByteFactor = DefaultFirstByteFactor
@@ -140,7 +151,7 @@ func (t *Tracker) ObserveFirstToken(id uint64, uncached int, ttft time.Duration)
 		return
 	}
 	now := t.cfg.Now()
-	x := ttft.Seconds() / float64(max(uncached, t.cfg.Outlier.MinPromptTokens, 1))
+	x := ttft.Seconds() / t.promptWork(uncached)
 	t.mu.Lock()
 	w := t.workers[id]
 	if w == nil {
@@ -207,8 +218,9 @@ func median(xs []float64) float64 {
 
 // FirstByteDeadline returns how long a request to worker id may wait for
 // its reply's first byte: FirstByteFloor + FirstByteFactor × (the time to
-// prefill max(promptTokens, MinPromptTokens) at the worker's observed
-// speed + outputTokens × its observed time per output token). Pass
+// prefill max(promptTokens, MinPromptTokens) × (1 + promptTokens /
+// AttentionTokens) at the worker's observed speed + outputTokens × its
+// observed time per output token). Pass
 // outputTokens 0 for a stream (its first byte comes with the first token)
 // and the output budget for a whole reply (whose first byte comes at the
 // end). A worker with no observation yet is assumed as fast as the median
@@ -231,12 +243,23 @@ func (t *Tracker) FirstByteDeadline(id uint64, promptTokens, outputTokens int) t
 		tpot = m
 	}
 	t.mu.Unlock()
-	exp := float64(max(promptTokens, oc.MinPromptTokens))*spt + float64(max(outputTokens, 0))*tpot
+	exp := t.promptWork(promptTokens)*spt + float64(max(outputTokens, 0))*tpot
 	d := float64(oc.FirstByteFloor) + oc.FirstByteFactor*exp*float64(time.Second)
 	if d > float64(math.MaxInt64/2) {
 		return math.MaxInt64 / 2
 	}
 	return time.Duration(d)
+}
+
+// promptWork is what prefilling n prompt tokens costs, in short-prompt
+// tokens: max(n, MinPromptTokens) × (1 + n/AttentionTokens).
+func (t *Tracker) promptWork(n int) float64 {
+	oc := &t.cfg.Outlier
+	w := float64(max(n, oc.MinPromptTokens, 1))
+	if oc.AttentionTokens > 0 {
+		w *= 1 + float64(max(n, 0))/float64(oc.AttentionTokens)
+	}
+	return w
 }
 
 func (t *Tracker) medianLocked(get func(*latency) (float64, bool)) (float64, bool) {

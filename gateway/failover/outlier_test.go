@@ -205,7 +205,7 @@ func TestLongPromptOnSlowWorkerNotEjected(t *testing.T) {
 // observations, its peers' median, or the configured defaults.
 func TestFirstByteDeadline(t *testing.T) {
 	tr, _, _, _ := newFleetTracker(t, 3, Config{Outlier: OutlierConfig{FirstByteFactor: 2, FirstByteFloor: time.Second,
-		PrefillRate: 1000, TokenTime: 10 * time.Millisecond, MinPromptTokens: 100}})
+		PrefillRate: 1000, TokenTime: 10 * time.Millisecond, MinPromptTokens: 100, AttentionTokens: -1}})
 	// Nothing observed: 1 s + 2 × (5000 / 1000 s + 100 × 10 ms) = 13 s.
 	if d := tr.FirstByteDeadline(0, 5000, 100); d != 13*time.Second {
 		t.Fatalf("defaults: %v", d)
@@ -224,6 +224,12 @@ func TestFirstByteDeadline(t *testing.T) {
 	}
 	if d := tr.FirstByteDeadline(99, 5000, 0); d != 2*time.Second {
 		t.Fatalf("unknown worker: %v", d)
+	}
+	// With the attention allowance a long prompt counts for more.
+	att, _, _, _ := newFleetTracker(t, 1, Config{Outlier: OutlierConfig{FirstByteFactor: 1, FirstByteFloor: -1,
+		PrefillRate: 1000, AttentionTokens: 1000}})
+	if d := att.FirstByteDeadline(0, 3000, 0); d != 12*time.Second { // 3000 × (1 + 3) / 1000
+		t.Fatalf("attention allowance: %v", d)
 	}
 	for _, c := range []OutlierConfig{{MaxEjectedShare: 2}, {LatencyFactor: 0.5}, {FirstByteFactor: -1},
 		{PrefillRate: -1}} {
