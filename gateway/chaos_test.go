@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentkv/agentkv/engine/mock"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/gateway/translate"
 	"github.com/agentkv/agentkv/internal/apiwire"
 	"github.com/agentkv/agentkv/trace"
 )
@@ -131,23 +132,23 @@ func runChaos(t *testing.T, sessions, turns int, kill, admission bool, period, d
 // chatStreamResult reads a chat stream: its text, its chunk count, its
 // usage.
 func chatStreamResult(body string) (string, int, Usage) {
-	var s sseScanner
+	var s translate.SSEScanner
 	var b strings.Builder
 	var u Usage
 	n := 0
-	s.on = func(_ string, data []byte) {
+	s.On = func(_ string, data []byte) {
 		var ch apiwire.ChatChunk
 		if json.Unmarshal(data, &ch) != nil {
 			return
 		}
 		n++
-		learn(&ch, &u)
+		translate.Learn(&ch, &u)
 		for _, c := range ch.Choices {
 			b.WriteString(deref(c.Delta.Content))
 		}
 	}
-	s.feed([]byte(body))
-	s.flush()
+	s.Feed([]byte(body))
+	s.Flush()
 	return b.String(), n, u
 }
 
@@ -482,8 +483,8 @@ func TestLongPromptNotEjected(t *testing.T) {
 			require.Greater(t, took, tr.FirstByteDeadline(uint64(w), 200, 8), "the long prompt needed its scaled deadline")
 		}
 	}
-	for w := range 3 {
-		require.True(t, stack.Gateway().Tracker().Routable(uint64(w)))
+	for w, st := range stack.Gateway().Tracker().Status() {
+		require.False(t, st.Ejected, "worker %d: %+v", w, st)
 		require.Zero(t, gathered(t, stack.Registry(), "agentkv_failover_retries_total", "worker", strconv.Itoa(w)))
 		require.Zero(t, gathered(t, stack.Registry(), "agentkv_failover_failures_total", "worker", strconv.Itoa(w)))
 	}

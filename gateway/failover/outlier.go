@@ -20,6 +20,7 @@ const (
 	DefaultTokenTime          = 50 * time.Millisecond
 	DefaultOutputBudget       = 1024
 	latencyAlpha              = 0.2 // EWMA weight of a new sample
+	latencyRefresh            = 16  // samples between refreshes of the fleet's median
 	defaultMinPeersForLatency = 2
 )
 
@@ -161,8 +162,13 @@ func (t *Tracker) ObserveFirstToken(id uint64, uncached int, ttft time.Duration)
 	w.lat.spt = ewma(w.lat.spt, x, !w.lat.any)
 	w.lat.any = true
 	w.lat.n++
+	// The fleet's median is refreshed every few samples: the common case
+	// (a worker well inside it) costs one comparison.
+	if t.latSeq++; t.latSeq%latencyRefresh == 0 || t.latMedian == 0 {
+		t.latMedian, _ = t.medianLocked(func(l *latency) (float64, bool) { return l.spt, l.any })
+	}
 	var ev []ejectEvent
-	if t.outlierLocked(w) && t.mayEjectLocked(now, w) && w.br.Eject(now) {
+	if w.lat.spt > t.cfg.Outlier.LatencyFactor*t.latMedian && t.outlierLocked(w) && t.mayEjectLocked(now, w) && w.br.Eject(now) {
 		w.lat.n = 0
 		w.lastErr = fmt.Sprintf("time to first token %.3g ms per 1k prompt tokens, over %g × its peers' median",
 			w.lat.spt*1e6, t.cfg.Outlier.LatencyFactor)
@@ -194,7 +200,8 @@ func (t *Tracker) outlierLocked(w *tracked) bool {
 		return false
 	}
 	now := t.cfg.Now()
-	var peers []float64
+	var buf [64]float64
+	peers := buf[:0]
 	for _, p := range t.workers {
 		if p != w && p.lat.n >= oc.LatencyMinSamples && p.routable(now) {
 			peers = append(peers, p.lat.spt)
@@ -263,7 +270,8 @@ func (t *Tracker) promptWork(n int) float64 {
 }
 
 func (t *Tracker) medianLocked(get func(*latency) (float64, bool)) (float64, bool) {
-	var xs []float64
+	var buf [64]float64
+	xs := buf[:0]
 	for _, w := range t.workers {
 		if x, ok := get(&w.lat); ok {
 			xs = append(xs, x)

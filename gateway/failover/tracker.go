@@ -196,10 +196,15 @@ type Tracker struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // probe loops
 
-	mu      sync.Mutex // guards workers, changed, closed
+	mu      sync.Mutex // guards workers, changed, closed, latMedian, latSeq
 	workers map[uint64]*tracked
 	changed chan struct{} // closed (and replaced) when routability may have changed
 	closed  bool
+	// latMedian is the fleet's median TTFT per prompt token, refreshed
+	// every latencyRefresh samples (latSeq counts them): a worker at most
+	// LatencyFactor times it is not judged further.
+	latMedian float64
+	latSeq    uint64
 }
 
 // tracked is one worker's state; guarded by Tracker.mu.
