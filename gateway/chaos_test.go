@@ -494,3 +494,34 @@ func TestLongPromptNotEjected(t *testing.T) {
 		require.NotEqual(t, "agentkv_gateway_worker_ejections_total", mf.GetName(), "a worker was ejected")
 	}
 }
+
+// TestStreamWedgedMidway: a worker that stops a stream mid-way (the mock's
+// wedge_after) with the connection open is caught by the stream idle
+// timeout (Config.StreamIdleTimeout, the proxy's --stream-idle-timeout)
+// and the chat stream continues on the other worker, whole and
+// continuous, exactly as a cut stream migrates.
+func TestStreamWedgedMidway(t *testing.T) {
+	fc := fastFailover()
+	fc.MigrationLimit = 1
+	f := newFleet(t, 2, nil, Config{Failover: fc, StreamIdleTimeout: 300 * time.Millisecond}, false)
+	f.waitRoutable(0, true)
+	f.waitRoutable(1, true)
+	resp, _ := postJSON(t, f.mock(0).URL()+"/admin/fault", nil, `{"wedge_after":3}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	for i := 0; ; i++ {
+		require.Less(t, i, 200, "no stream reached worker 0")
+		resp, body, err := f.post(context.Background(), ChatPath, fmt.Sprint("mid", i), chatBody(longPrompt(i), true))
+		require.NoError(t, err)
+		text, events := streamText(t, body)
+		require.True(t, replyComplete(ChatPath, true, resp, body), "%v %.300s", events, body)
+		if f.workerOf(resp) != 0 {
+			continue
+		}
+		// Worker 0 sent three tokens, then nothing: the rest came from
+		// worker 1, continuing the same text.
+		require.Equal(t, 1.0, testutil.ToFloat64(f.stack.gw.m.failures.WithLabelValues("chat", "migrated")))
+		require.NotEmpty(t, text)
+		require.Equal(t, 1, f.mock(0).WedgedTotal(), "one stream wedged")
+		return
+	}
+}
