@@ -1,22 +1,30 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentkv/agentkv/engine/mock"
+	"github.com/agentkv/agentkv/gateway/failover"
 	"github.com/agentkv/agentkv/gateway/translate"
 	"github.com/agentkv/agentkv/internal/apiwire"
+	"github.com/agentkv/agentkv/trace"
 )
 
 // chaosResult is what a chaos run's clients saw.
@@ -24,9 +32,22 @@ type chaosResult struct {
 	requests, failedBeforeFirstByte, erroredMidStream, migrated int64
 	sessionsDone                                                int64
 	prompt, cached                                              int64
+	// reusable counts the prompt tokens a turn shares with its session's
+	// previous turn (that turn's prompt and reply): what a perfect cache
+	// could have served, which depends on how many turns the run managed
+	// (a loaded machine completes fewer, and first turns share little).
+	reusable int64
 }
 
 func (r *chaosResult) hitRate() float64 { return float64(r.cached) / float64(max(r.prompt, 1)) }
+
+// reachable is the hit rate a perfect cache would have had on the turns
+// this run made.
+func (r *chaosResult) reachable() float64 { return float64(r.reusable) / float64(max(r.prompt, 1)) }
+
+// efficiency is the share of the reachable hit rate the run got (the
+// shared system prompt can put it above 1).
+func (r *chaosResult) efficiency() float64 { return r.hitRate() / max(r.reachable(), 1e-9) }
 
 // runChaos drives sessions concurrent multi-turn chat sessions (streamed,
 // usage on; each turn resends the conversation) through a fleet of three
@@ -70,6 +91,7 @@ func runChaos(t *testing.T, sessions, turns int, kill, admission bool, period, d
 			defer wg.Done()
 			msgs := []map[string]string{{"role": "system", "content": longPrompt(-1)},
 				{"role": "user", "content": longPrompt(s)}}
+			prev := 0 // the previous turn's prompt and reply tokens
 			for turn := range turns {
 				if ctx.Err() != nil {
 					break // time is up: the session ran to the end
@@ -92,6 +114,8 @@ func runChaos(t *testing.T, sessions, turns int, kill, admission bool, period, d
 				}
 				atomic.AddInt64(&res.prompt, int64(u.PromptTokens))
 				atomic.AddInt64(&res.cached, int64(u.CachedTokens))
+				atomic.AddInt64(&res.reusable, int64(min(prev, u.PromptTokens)))
+				prev = u.PromptTokens + u.CompletionTokens
 				msgs = append(msgs, map[string]string{"role": "assistant", "content": reply},
 					map[string]string{"role": "user", "content": fmt.Sprintf("tool output %d %d ok", s, turn)})
 			}
@@ -146,16 +170,358 @@ func TestFailoverChaos(t *testing.T) {
 		t.Run(fmt.Sprint("admission=", admission), func(t *testing.T) {
 			base := runChaos(t, sessions, turns, false, admission, period, dur)
 			hit := runChaos(t, sessions, turns, true, admission, period, dur)
-			t.Logf("no faults: %d requests, %d sessions done, hit rate %.3f", base.requests, base.sessionsDone, base.hitRate())
-			t.Logf("chaos: %d requests, %d failed before the first byte, %d migrated, %d ended with an error event, %d sessions done, hit rate %.3f",
-				hit.requests, hit.failedBeforeFirstByte, hit.migrated, hit.erroredMidStream, hit.sessionsDone, hit.hitRate())
+			t.Logf("no faults: %d requests, %d sessions done, hit rate %.3f of a reachable %.3f (%.2f)", base.requests,
+				base.sessionsDone, base.hitRate(), base.reachable(), base.efficiency())
+			t.Logf("chaos: %d requests, %d failed before the first byte, %d migrated, %d ended with an error event, %d sessions done, hit rate %.3f of a reachable %.3f (%.2f)",
+				hit.requests, hit.failedBeforeFirstByte, hit.migrated, hit.erroredMidStream, hit.sessionsDone, hit.hitRate(),
+				hit.reachable(), hit.efficiency())
 			require.Zero(t, base.failedBeforeFirstByte+base.erroredMidStream)
 			require.Zero(t, hit.failedBeforeFirstByte, "no request failed before its first byte")
-			require.Greater(t, base.hitRate(), 0.5)
-			require.Greater(t, hit.hitRate(), base.hitRate()-0.3, "the hit rate holds up under chaos")
+			// Thresholds on what each run managed, not on the machine: a
+			// loaded machine completes fewer turns, and first turns share
+			// only the system prompt (the absolute hit rate once fell to
+			// 0.469 that way).
+			require.Greater(t, base.efficiency(), 0.6, "without faults the cache serves most of what it could")
+			require.Greater(t, hit.efficiency(), base.efficiency()-0.35, "the hit rate holds up under chaos")
 		})
 	}
 	// Most kills find requests before their first byte (the mock decodes
 	// fast): those are retried. TestFailoverMigration covers the cut
 	// stream deterministically.
+}
+
+// manualClock is the tracker's clock in the wedge test: breakers open and
+// half-open when the test says, so a rejoin is deterministic.
+type manualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+// wedgeLoad is one client's mixed traffic: the three APIs, streamed and
+// not, in turn.
+var wedgeLoad = []struct {
+	path   string
+	stream bool
+}{{ChatPath, true}, {ResponsesPath, false}, {MessagesPath, true}, {ChatPath, false}, {ResponsesPath, true}, {MessagesPath, false}}
+
+// replyComplete reports whether a reply reached its client whole: 200,
+// and a stream that ended with its API's final event.
+func replyComplete(path string, stream bool, resp *http.Response, body string) bool {
+	if resp == nil || resp.StatusCode != http.StatusOK {
+		return false
+	}
+	if !stream {
+		return true
+	}
+	switch path {
+	case ResponsesPath:
+		return strings.Contains(body, "response.completed") && !strings.Contains(body, "response.failed")
+	case MessagesPath:
+		return strings.Contains(body, "message_stop") && !strings.Contains(body, "event: error")
+	}
+	return strings.HasSuffix(strings.TrimSpace(body), "data: [DONE]")
+}
+
+// TestWedgedWorkerEjected: one of three mock workers wedges (its /health
+// and /metrics stay green; generations are accepted and never answered)
+// under mixed load over the three APIs, streamed and not. Every request
+// is answered whole; a request waits at most its first-byte deadline plus
+// one retry (each attempt the gateway gave up on took no longer than its
+// deadline, by the gateway's own trace, and no request took more than two
+// attempts); only requests sent to the wedged worker before its ejection
+// are retried (none after it: the wedged worker receives nothing more);
+// the worker is ejected for timeouts (counter, /readyz) and leaves the
+// router, and, once it recovers, is routable again at the end of one
+// ejection period by the tracker's clock and serves again.
+func TestWedgedWorkerEjected(t *testing.T) {
+	clk := &manualClock{now: time.Unix(1_800_000_000, 0)}
+	fc := fastFailover()
+	fc.Now = clk.Now
+	// A deadline far above what a healthy mock takes even on a loaded
+	// machine, so only the wedged worker's requests time out.
+	const floor = 3 * time.Second
+	fc.Outlier = failover.OutlierConfig{FirstByteFloor: floor}
+	var specs []WorkerSpec
+	var mocks []*mock.Server
+	var cfgs []mock.Config
+	for range 3 {
+		cfg := mockConfig(nil)
+		m, err := mock.Start(cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = m.Close() })
+		cfg.Listen = m.Addr()
+		mocks, cfgs = append(mocks, m), append(cfgs, cfg)
+		specs = append(specs, WorkerSpec{URL: m.URL(), Events: m.EventsEndpoint(),
+			Native: APISet(Chat, Completions, Responses, Messages, CountTokens)})
+	}
+	tracePath := filepath.Join(t.TempDir(), "trace.jsonl")
+	fh, err := os.Create(tracePath)
+	require.NoError(t, err)
+	tw, err := trace.NewWriter(trace.WriterConfig{Sink: fh, QueueBytes: 64 << 20})
+	require.NoError(t, err)
+	stack, srv := testStack(t, StackConfig{Trace: tw, Gateway: Config{Failover: fc, FirstByteTimeout: time.Minute}}, specs...)
+	f := &fleet{t: t, mocks: mocks, cfgs: cfgs, stack: stack, srv: srv}
+	for i := range 3 {
+		f.waitRoutable(i, true)
+	}
+	tr := stack.Gateway().Tracker()
+	const wedged = 2
+	retries := func(w int) float64 {
+		return gathered(t, stack.Registry(), "agentkv_failover_retries_total", "worker", strconv.Itoa(w))
+	}
+
+	// Mixed load until stop; each client counts what it got.
+	var served [3]atomic.Int64 // complete replies by worker
+	var bad atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	const clients = 9
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l := wedgeLoad[(c+i)%len(wedgeLoad)]
+				sess := fmt.Sprintf("wedge%d-%d", c, i/4) // a session of four turns
+				resp, body, err := f.post(context.Background(), l.path, sess, bodyFor(l.path, longPrompt(c)+fmt.Sprint(i), l.stream))
+				if err != nil || !replyComplete(l.path, l.stream, resp, body) {
+					bad.Add(1)
+					t.Logf("client %d request %d (%s stream=%v): %v %.300s", c, i, l.path, l.stream, err, body)
+					continue
+				}
+				served[f.workerOf(resp)].Add(1)
+			}
+		}()
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		require.Eventually(t, cond, 60*time.Second, 2*time.Millisecond, what)
+	}
+	waitFor("every worker serves", func() bool { return served[0].Load() > 5 && served[1].Load() > 5 && served[2].Load() > 5 })
+
+	// Wedge worker 2 by its admin endpoint: health stays green.
+	resp, _ := postJSON(t, mocks[wedged].URL()+"/admin/fault", nil, `{"wedge":true}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	waitFor("the wedged worker is ejected", func() bool { return !tr.Routable(wedged) })
+	heldAtEjection := mocks[wedged].WedgedTotal()
+	st := tr.Status()[wedged]
+	require.True(t, st.Ejected)
+	require.Equal(t, failover.ReasonTimeout, st.EjectReason)
+	require.Equal(t, failover.Up, st.Health, "its health probes stay green")
+	require.Equal(t, 1.0, gathered(t, stack.Registry(), "agentkv_gateway_worker_ejections_total", "worker", strconv.Itoa(wedged),
+		"reason", failover.ReasonTimeout))
+	for _, w := range stack.Router().Workers() {
+		require.NotEqual(t, uint64(wedged), w.ID, "an ejected worker leaves the router")
+	}
+	rresp, err := http.Get(srv.URL + "/readyz")
+	require.NoError(t, err)
+	rbody, _ := io.ReadAll(rresp.Body)
+	rresp.Body.Close()
+	require.Equal(t, http.StatusOK, rresp.StatusCode)
+	require.Contains(t, string(rbody), "ejected (timeout)")
+
+	// Load goes on: every request still completes on the two others, and
+	// the wedged worker gets nothing more.
+	after := served[0].Load() + served[1].Load()
+	waitFor("load goes on", func() bool { return served[0].Load()+served[1].Load() > after+60 })
+	waitFor("the held requests time out", func() bool { return mocks[wedged].Wedged() == 0 })
+	require.LessOrEqual(t, mocks[wedged].WedgedTotal(), heldAtEjection+clients,
+		"only requests routed before the ejection reach the wedged worker")
+	require.Zero(t, retries(0)+retries(1), "no retry away from a healthy worker")
+	require.LessOrEqual(t, retries(wedged), float64(mocks[wedged].WedgedTotal()), "retries only for requests the wedged worker held")
+	require.Positive(t, retries(wedged))
+
+	// It recovers: at the end of its ejection period (the tracker's
+	// clock) it is on trial, and serves again.
+	resp, _ = postJSON(t, mocks[wedged].URL()+"/admin/fault", nil, `{}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	clk.Set(st.EjectedUntil.Add(-time.Nanosecond))
+	require.False(t, tr.Routable(wedged), "back before its ejection period ended")
+	clk.Set(st.EjectedUntil)
+	require.True(t, tr.Routable(wedged), "not back at the end of its ejection period")
+	before := served[wedged].Load()
+	waitFor("the recovered worker serves again", func() bool { return served[wedged].Load() > before+3 })
+	waitFor("its breaker closes", func() bool { return tr.Status()[wedged].Breaker == failover.Closed })
+	close(stop)
+	wg.Wait()
+	require.Zero(t, bad.Load(), "every request was answered whole")
+
+	// The gateway's own timings: no request took more than two attempts,
+	// and every attempt it gave up on ended within its deadline (the
+	// floor plus a little for these short prompts; generously bounded).
+	srv.Close()
+	require.NoError(t, stack.Close())
+	require.NoError(t, tw.Close())
+	require.NoError(t, fh.Close())
+	raw, err := os.ReadFile(tracePath)
+	require.NoError(t, err)
+	attempts := map[string]int{}
+	retried := 0
+	err = trace.ReadRecords(bytes.NewReader(raw), tracePath, func(_ int, r *trace.Record) error {
+		if r.EventType != trace.EventRequestEnd {
+			return nil
+		}
+		base, _, _ := strings.Cut(r.Request.RequestID, "-")
+		attempts[base]++
+		if r.Request.ErrorKind == "retried" {
+			retried++
+			require.Less(t, r.Request.TotalTimeMs, float64(3*floor/time.Millisecond),
+				"a timed-out attempt waited past its deadline: %+v", r.Request)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	for id, n := range attempts {
+		require.LessOrEqual(t, n, 2, "request %s took %d attempts", id, n)
+	}
+	require.Equal(t, float64(retried), retries(wedged))
+	t.Logf("served %d/%d/%d, %d requests retried off the wedged worker (%d reached it)", served[0].Load(),
+		served[1].Load(), served[2].Load(), retried, mocks[wedged].WedgedTotal())
+}
+
+// gathered returns the value of the counter or gauge name whose labels
+// include the given name/value pairs (0 when there is none).
+func gathered(t *testing.T, g prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
+// TestLongPromptNotEjected: a 128K-token prompt on a healthy but slow
+// fleet (the mock at a twentieth of its usual speed-up) takes far longer
+// to its first token than the short prompts the workers were judged by,
+// and more than the deadline floor: its deadline, scaled by its size, lets
+// it finish on the first worker tried, and its TTFT, normalised by its
+// size, ejects no one.
+func TestLongPromptNotEjected(t *testing.T) {
+	fc := fastFailover()
+	// A small floor, so only the scaling by size lets the long prompt
+	// through; a factor that leaves room for a loaded machine.
+	fc.Outlier = failover.OutlierConfig{FirstByteFloor: 50 * time.Millisecond, FirstByteFactor: 6, LatencyMinSamples: 3}
+	var specs []WorkerSpec
+	var cfgs []mock.Config
+	for range 3 {
+		cfg := mockConfig(nil)
+		cfg.Speedup = 50
+		m, err := mock.Start(cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = m.Close() })
+		cfg.Listen = m.Addr()
+		cfgs = append(cfgs, cfg)
+		specs = append(specs, WorkerSpec{URL: m.URL(), Events: m.EventsEndpoint(), Native: Baseline})
+	}
+	stack, srv := testStack(t, StackConfig{Gateway: Config{Failover: fc, FirstByteTimeout: 10 * time.Minute}}, specs...)
+	f := &fleet{t: t, cfgs: cfgs, stack: stack, srv: srv}
+	for i := range 3 {
+		f.waitRoutable(i, true)
+	}
+	// Short prompts teach the tracker each worker's speed.
+	seen := map[int]int{}
+	for i := 0; len(seen) < 3 || seen[0] < 4 || seen[1] < 4 || seen[2] < 4; i++ {
+		require.Less(t, i, 500, "the short prompts did not reach every worker")
+		resp, body, err := f.post(context.Background(), ChatPath, fmt.Sprint("short", i), chatBody(longPrompt(i), true))
+		require.NoError(t, err)
+		require.True(t, replyComplete(ChatPath, true, resp, body), body)
+		seen[f.workerOf(resp)]++
+	}
+	for _, stream := range []bool{false, true} {
+		var b strings.Builder
+		for i := range 127_000 {
+			fmt.Fprintf(&b, "t%v%d ", stream, i) // uncached each time
+		}
+		body := fmt.Sprintf(`{"model":"m","stream":%v,"max_tokens":8,"messages":[{"role":"user","content":%q}]}`, stream, b.String())
+		start := time.Now()
+		resp, out, err := f.post(context.Background(), ChatPath, fmt.Sprint("long", stream), body)
+		require.NoError(t, err)
+		require.True(t, replyComplete(ChatPath, stream, resp, out), "%.300s", out)
+		w := f.workerOf(resp)
+		took, tr := time.Since(start), stack.Gateway().Tracker()
+		t.Logf("128K-token prompt (stream %v) answered in %v by worker %d; its whole-reply deadline there was %v (a short prompt's %v)",
+			stream, took, w, tr.FirstByteDeadline(uint64(w), 127_000, 8), tr.FirstByteDeadline(uint64(w), 200, 8))
+		if !stream {
+			require.Greater(t, took, tr.FirstByteDeadline(uint64(w), 200, 8), "the long prompt needed its scaled deadline")
+		}
+	}
+	for w, st := range stack.Gateway().Tracker().Status() {
+		require.False(t, st.Ejected, "worker %d: %+v", w, st)
+		require.Zero(t, gathered(t, stack.Registry(), "agentkv_failover_retries_total", "worker", strconv.Itoa(w)))
+		require.Zero(t, gathered(t, stack.Registry(), "agentkv_failover_failures_total", "worker", strconv.Itoa(w)))
+	}
+	mfs, err := stack.Registry().Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		require.NotEqual(t, "agentkv_gateway_worker_ejections_total", mf.GetName(), "a worker was ejected")
+	}
+}
+
+// TestStreamWedgedMidway: a worker that stops a stream mid-way (the mock's
+// wedge_after) with the connection open is caught by the stream idle
+// timeout (Config.StreamIdleTimeout, the proxy's --stream-idle-timeout)
+// and the chat stream continues on the other worker, whole and
+// continuous, exactly as a cut stream migrates.
+func TestStreamWedgedMidway(t *testing.T) {
+	fc := fastFailover()
+	fc.MigrationLimit = 1
+	f := newFleet(t, 2, nil, Config{Failover: fc, StreamIdleTimeout: 300 * time.Millisecond}, false)
+	f.waitRoutable(0, true)
+	f.waitRoutable(1, true)
+	resp, _ := postJSON(t, f.mock(0).URL()+"/admin/fault", nil, `{"wedge_after":3}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	for i := 0; ; i++ {
+		require.Less(t, i, 200, "no stream reached worker 0")
+		resp, body, err := f.post(context.Background(), ChatPath, fmt.Sprint("mid", i), chatBody(longPrompt(i), true))
+		require.NoError(t, err)
+		text, events := streamText(t, body)
+		require.True(t, replyComplete(ChatPath, true, resp, body), "%v %.300s", events, body)
+		if f.workerOf(resp) != 0 {
+			continue
+		}
+		// Worker 0 sent three tokens, then nothing: the rest came from
+		// worker 1, continuing the same text.
+		require.Equal(t, 1.0, testutil.ToFloat64(f.stack.gw.m.failures.WithLabelValues("chat", "migrated")))
+		require.NotEmpty(t, text)
+		require.Equal(t, 1, f.mock(0).WedgedTotal(), "one stream wedged")
+		return
+	}
 }

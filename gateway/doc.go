@@ -110,6 +110,14 @@
 // names them in metrics and traces). Every attempt reports to its worker's
 // breaker and is one router decision, Done before the next attempt.
 //
+// Every attempt has a first-byte deadline scaled by its prompt (and, for a
+// whole reply, its output budget) from its worker's observed speed
+// (failover.Tracker.FirstByteDeadline); streamed attempts teach the
+// tracker that speed, and a worker whose time to first token is far
+// outside its peers', or that times out (a wedged worker answers /health
+// but no generation), is ejected; a Stack takes an ejected worker out of
+// its router until its ejection ends, and /readyz lists ejected workers.
+//
 // Before the first byte a retryable failure (connect, timeout, a reply
 // broken before its first byte, 408/429/5xx) goes to the next-best worker,
 // up to the Retry policy's tries, with backoff and jitter. A cut chat

@@ -131,12 +131,15 @@ type Config struct {
 	// none is (workers starting, or all just ejected) before it is
 	// answered 503 (default DefaultReadyWait, 5 s; negative: no wait).
 	ReadyWait time.Duration
-	// FirstByteTimeout bounds the wait for a stream's first byte from a
-	// worker, StreamIdleTimeout the silence between two reads of it: past
-	// either the attempt counts as a timeout (retried before the first
-	// byte, a cut after). Defaults DefaultFirstByteTimeout (120 s) and
-	// DefaultStreamIdleTimeout (60 s); negative disables. Whole (not
-	// streamed) replies are not bounded: a long generation is legitimate.
+	// Each attempt waits for its first byte at most the tracker's
+	// first-byte deadline, scaled by its prompt (failover.OutlierConfig:
+	// floor + factor × the expected prefill, and for a whole reply its
+	// output budget too), and for a stream at most FirstByteTimeout;
+	// StreamIdleTimeout bounds the silence between two reads of a stream:
+	// past either the attempt counts as a timeout (retried before the
+	// first byte, a cut after). Defaults DefaultFirstByteTimeout (120 s)
+	// and DefaultStreamIdleTimeout (60 s); a negative FirstByteTimeout
+	// turns every first-byte deadline off.
 	FirstByteTimeout, StreamIdleTimeout time.Duration
 }
 
@@ -352,10 +355,11 @@ func (g *Gateway) routes() *http.ServeMux {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := g.Ready(); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, "not ready: "+err.Error()+"\n"+g.ejections(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")
+		fmt.Fprint(w, g.ejections())
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		code := http.StatusNotFound

@@ -103,7 +103,7 @@ var ErrTimeout = errors.New("gateway: worker did not answer in time")
 // overwrites), so FailedBeforeFirstByte may be retried on another worker.
 // A cut stream is not ended here: forward ends it with the API's error
 // event or migrates it (sv carries what the client was sent).
-func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, wk *worker, d *agentkv.Decision, sv *streamSoFar) AttemptResult {
+func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, wk *worker, d *agentkv.Decision, sv *streamSoFar) (res AttemptResult) {
 	native := wk.Native.Has(c.api) || c.api == Chat || c.api == Completions
 	path, body := c.api.Path(), c.body
 	if !native {
@@ -118,11 +118,16 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var dog *watchdog
-	if c.stream && g.cfg.FirstByteTimeout > 0 {
-		dog = &watchdog{idle: g.cfg.StreamIdleTimeout}
-		dog.t = time.AfterFunc(g.cfg.FirstByteTimeout, func() { cancel(ErrTimeout) })
+	fb := g.firstByteDeadline(c, wk) // scaled by the prompt (see outlier.go)
+	if fb > 0 {
+		dog = &watchdog{}
+		if c.stream {
+			dog.idle = g.cfg.StreamIdleTimeout
+		}
+		dog.t = time.AfterFunc(fb, func() { cancel(ErrTimeout) })
 		defer dog.t.Stop()
 	}
+	sp := newSpeed(c, wk, d)
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, wk.client.URL(path), bytes.NewReader(body))
 	if err != nil {
 		return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: %w", ErrConnect, err)}
@@ -142,11 +147,14 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 		case ctx.Err() != nil:
 			return AttemptResult{Outcome: ClientGone, Status: 499, Err: fmt.Errorf("%w: %w", ErrClientGone, ctx.Err())}
 		case context.Cause(actx) == ErrTimeout:
-			return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: no reply within %v: %w", ErrTimeout, g.cfg.FirstByteTimeout, context.DeadlineExceeded)}
+			return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: no reply within %v: %w", ErrTimeout, fb, context.DeadlineExceeded)}
 		}
 		return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: %w", ErrConnect, err)}
 	}
 	defer resp.Body.Close()
+	if !c.stream {
+		dog.kick() // a whole reply answered: its body follows
+	}
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrBody))
 		msg := upstreamMessage(b)
@@ -158,7 +166,8 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 	}
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	r := relay{g: g, ctx: ctx, actx: actx, w: w, d: d, body: resp.Body, upstreamCT: resp.Header.Get("Content-Type"),
-		sv: sv, dog: dog, track: g.migrationLimit > 0 && c.api == Chat && stream}
+		sv: sv, dog: dog, track: g.migrationLimit > 0 && c.api == Chat && stream, sp: sp}
+	defer func() { sp.done(g.tracker, &res) }()
 	switch {
 	case native:
 		return r.passThrough(translate.NewSniffer(c.api, stream))
@@ -253,8 +262,9 @@ type relay struct {
 	upstreamCT string
 	sv         *streamSoFar
 	dog        *watchdog
-	track      bool // follow chat content in sv (migration is on)
-	started    bool // this attempt's first byte reached the client
+	track      bool   // follow chat content in sv (migration is on)
+	sp         *speed // the stream's speed, for the tracker (nil: a whole reply)
+	started    bool   // this attempt's first byte reached the client
 	lastProg   time.Time
 }
 
@@ -274,6 +284,7 @@ func (r *relay) progress() {
 		r.started, r.lastProg = true, now
 		r.sv.started = true
 		r.d.FirstToken()
+		r.sp.firstByte(r.g.tracker)
 		return
 	}
 	if now.Sub(r.lastProg) >= time.Second {

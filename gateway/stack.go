@@ -251,6 +251,7 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		gc.Logger = s.log
 	}
 	gc.Failover.OnHealth = s.onHealth
+	gc.Failover.OnEject = s.onEject
 	gc.Workers = nil
 	for _, w := range s.workers {
 		gc.Workers = append(gc.Workers, Worker{ID: w.id, URL: w.spec.URL, DPRanks: w.spec.DPRanks,

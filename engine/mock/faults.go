@@ -45,6 +45,19 @@ type Faults struct {
 	// subscriber (they stay in the replay buffer), so subscribers see a
 	// sequence gap.
 	DropEvents int `json:"drop_events,omitempty"`
+	// Wedge is the fault production engines show most: a scheduler that
+	// stopped (a deadlocked collective, a stuck engine loop) while the
+	// process still answers. Generation requests are accepted and read,
+	// then never answered: no status, no byte. /health, /metrics,
+	// /tokenize and the admin endpoint answer as usual, so a health
+	// probe sees a healthy worker. WedgeAfter > 0 wedges streams after
+	// that many generated tokens instead: the stream stops, the
+	// connection stays open (non-streamed requests are served; Wedge
+	// holds those). A wedged request is held until its client goes
+	// away, the server closes, or the switch is cleared (it then goes on
+	// as if nothing happened, as an engine that recovered would).
+	Wedge      bool `json:"wedge,omitempty"`
+	WedgeAfter int  `json:"wedge_after,omitempty"`
 }
 
 // faultsJSON is the admin endpoint's body: Faults with durations in
@@ -64,7 +77,8 @@ func (f Faults) validate() error {
 	switch {
 	case f.FailStatus != 0 && (f.FailStatus < 400 || f.FailStatus > 599):
 		return fmt.Errorf("%w: fail status %d (want 400-599)", ErrConfig, f.FailStatus)
-	case f.FailCount < 0 || f.CutAfter < 0 || f.CutCount < 0 || f.StallAfter < 0 || f.StallCount < 0 || f.DropEvents < 0:
+	case f.FailCount < 0 || f.CutAfter < 0 || f.CutCount < 0 || f.StallAfter < 0 || f.StallCount < 0 || f.DropEvents < 0 ||
+		f.WedgeAfter < 0:
 		return fmt.Errorf("%w: negative fault count", ErrConfig)
 	case f.StallFirst < 0 || f.StallMid < 0 || f.RefuseFor < 0:
 		return fmt.Errorf("%w: negative fault duration", ErrConfig)
@@ -74,10 +88,15 @@ func (f Faults) validate() error {
 
 // faultState holds the armed switches.
 type faultState struct {
-	mu     sync.Mutex // guards f, timer
-	f      Faults
-	timer  *time.Timer // reopens the listener after RefuseFor
-	closed bool
+	mu    sync.Mutex // guards f, timer, unwedge, closed
+	f     Faults
+	timer *time.Timer // reopens the listener after RefuseFor
+	// unwedge is closed (and replaced) when the wedge switch clears:
+	// wedged requests wait on it. nil until a request first wedges.
+	unwedge chan struct{}
+	held    int // requests wedged now
+	wedgedN int // requests ever wedged
+	closed  bool
 }
 
 func (fs *faultState) stopTimers() {
@@ -86,7 +105,67 @@ func (fs *faultState) stopTimers() {
 	if fs.timer != nil {
 		fs.timer.Stop()
 	}
+	fs.releaseLocked()
 	fs.mu.Unlock()
+}
+
+// releaseLocked lets every wedged request go on.
+func (fs *faultState) releaseLocked() {
+	if fs.unwedge != nil {
+		close(fs.unwedge)
+		fs.unwedge = nil
+	}
+}
+
+// wedged counts a request in and returns the channel it waits on.
+func (fs *faultState) wedged() <-chan struct{} {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.closed {
+		return closedChan
+	}
+	if fs.unwedge == nil {
+		fs.unwedge = make(chan struct{})
+	}
+	fs.held++
+	fs.wedgedN++
+	return fs.unwedge
+}
+
+// WedgedTotal returns how many requests the wedge switches have held.
+func (s *Server) WedgedTotal() int {
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	return s.faults.wedgedN
+}
+
+// Wedged returns how many requests the wedge switches hold now.
+func (s *Server) Wedged() int {
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	return s.faults.held
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// hold blocks a wedged request until the switch clears (true), or its
+// client goes away or the server closes (false, the request ends
+// unanswered).
+func (s *Server) hold(ctx context.Context) bool {
+	ch := s.faults.wedged()
+	ok := false
+	select {
+	case <-ch:
+		ok = true
+	case <-ctx.Done():
+	}
+	s.faults.mu.Lock()
+	if ch != closedChan {
+		s.faults.held--
+	}
+	ok = ok && !s.faults.closed
+	s.faults.mu.Unlock()
+	return ok
 }
 
 // Faults returns the switches in force.
@@ -108,6 +187,9 @@ func (s *Server) SetFaults(f Faults) error {
 	}
 	s.faults.mu.Lock()
 	s.faults.f = f
+	if !f.Wedge && f.WedgeAfter == 0 {
+		s.faults.releaseLocked()
+	}
 	if s.faults.timer != nil {
 		s.faults.timer.Stop()
 		s.faults.timer = nil
@@ -155,6 +237,9 @@ type requestFaults struct {
 	stallFirst time.Duration
 	stallMid   time.Duration
 	stallAfter int
+	wedge      bool // wedge before the first byte
+	wedgeAfter int  // wedge a stream after this many tokens (0: not)
+	s          *Server
 }
 
 func (s *Server) takeFaults() requestFaults {
@@ -162,7 +247,7 @@ func (s *Server) takeFaults() requestFaults {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	f := &fs.f
-	var rf requestFaults
+	rf := requestFaults{s: s, wedge: f.Wedge, wedgeAfter: f.WedgeAfter}
 	if f.FailStatus > 0 {
 		rf.failStatus = f.FailStatus
 		if f.FailCount > 0 {
@@ -195,6 +280,9 @@ func (s *Server) takeFaults() requestFaults {
 // answered (failed) or the client went away during a stall.
 func (s *Server) begin(w http.ResponseWriter, r *http.Request, anthropic bool) (requestFaults, bool) {
 	rf := s.takeFaults()
+	if rf.wedge && !s.hold(r.Context()) {
+		return rf, false
+	}
 	if rf.failStatus > 0 {
 		s.fail(w, anthropic, rf.failStatus, fmt.Sprintf("injected fault: status %d", rf.failStatus))
 		return rf, false
@@ -215,9 +303,27 @@ func (rf *requestFaults) during(ctx context.Context, sent int) bool {
 	if rf.stallMid > 0 && sent >= rf.stallAfter {
 		d := rf.stallMid
 		rf.stallMid = 0
-		return pause(ctx, d)
+		if !pause(ctx, d) {
+			return false
+		}
+	}
+	if rf.wedgeAfter > 0 && sent >= rf.wedgeAfter {
+		rf.wedgeAfter = 0
+		return rf.s.hold(ctx)
 	}
 	return true
+}
+
+// capAt returns gen cut to the next mid-stream switch's token, so a stall
+// or wedge after K tokens comes after exactly K.
+func (rf *requestFaults) capAt(sent, gen int) int {
+	if rf.stallMid > 0 && sent < rf.stallAfter && gen > rf.stallAfter {
+		gen = rf.stallAfter
+	}
+	if rf.wedgeAfter > 0 && sent < rf.wedgeAfter && gen > rf.wedgeAfter {
+		gen = rf.wedgeAfter
+	}
+	return gen
 }
 
 func pause(ctx context.Context, d time.Duration) bool {

@@ -121,8 +121,8 @@ func (g *generation) wait(ctx context.Context, rf *requestFaults, emit func(from
 		if rf != nil && rf.cutAfter > 0 && gen > rf.cutAfter {
 			gen = rf.cutAfter // cut after exactly cutAfter tokens
 		}
-		if rf != nil && rf.stallMid > 0 && sent < rf.stallAfter && gen > rf.stallAfter {
-			gen = rf.stallAfter
+		if rf != nil {
+			gen = rf.capAt(sent, gen)
 		}
 		if gen > sent {
 			if err := emit(sent, gen); err != nil {

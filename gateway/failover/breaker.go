@@ -11,6 +11,11 @@ const (
 	DefaultFailureThreshold = 5
 	DefaultOpenFor          = 30 * time.Second
 	DefaultSuccessThreshold = 2
+	// DefaultTimeoutThreshold is the number of timeouts in a row that
+	// open a breaker (a wedged worker times out every request).
+	DefaultTimeoutThreshold = 3
+	// DefaultMaxOpenForFactor: MaxOpenFor defaults to ten OpenFor.
+	DefaultMaxOpenForFactor = 10
 )
 
 // BreakerConfig configures a per-worker circuit breaker. Zero fields mean
@@ -20,9 +25,20 @@ type BreakerConfig struct {
 	// closed breaker (default 5).
 	FailureThreshold int
 	// OpenFor is how long an open breaker stays open before it half-opens
-	// and lets trial requests through (default 30 s). A successful health
-	// probe half-opens it sooner.
+	// and lets trial requests through (default 30 s), the first time.
+	// Ejections grow as Envoy's do: the n-th opening lasts n × OpenFor,
+	// capped at MaxOpenFor, where n, the ejection multiplier, goes up by
+	// one at each opening and down by one for each OpenFor the breaker
+	// then stays closed. A successful health probe half-opens a breaker
+	// opened by a connect error sooner.
 	OpenFor time.Duration
+	// MaxOpenFor caps an opening (default 10 × OpenFor; below OpenFor:
+	// OpenFor, i.e. no growth).
+	MaxOpenFor time.Duration
+	// TimeoutThreshold is the number of consecutive timeouts that opens a
+	// closed breaker (default 3; it is never above FailureThreshold).
+	// Timeouts also count towards FailureThreshold.
+	TimeoutThreshold int
 	// SuccessThreshold is the number of consecutive successes in half-open
 	// that close the breaker (default 2). A failure in half-open reopens it.
 	SuccessThreshold int
@@ -44,7 +60,17 @@ func (c *BreakerConfig) withDefaults() (BreakerConfig, error) {
 	if o.SuccessThreshold == 0 {
 		o.SuccessThreshold = DefaultSuccessThreshold
 	}
+	if o.MaxOpenFor == 0 {
+		o.MaxOpenFor = DefaultMaxOpenForFactor * o.OpenFor
+	}
+	o.MaxOpenFor = max(o.MaxOpenFor, o.OpenFor)
+	if o.TimeoutThreshold == 0 {
+		o.TimeoutThreshold = DefaultTimeoutThreshold
+	}
+	o.TimeoutThreshold = min(o.TimeoutThreshold, o.FailureThreshold)
 	switch {
+	case o.TimeoutThreshold < 0:
+		return o, fmt.Errorf("%w: breaker TimeoutThreshold %d < 0", ErrConfig, o.TimeoutThreshold)
 	case o.FailureThreshold < 0:
 		return o, fmt.Errorf("%w: breaker FailureThreshold %d < 0", ErrConfig, o.FailureThreshold)
 	case o.OpenFor < 0:
@@ -87,10 +113,14 @@ func (s State) String() string {
 type Breaker struct {
 	cfg      BreakerConfig
 	state    State
-	fails    int       // consecutive failures while closed
-	succs    int       // consecutive successes while half-open
-	openedAt time.Time // when it last opened
-	opens    uint64    // times it opened
+	fails    int           // consecutive failures while closed
+	touts    int           // consecutive timeouts while closed
+	succs    int           // consecutive successes while half-open
+	openedAt time.Time     // when it last opened
+	openFor  time.Duration // how long this opening lasts
+	closedAt time.Time     // when it last closed (zero: never opened)
+	mult     int           // the ejection multiplier (see OpenFor)
+	opens    uint64        // times it opened
 }
 
 // NewBreaker returns a closed breaker.
@@ -116,15 +146,42 @@ func (b *Breaker) Allow(now time.Time) bool { return b.State(now) != Open }
 // Opens returns how many times the breaker opened.
 func (b *Breaker) Opens() uint64 { return b.opens }
 
+// OpenUntil returns when the current opening ends (zero when not open).
+func (b *Breaker) OpenUntil(now time.Time) time.Time {
+	if b.State(now) != Open {
+		return time.Time{}
+	}
+	return b.openedAt.Add(b.openFor)
+}
+
+// Multiplier returns the ejection multiplier: the next opening lasts
+// (Multiplier()+1) × OpenFor, less decay, capped at MaxOpenFor.
+func (b *Breaker) Multiplier() int { return b.mult }
+
 func (b *Breaker) advance(now time.Time) {
-	if b.state == Open && now.Sub(b.openedAt) >= b.cfg.OpenFor {
+	if b.state == Open && now.Sub(b.openedAt) >= b.openFor {
 		b.state, b.succs = HalfOpen, 0
 	}
 }
 
 func (b *Breaker) open(now time.Time) {
-	b.state, b.openedAt, b.fails, b.succs = Open, now, 0, 0
+	if b.state == Closed && !b.closedAt.IsZero() && b.cfg.OpenFor > 0 {
+		b.mult = max(0, b.mult-int(now.Sub(b.closedAt)/b.cfg.OpenFor))
+	}
+	b.mult++
+	b.openFor = min(time.Duration(b.mult)*b.cfg.OpenFor, b.cfg.MaxOpenFor)
+	b.state, b.openedAt, b.fails, b.touts, b.succs = Open, now, 0, 0, 0
 	b.opens++
+}
+
+// Eject opens a closed or half-open breaker now (an outlier found by
+// latency); false when it was already open.
+func (b *Breaker) Eject(now time.Time) bool {
+	if b.State(now) == Open {
+		return false
+	}
+	b.open(now)
+	return true
 }
 
 // Success records a request the worker served.
@@ -132,11 +189,11 @@ func (b *Breaker) Success(now time.Time) {
 	b.advance(now)
 	switch b.state {
 	case Closed:
-		b.fails = 0
+		b.fails, b.touts = 0, 0
 	case HalfOpen:
 		b.succs++
 		if b.succs >= b.cfg.SuccessThreshold {
-			b.state, b.succs, b.fails = Closed, 0, 0
+			b.state, b.succs, b.fails, b.touts, b.closedAt = Closed, 0, 0, 0, now
 		}
 	}
 	// Open: a late reply of a request sent before it opened changes
@@ -147,31 +204,80 @@ func (b *Breaker) Success(now time.Time) {
 // not be reached at all: unless NoFastEject, that opens the breaker at
 // once.
 func (b *Breaker) Failure(now time.Time, connect bool) {
+	k := Other
+	if connect {
+		k = Connect
+	}
+	b.fail(now, k, true)
+}
+
+// fail records a failure of kind k; with mayOpen false a failure that
+// would open the breaker (other than a connect error) leaves it as it is,
+// its counts at the threshold, so the next failure tries again. It
+// returns whether the breaker opened.
+func (b *Breaker) fail(now time.Time, k Kind, mayOpen bool) bool {
 	b.advance(now)
 	switch b.state {
 	case Closed:
 		b.fails++
-		if b.fails >= b.cfg.FailureThreshold || (connect && !b.cfg.NoFastEject) {
+		if k == Timeout {
+			b.touts++
+		} else {
+			b.touts = 0
+		}
+		trip := b.fails >= b.cfg.FailureThreshold || b.touts >= b.cfg.TimeoutThreshold
+		switch {
+		case k == Connect && !b.cfg.NoFastEject:
 			b.open(now)
+			return true
+		case trip && mayOpen:
+			b.open(now)
+			return true
+		case trip:
+			b.fails, b.touts = min(b.fails, b.cfg.FailureThreshold-1), min(b.touts, b.cfg.TimeoutThreshold-1)
 		}
 	case HalfOpen:
-		b.open(now)
+		if mayOpen || k == Connect {
+			b.open(now)
+			return true
+		}
 	}
 	// Open: already out; the open period is not extended by requests that
 	// were in flight when it opened.
+	return false
+}
+
+// Tripping reports whether a failure of kind k now would open the
+// breaker.
+func (b *Breaker) Tripping(now time.Time, k Kind) bool {
+	switch b.State(now) {
+	case Closed:
+		t := b.touts
+		if k == Timeout {
+			t++
+		}
+		return b.fails+1 >= b.cfg.FailureThreshold || t >= b.cfg.TimeoutThreshold ||
+			(k == Connect && !b.cfg.NoFastEject)
+	case HalfOpen:
+		return true
+	}
+	return false
 }
 
 // Record records an attempt's outcome: WorkerFailure outcomes as failures
-// (Connect as a connect failure), ClientGone not at all, the rest as
-// successes.
-func (b *Breaker) Record(now time.Time, o Outcome) {
+// (Connect as a connect failure, Timeout towards TimeoutThreshold too),
+// ClientGone not at all, the rest as successes.
+func (b *Breaker) Record(now time.Time, o Outcome) { b.record(now, o, true) }
+
+func (b *Breaker) record(now time.Time, o Outcome, mayOpen bool) bool {
 	switch {
 	case o.Kind == ClientGone:
 	case o.WorkerFailure():
-		b.Failure(now, o.Kind == Connect)
+		return b.fail(now, o.Kind, mayOpen)
 	default:
 		b.Success(now)
 	}
+	return false
 }
 
 // ProbeOK tells the breaker a health probe succeeded: an open breaker

@@ -46,6 +46,53 @@
 // timeouts or cut streams waits out OpenFor, since a worker that fails
 // requests may well still answer /health.
 //
+// Ejections grow as Envoy's outlier detection's do: the n-th opening
+// lasts n × OpenFor, capped at MaxOpenFor (default 10 × OpenFor), and the
+// multiplier n goes down by one for each OpenFor the breaker then stays
+// closed. TimeoutThreshold (3) timeouts in a row open it before
+// FailureThreshold failures do: a wedged worker, which answers /health
+// but never a generation, times out every request.
+//
+// # Outlier ejection from live traffic
+//
+// Beyond consecutive failures, a worker whose time to first token is far
+// outside its peers' is ejected (ReasonLatency): Tracker.ObserveFirstToken
+// keeps, per worker, an EWMA of the streamed requests' TTFT divided by
+// max(uncached prompt tokens, MinPromptTokens) × (1 + tokens /
+// AttentionTokens), i.e. normalised by the prompt's size (attention makes
+// a long prompt cost more per token: 32K tokens count twice), and a worker with LatencyMinSamples (10) samples whose
+// value is above LatencyFactor (5) × the median of at least two routable
+// peers' is ejected. A 128K-token prompt is judged by its size, so a long
+// prefill on a healthy worker is not an outlier.
+//
+// Never more than MaxEjectedShare (1/3, at least one worker) of the
+// workers are ejected at once for their outcomes or latency, so a slow or
+// failing cluster does not eject itself: past the cap a worker stays
+// routable (counted in agentkv_failover_ejections_capped_total). Workers
+// ejected because they cannot be reached, and workers probed down, are
+// neither capped nor counted.
+//
+// Every ejection is logged with its reason and counted in
+// agentkv_gateway_worker_ejections_total{worker,reason} (reason connect,
+// timeout, errors, latency or trial_failed); WorkerStatus shows it
+// (Ejected, EjectReason, EjectedUntil). Config.OnEject hears of every
+// ejection other than a connect one, and of its end (the breaker
+// half-opened: the worker is on trial), so a gateway can take the worker
+// out of its router (its capacity, its sessions) and put it back.
+//
+// # Deadlines
+//
+// Tracker.FirstByteDeadline(worker, prompt tokens, output tokens) is how
+// long a request may wait for its first byte: FirstByteFloor (10 s) +
+// FirstByteFactor (3) × the expected time, the prompt (at least
+// MinPromptTokens, with the same attention allowance) at the worker's
+// observed prefill speed plus the output
+// tokens (0 for a stream, whose first byte is its first token; the output
+// budget for a whole reply, whose first byte is its last) at its observed
+// time per token (ObserveDecode). A worker not yet observed is taken to be
+// as fast as the median observed one, or PrefillRate (2,000 tokens/s) and
+// TokenTime (50 ms).
+//
 // # Health probes
 //
 // Tracker probes GET {base}/health (ProbeConfig.Path) on each worker: every
@@ -84,7 +131,8 @@
 // unknown, 1 up, 2 down) and agentkv_failover_breaker_state (0 closed, 1
 // open, 2 half-open), read at scrape time; counters
 // agentkv_failover_failures_total{kind}, _breaker_opens_total,
-// _retries_total, _migrations_total and _probes_total{result}.
+// _retries_total, _migrations_total, _probes_total{result} and
+// _ejections_capped_total; agentkv_gateway_worker_ejections_total{reason}.
 //
 // # Concurrency and clock
 //

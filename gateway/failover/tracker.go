@@ -95,6 +95,9 @@ type Config struct {
 	Breaker BreakerConfig
 	Probe   ProbeConfig
 	Retry   RetryConfig
+	// Outlier configures ejection from live traffic (latency outliers,
+	// the cap on the share ejected) and first-byte deadlines.
+	Outlier OutlierConfig
 	// MigrationLimit bounds how many times one request's stream may move
 	// to another worker after it started (0: migration off, Dynamo's
 	// default; Dynamo suggests 3). Negative is an error.
@@ -114,6 +117,14 @@ type Config struct {
 	// worker that went down out of the router and bring it back, with an
 	// empty cache, when it is up again.
 	OnHealth func(id uint64, from, to Health)
+	// OnEject, if set, is called (with no lock held) when a worker is
+	// ejected for its outcomes or latency (ejected true, with the reason:
+	// ReasonTimeout, ReasonErrors, ReasonLatency, ReasonTrialFailed) and
+	// when that ejection ends (false: the breaker half-opened, the worker
+	// is on trial). Connect ejections do not call it (the probes follow a
+	// dead worker through OnHealth). A gateway uses it as it uses OnHealth:
+	// to take the worker's capacity and sessions out of the router.
+	OnEject func(id uint64, ejected bool, reason string)
 }
 
 // Health is what the probes say of a worker.
@@ -152,6 +163,12 @@ type WorkerStatus struct {
 	Routable bool
 	// BreakerOpens counts the times its breaker opened.
 	BreakerOpens uint64
+	// Ejected: the breaker is open; EjectReason says why (a Reason*
+	// constant) and EjectedUntil when it half-opens (sooner for a
+	// connect ejection whose probe succeeds).
+	Ejected      bool
+	EjectReason  string
+	EjectedUntil time.Time
 	// LastError is the last probe or request failure ("" when none).
 	LastError string
 }
@@ -179,10 +196,15 @@ type Tracker struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // probe loops
 
-	mu      sync.Mutex // guards workers, changed, closed
+	mu      sync.Mutex // guards workers, changed, closed, latMedian, latSeq
 	workers map[uint64]*tracked
 	changed chan struct{} // closed (and replaced) when routability may have changed
 	closed  bool
+	// latMedian is the fleet's median TTFT per prompt token, refreshed
+	// every latencyRefresh samples (latSeq counts them): a worker at most
+	// LatencyFactor times it is not judged further.
+	latMedian float64
+	latSeq    uint64
 }
 
 // tracked is one worker's state; guarded by Tracker.mu.
@@ -197,6 +219,9 @@ type tracked struct {
 	kick       chan struct{} // wakes the probe loop (capacity 1)
 	stop       context.CancelFunc
 	lastErr    string
+	reason     string // why the breaker last opened (Reason*)
+	notified   bool   // OnEject was told of an ejection whose end it was not yet told
+	lat        latency
 }
 
 // New returns a Tracker with no workers.
@@ -206,6 +231,9 @@ func New(cfg Config) (*Tracker, error) {
 		return nil, err
 	}
 	if cfg.Probe, err = cfg.Probe.withDefaults(); err != nil {
+		return nil, err
+	}
+	if cfg.Outlier, err = cfg.Outlier.withDefaults(); err != nil {
 		return nil, err
 	}
 	if cfg.MigrationLimit < 0 {
@@ -336,13 +364,18 @@ func (t *Tracker) Routable(id uint64) bool {
 // to the router: do not pass it on).
 func (t *Tracker) Allowed(dst []uint64, exclude []uint64) []uint64 {
 	now := t.cfg.Now()
+	var evs []ejectEvent
 	t.mu.Lock()
 	for id, w := range t.workers {
 		if w.routable(now) && !slices.Contains(exclude, id) {
 			dst = append(dst, id)
 		}
+		if w.notified && w.br.State(now) != Open {
+			evs = t.sweepLocked(now, evs)
+		}
 	}
 	t.mu.Unlock()
+	t.fire(evs)
 	slices.Sort(dst)
 	return dst
 }
@@ -387,7 +420,9 @@ func (t *Tracker) Status() []WorkerStatus {
 	for _, w := range t.workers {
 		out = append(out, w.status(now))
 	}
+	evs := t.sweepLocked(now, nil)
 	t.mu.Unlock()
+	t.fire(evs)
 	slices.SortFunc(out, func(a, b WorkerStatus) int { return compareU64(a.ID, b.ID) })
 	return out
 }
@@ -403,8 +438,12 @@ func compareU64(a, b uint64) int {
 }
 
 func (w *tracked) status(now time.Time) WorkerStatus {
-	return WorkerStatus{ID: w.id, URL: w.url, Health: w.health, Breaker: w.br.State(now), Routable: w.routable(now),
+	st := WorkerStatus{ID: w.id, URL: w.url, Health: w.health, Breaker: w.br.State(now), Routable: w.routable(now),
 		BreakerOpens: w.br.Opens(), LastError: w.lastErr}
+	if st.Breaker == Open {
+		st.Ejected, st.EjectReason, st.EjectedUntil = true, w.reason, w.br.OpenUntil(now)
+	}
+	return st
 }
 
 // Report records the outcome of an attempt on a worker: it feeds the
@@ -422,7 +461,11 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 		return
 	}
 	before, opens := w.br.State(now), w.br.Opens()
-	w.br.Record(now, o)
+	mayOpen, capped := true, false
+	if o.WorkerFailure() && o.Kind != Connect && w.br.Tripping(now, o.Kind) && !t.mayEjectLocked(now, w) {
+		mayOpen, capped = false, true
+	}
+	w.br.record(now, o, mayOpen)
 	after := w.br.State(now)
 	if o.Err != nil && o.Kind != ClientGone {
 		w.lastErr = o.Err.Error()
@@ -430,8 +473,19 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 		w.lastErr = "status " + strconv.Itoa(o.Status)
 	}
 	opened := w.br.Opens() != opens
+	var evs []ejectEvent
 	if opened {
 		w.byConnect = o.Kind == Connect
+		reason := ReasonErrors
+		switch {
+		case o.Kind == Connect:
+			reason = ReasonConnect
+		case before == HalfOpen:
+			reason = ReasonTrialFailed
+		case o.Kind == Timeout:
+			reason = ReasonTimeout
+		}
+		evs = append(evs, t.ejectedLocked(now, w, reason))
 	}
 	if o.Kind == Connect || o.Kind == Cut {
 		// The worker may be dead: probe it now rather than at the next
@@ -446,20 +500,27 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 	if before != after {
 		t.notifyLocked()
 	}
+	evs = t.sweepLocked(now, evs)
 	label := w.label
 	t.mu.Unlock()
 	if t.m != nil && o.Kind != OK {
 		t.m.failures.WithLabelValues(label, o.Kind.String()).Inc()
 	}
+	if capped {
+		if t.m != nil {
+			t.m.capped.WithLabelValues(label).Inc()
+		}
+		t.log.Warn("failover: worker not ejected: the share of workers ejected is at its cap", "worker", id,
+			"kind", o.Kind.String(), "max_share", t.cfg.Outlier.MaxEjectedShare)
+	}
 	if opened {
 		if t.m != nil {
 			t.m.opens.WithLabelValues(label).Inc()
 		}
-		t.log.Warn("failover: worker ejected (breaker open)", "worker", id, "kind", o.Kind.String(),
-			"status", o.Status, "err", o.Err)
 	} else if before != after {
 		t.log.Info("failover: breaker state changed", "worker", id, "from", before.String(), "to", after.String())
 	}
+	t.fire(evs)
 }
 
 // Retried counts a retry away from worker id (the attempt on it failed
@@ -517,7 +578,9 @@ func (t *Tracker) probe(ctx context.Context, w *tracked) error {
 	if wasRoutable != isRoutable || before != after {
 		t.notifyLocked()
 	}
+	evs := t.sweepLocked(now, nil)
 	t.mu.Unlock()
+	t.fire(evs)
 	if t.m != nil {
 		result := "ok"
 		if err != nil {
@@ -588,6 +651,7 @@ func (t *Tracker) probeLoop(ctx context.Context, w *tracked) {
 type trackerMetrics struct {
 	failures, probes            *prometheus.CounterVec
 	retries, migrations, opens  *prometheus.CounterVec
+	ejections, capped           *prometheus.CounterVec
 	routable, health, breakerSt *prometheus.Desc
 	t                           *Tracker
 }
@@ -606,12 +670,17 @@ func newTrackerMetrics(reg prometheus.Registerer, t *Tracker) (*trackerMetrics, 
 		retries:    cv("retries_total", "Requests retried on another worker after failing on this one before the first byte."),
 		migrations: cv("migrations_total", "Streams migrated away from this worker mid-generation."),
 		opens:      cv("breaker_opens_total", "Times this worker's circuit breaker opened."),
-		routable:   desc("worker_routable", "1 when new requests may go to the worker, else 0."),
-		health:     desc("worker_health", "The worker's probed health: 0 unknown, 1 up, 2 down."),
-		breakerSt:  desc("breaker_state", "The worker's circuit breaker: 0 closed, 1 open, 2 half-open."),
-		t:          t,
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "agentkv", Subsystem: "gateway",
+			Name: "worker_ejections_total",
+			Help: "Workers ejected from routing (breaker opened) by reason: connect, timeout, errors, latency, trial_failed."},
+			[]string{"worker", "reason"}),
+		capped:    cv("ejections_capped_total", "Ejections not made because the share of workers ejected was at its cap."),
+		routable:  desc("worker_routable", "1 when new requests may go to the worker, else 0."),
+		health:    desc("worker_health", "The worker's probed health: 0 unknown, 1 up, 2 down."),
+		breakerSt: desc("breaker_state", "The worker's circuit breaker: 0 closed, 1 open, 2 half-open."),
+		t:         t,
 	}
-	for _, c := range []prometheus.Collector{m.failures, m.probes, m.retries, m.migrations, m.opens, m} {
+	for _, c := range []prometheus.Collector{m.failures, m.probes, m.retries, m.migrations, m.opens, m.ejections, m.capped, m} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -620,7 +689,7 @@ func newTrackerMetrics(reg prometheus.Registerer, t *Tracker) (*trackerMetrics, 
 }
 
 func (m *trackerMetrics) forget(label string) {
-	for _, v := range []*prometheus.CounterVec{m.failures, m.probes, m.retries, m.migrations, m.opens} {
+	for _, v := range []*prometheus.CounterVec{m.failures, m.probes, m.retries, m.migrations, m.opens, m.ejections, m.capped} {
 		v.DeletePartialMatch(prometheus.Labels{"worker": label})
 	}
 }
