@@ -235,6 +235,11 @@ type proxyFlags struct {
 	migration    offInt
 	probe        time.Duration
 	firstByte    offDuration
+	fbFactor     float64
+	fbFloor      time.Duration
+	streamIdle   offDuration
+	ejectShare   float64
+	latencyEject float64
 	stripBilling bool
 	tokenizer    string
 	modelAliases modelAliasFlags
@@ -262,6 +267,11 @@ func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.migration, "migration-limit", "times a cut chat stream may move to another worker and continue (0 or off: off, the library's default; the client then gets the API's error event)")
 	fs.DurationVar(&f.probe, "probe-interval", failover.DefaultProbeInterval, "how often each worker's /health is probed while it is up (down: from 100 ms, doubling up to this)")
 	fs.Var(&f.firstByte, "first-byte-timeout", fmt.Sprintf("longest wait for a stream's first byte from a worker before trying another (0: the default, %v; off: none)", gateway.DefaultFirstByteTimeout))
+	fs.Float64Var(&f.fbFactor, "first-byte-factor", failover.DefaultFirstByteFactor, "a request's first-byte deadline is --first-byte-floor + this × its expected time (its prompt at the worker's observed prefill speed; for a whole reply, its output budget too)")
+	fs.DurationVar(&f.fbFloor, "first-byte-floor", failover.DefaultFirstByteFloor, "the fixed part of a request's first-byte deadline")
+	fs.Var(&f.streamIdle, "stream-idle-timeout", fmt.Sprintf("longest silence in a worker's stream before it counts as stalled (retried, migrated or ended like a cut stream; 0: the default, %v; off: none)", gateway.DefaultStreamIdleTimeout))
+	fs.Float64Var(&f.ejectShare, "max-ejected-share", failover.DefaultMaxEjectedShare, "most of the workers ejected at once for timeouts, errors or latency (at least one)")
+	fs.Float64Var(&f.latencyEject, "latency-eject-factor", failover.DefaultLatencyFactor, "eject a worker whose time to first token per prompt token is over this × its peers' median (0: off)")
 	fs.BoolVar(&f.stripBilling, "strip-billing-header", true, "remove Claude Code's per-request billing preamble from Messages system prompts")
 	fs.StringVar(&f.tokenizer, "tokenizer", "", "the served model's Hugging Face directory (tokenizer.json, tokenizer_config.json, chat_template.jinja): --worker prompts are tokenized in process, checked against the workers' /tokenize now and then, instead of a /tokenize call per request")
 	fs.Var(&f.modelAliases, "model-alias", "PATTERN=MODEL: requests for a model matching the glob PATTERN go to MODEL, the served model (repeatable; first match wins; listed in /v1/models), e.g. 'claude-*=Qwen/Qwen3-8B' for Claude Code's built-in model names")
@@ -290,6 +300,10 @@ func (f *proxyFlags) config() (gateway.StackConfig, gateway.ServerConfig, error)
 		return cfg, sc, usagef("proxy: --tick must be > 0, got %v", f.tick)
 	case f.probe <= 0:
 		return cfg, sc, usagef("proxy: --probe-interval must be > 0, got %v", f.probe)
+	case !(f.fbFactor > 0) || f.fbFloor < 0:
+		return cfg, sc, usagef("proxy: --first-byte-factor must be > 0, --first-byte-floor ≥ 0")
+	case !(f.ejectShare >= 0 && f.ejectShare <= 1) || f.latencyEject < 0 || (f.latencyEject > 0 && f.latencyEject < 1):
+		return cfg, sc, usagef("proxy: --max-ejected-share must be in [0, 1], --latency-eject-factor 0 (off) or ≥ 1")
 	case f.grace <= 0:
 		return cfg, sc, usagef("proxy: --shutdown-timeout must be > 0, got %v", f.grace)
 	case f.metrics != "" && !strings.HasPrefix(f.metrics, "/"):
@@ -307,10 +321,22 @@ func (f *proxyFlags) config() (gateway.StackConfig, gateway.ServerConfig, error)
 	cfg = gateway.StackConfig{Workers: append([]gateway.WorkerSpec(nil), f.workers...), BlockSize: f.blockSize, Policy: pol, Affinity: aff,
 		Admission: f.admission, Tick: f.tick, Refresh: f.refresh.value(),
 		Gateway: gateway.Config{MaxBodyBytes: f.maxBody, StripBillingHeader: f.stripBilling, ModelAliases: f.modelAliases,
-			Failover:         failover.Config{MigrationLimit: int(f.migration), Probe: failover.ProbeConfig{Interval: f.probe}},
-			FirstByteTimeout: f.firstByte.value()}}
+			Failover: failover.Config{MigrationLimit: int(f.migration), Probe: failover.ProbeConfig{Interval: f.probe},
+				Outlier: failover.OutlierConfig{FirstByteFactor: f.fbFactor, FirstByteFloor: f.fbFloor,
+					MaxEjectedShare: f.ejectShare, LatencyFactor: f.latencyEject}},
+			FirstByteTimeout: f.firstByte.value(), StreamIdleTimeout: f.streamIdle.value()}}
 	if f.infer {
 		cfg.InferSessions = &agentkv.InferConfig{}
+	}
+	o := &cfg.Gateway.Failover.Outlier
+	if f.fbFloor == 0 {
+		o.FirstByteFloor = -1 // OutlierConfig: negative is no floor (0 is its default)
+	}
+	if f.ejectShare == 0 {
+		o.MaxEjectedShare = 1e-9 // at least one worker, as documented
+	}
+	if f.latencyEject == 0 {
+		o.LatencyFactor = -1 // OutlierConfig: negative disables
 	}
 	return cfg, sc, nil
 }
