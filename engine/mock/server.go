@@ -102,6 +102,8 @@ type Config struct {
 	MaxBodyBytes int64
 	// Faults are the fault switches in force from the start.
 	Faults Faults
+	// Hints configures KV hint execution (hints.go).
+	Hints HintConfig
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
 }
@@ -176,6 +178,7 @@ type Server struct {
 	start  int64 // unix seconds
 
 	faults faultState
+	hints  hintState
 
 	mu       sync.Mutex // guards ln, closed, refusing
 	ln       net.Listener
@@ -309,6 +312,7 @@ func (s *Server) routes() *http.ServeMux {
 	m.HandleFunc("GET /metrics", s.metrics)
 	m.HandleFunc("GET /admin/fault", s.adminGet)
 	m.HandleFunc("POST /admin/fault", s.adminPost)
+	s.hintRoutes(m)
 	m.HandleFunc("/", s.notFound)
 	return m
 }
