@@ -76,6 +76,9 @@ type Worker struct {
 	// Tokenizer, if set, tokenizes for routing in process instead of the
 	// engine's /tokenize.
 	Tokenizer Tokenizer
+	// Hints, if set, adds the worker's waiting KV hints to its requests
+	// (HintChannel.Body); nil leaves every byte as it is.
+	Hints *HintChannel
 }
 
 // Config configures a Gateway. Zero fields mean the documented defaults.

@@ -193,3 +193,52 @@ func (h *HintChannel) Close(ctx context.Context) error {
 	}
 	return h.queue.Close(ctx)
 }
+
+// workerHints returns the hint channel of a worker spec: nil when the
+// stack has no hint policies or the worker takes no hints.
+func (s *Stack) workerHints(spec WorkerSpec, client *http.Client) *HintChannel {
+	if len(s.cfg.Hints) == 0 || spec.Hints == HintsOff {
+		return nil
+	}
+	h, err := NewHintChannel(spec.Hints, spec.URL, client)
+	if err != nil {
+		s.log.Warn("gateway: worker takes no hints", "worker", spec.URL, "err", err)
+		return nil
+	}
+	return h
+}
+
+// closeHints drains the workers' control queues, a bounded wait.
+func (s *Stack) closeHints() {
+	ctx, cancel := context.WithTimeout(context.Background(), hintCloseWait)
+	defer cancel()
+	for _, w := range s.workers {
+		_ = w.hints.Close(ctx)
+	}
+}
+
+// HintSink implements agentkv.HintReceiver: nil for a worker that takes no
+// hints.
+func (w *stackWorker) HintSink() kvhint.Sink {
+	if w.hints == nil {
+		return nil
+	}
+	return w.hints.Sink()
+}
+
+// hintEndpoint is the worker's control endpoint, named as the source of a
+// kv.fetch: its base URL when it takes hints, else "" (not a source).
+func (w *stackWorker) hintEndpoint() string {
+	if w.hints == nil {
+		return ""
+	}
+	return w.spec.URL
+}
+
+// HintStats returns worker id's hint counters (zero when it takes none).
+func (s *Stack) HintStats(id uint64) HintStats {
+	if id >= uint64(len(s.workers)) {
+		return HintStats{}
+	}
+	return s.workers[id].hints.Stats()
+}

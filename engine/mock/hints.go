@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -382,6 +383,9 @@ func (s *Server) fetchShares(ctx context.Context, acts []kvhint.Action) map[uint
 			continue
 		}
 		want := s.lacking(a.Target.Blocks)
+		if len(out) > 0 { // fetched for an earlier action
+			want = slices.DeleteFunc(want, func(h uint64) bool { _, ok := out[h]; return ok })
+		}
 		for _, src := range a.Sources {
 			if len(want) == 0 {
 				break
