@@ -60,6 +60,16 @@ type Tokenizer interface {
 	TokenizeChat(body []byte) ([]uint32, error)
 }
 
+// SessionTokenizer is a Tokenizer that tokenizes an agent session's turns
+// incrementally (hftok.Chat does): the session's previous prompt gives
+// the ids of the unchanged prefix, so a turn costs its new tokens, not
+// its context. The result must equal TokenizeChat's; the caller does not
+// modify it. The gateway uses it for requests with a session.
+type SessionTokenizer interface {
+	Tokenizer
+	TokenizeChatSession(session string, body []byte) ([]uint32, error)
+}
+
 // Worker is one worker (engine instance) the gateway forwards to: the
 // router knows it by ID (its agentkv.WorkerInfo.ID).
 type Worker struct {
@@ -77,6 +87,9 @@ type Worker struct {
 	// Tokenizer, if set, tokenizes for routing in process instead of the
 	// engine's /tokenize.
 	Tokenizer Tokenizer
+	// Hints, if set, adds the worker's waiting KV hints to its requests
+	// (HintChannel.Body); nil leaves every byte as it is.
+	Hints *HintChannel
 }
 
 // Config configures a Gateway. Zero fields mean the documented defaults.

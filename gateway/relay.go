@@ -115,6 +115,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 		// already been sent as the assistant's message to continue.
 		body = sv.continuation
 	}
+	body = wk.Hints.Body(body)
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var dog *watchdog

@@ -221,7 +221,7 @@ func (g *Gateway) tokens(ctx context.Context, c *call) ([]uint32, error) {
 			if wk.Tokenizer == nil || wk.tok.off.Load() {
 				continue
 			}
-			if t, err := wk.Tokenizer.TokenizeChat(c.chatB); err == nil {
+			if t, err := g.tokenizeInProcess(wk, c); err == nil {
 				g.m.tokenize.WithLabelValues(api, "inprocess").Inc()
 				g.checkTokens(wk, c.chatB, t)
 				return t, nil
@@ -242,6 +242,16 @@ func (g *Gateway) tokens(ctx context.Context, c *call) ([]uint32, error) {
 	}
 	g.m.tokenize.WithLabelValues(api, "approximate").Inc()
 	return vllm.ApproxTokens(nil, text), nil
+}
+
+// tokenizeInProcess tokenizes with the worker's Tokenizer: incrementally
+// for a request with a session when it is a SessionTokenizer (whose
+// memory of the session's last prompt is its own).
+func (g *Gateway) tokenizeInProcess(wk *worker, c *call) ([]uint32, error) {
+	if st, ok := wk.Tokenizer.(SessionTokenizer); ok && c.agent.Valid() {
+		return st.TokenizeChatSession(c.agent.SessionID, c.chatB)
+	}
+	return wk.Tokenizer.TokenizeChat(c.chatB)
 }
 
 // tokenizeRemote asks the routable workers' /tokenize, the one that

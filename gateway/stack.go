@@ -21,6 +21,7 @@ import (
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/kvhint"
 	"github.com/agentkv/agentkv/sharedpool"
 )
 
@@ -43,6 +44,9 @@ type WorkerSpec struct {
 	Native APIs
 	// Tokenizer, if set, tokenizes for routing in process.
 	Tokenizer Tokenizer
+	// Hints is how the engine takes KV hints ("hints=inline|control|off";
+	// the zero value: none). See HintChannel.
+	Hints HintMode
 }
 
 // ParseWorkerSpec parses "URL[,events=EP][,replay=EP][,dp=N][,apis=LIST]",
@@ -73,6 +77,12 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 				return ws, fmt.Errorf("worker %q: dp must be an integer in [1, 1024], got %q", ws.URL, v)
 			}
 			ws.DPRanks = n
+		case "hints":
+			m, err := ParseHintMode(v)
+			if err != nil {
+				return ws, fmt.Errorf("worker %q: %w", ws.URL, err)
+			}
+			ws.Hints = m
 		case "apis":
 			set, ok := ParseAPIs(strings.ReplaceAll(v, "+", ","))
 			if !ok || set == 0 {
@@ -80,7 +90,7 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			}
 			ws.Native = set
 		default:
-			return ws, fmt.Errorf("worker %q: unknown option %q (want events, replay, dp or apis)", ws.URL, k)
+			return ws, fmt.Errorf("worker %q: unknown option %q (want events, replay, dp, apis or hints)", ws.URL, k)
 		}
 	}
 	if ws.Replay != "" && ws.Events == "" {
@@ -138,6 +148,10 @@ type StackConfig struct {
 	// IndexSnapshot, if set, is the router's Config.IndexSnapshot (a
 	// replica starting warm).
 	IndexSnapshot io.Reader
+	// Hints are the router's KV hint policies (agentkv.Config.Hints, e.g.
+	// kvhint.NamedPolicies("share")); workers whose spec says hints=
+	// receive them (HintChannel).
+	Hints []kvhint.Policy
 	// SharedPool, if set, is the router's Config.SharedPool: the shared
 	// KV pool (SGLang HiCache on Mooncake) whose pages credit every
 	// worker. Something else feeds it (the event plane's replica, or an
@@ -171,8 +185,9 @@ type Stack struct {
 
 // stackWorker is one vLLM worker as the router sees it (agentkv.Worker).
 type stackWorker struct {
-	spec WorkerSpec
-	id   uint64
+	spec  WorkerSpec
+	id    uint64
+	hints *HintChannel // nil: takes no hints (hints.go)
 
 	mu      sync.Mutex   // guards vw, capRank
 	vw      *vllm.Worker // nil until the worker answered (connect)
@@ -201,7 +216,7 @@ func (w *stackWorker) Info() agentkv.WorkerInfo {
 	if w.vw != nil {
 		bs = w.vw.BlockSize()
 	}
-	return agentkv.WorkerInfo{ID: w.id, DPRanks: w.ranks(), BlockSize: bs, KVCapacityTokens: w.capRank}
+	return agentkv.WorkerInfo{ID: w.id, DPRanks: w.ranks(), BlockSize: bs, KVCapacityTokens: w.capRank, Endpoint: w.hintEndpoint()}
 }
 
 // NewStack connects to every worker (reading its capacity from /metrics),
@@ -222,7 +237,7 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	s.sink = vllm.SinkFunc(func(ev *flashindex.Event) error { return s.router.ApplyEvent(ev) })
 	approximate := false
 	for i, spec := range cfg.Workers {
-		s.workers = append(s.workers, &stackWorker{spec: spec, id: uint64(i)})
+		s.workers = append(s.workers, &stackWorker{spec: spec, id: uint64(i), hints: s.workerHints(spec, cfg.HTTPClient)})
 		if spec.Events == "" && !cfg.ExternalEvents {
 			approximate = true
 		}
@@ -235,7 +250,7 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	s.blockSize = blockSize
 	rc := agentkv.Config{BlockSize: blockSize, Policy: cfg.Policy, Affinity: cfg.Affinity, Approximate: approximate,
 		Logger: s.log, Metrics: rm, IndexSnapshot: cfg.IndexSnapshot, TickInterval: cfg.Tick, SharedPool: cfg.SharedPool,
-		Trace: cfg.Trace, InferSessions: cfg.InferSessions}
+		Trace: cfg.Trace, InferSessions: cfg.InferSessions, Hints: cfg.Hints}
 	if cfg.Admission {
 		ac := admission.Agentic()
 		ac.Interval = cfg.Tick
@@ -255,7 +270,7 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	gc.Workers = nil
 	for _, w := range s.workers {
 		gc.Workers = append(gc.Workers, Worker{ID: w.id, URL: w.spec.URL, DPRanks: w.spec.DPRanks,
-			Native: w.spec.Native, Tokenizer: w.spec.Tokenizer})
+			Native: w.spec.Native, Tokenizer: w.spec.Tokenizer, Hints: w.hints})
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -537,6 +552,7 @@ func (s *Stack) Close() error {
 		s.cancel()
 		s.wg.Wait()
 		_ = s.gw.Close()
+		s.closeHints()
 		s.closeWorkers()
 	})
 	return nil

@@ -24,6 +24,12 @@ type addedMatcher struct {
 	first [256]bool // bytes some token starts with
 	one   int       // the only first byte when there is one, else -1
 	nodes []trieNode
+	// maxLen is the longest token's length: how far a match decision
+	// reads. cut says, by id, whether a token can be a cut point of
+	// incremental encoding (no lstrip, no single_word, not starting with
+	// white space, for every pattern of the id).
+	maxLen int
+	cut    map[uint32]bool
 }
 
 // trieNode is a node of the byte trie: its children sorted by byte.
@@ -43,9 +49,12 @@ func (n *trieNode) child(b byte) int32 {
 }
 
 func newAddedMatcher(pats []addedPattern) *addedMatcher {
-	m := &addedMatcher{pats: pats, nodes: []trieNode{{pat: -1}}, one: -1}
+	m := &addedMatcher{pats: pats, nodes: []trieNode{{pat: -1}}, one: -1, cut: map[uint32]bool{}}
 	firsts := 0
 	for i, p := range pats {
+		m.maxLen = max(m.maxLen, len(p.text))
+		ok, seen := m.cut[p.id]
+		m.cut[p.id] = (ok || !seen) && !p.lstrip && !p.singleWord && !isSpaceByte(p.text[0])
 		if !m.first[p.text[0]] {
 			firsts++
 			m.one = int(p.text[0])
@@ -138,6 +147,15 @@ func (m *addedMatcher) split(s string, emit func(id int64, piece string)) {
 	if startOffset < len(s) {
 		emit(-1, s[startOffset:])
 	}
+}
+
+// isSpaceByte reports an ASCII white space byte.
+func isSpaceByte(b byte) bool {
+	switch b {
+	case ' ', '\t', '\n', '\r', '\v', '\f':
+		return true
+	}
+	return false
 }
 
 // isWordRune is Rust regex's Unicode \w: Alphabetic, Mark,

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -40,6 +41,10 @@ type ChatConfig struct {
 	// name, description and parameters, then any other fields the request
 	// sent.
 	ToolStrict bool
+	// SessionBytes bounds the prompts remembered for TokenizeChatSession
+	// (least recently used sessions are forgotten first); 0 means
+	// DefaultSessionBytes, negative remembers none.
+	SessionBytes int
 }
 
 // Chat tokenizes OpenAI chat completions requests exactly as vLLM does for
@@ -53,6 +58,10 @@ type Chat struct {
 	openai  bool                   // content reaches the template as parts
 	strict  bool                   // ChatConfig.ToolStrict
 	globals map[string]jinja.Value // special tokens and default kwargs; read-only after NewChat
+
+	sessionBytes int // ChatConfig.SessionBytes
+	sessOnce     sync.Once
+	sess         *sessionCache // nil when SessionBytes < 0
 }
 
 // LoadChat loads a model directory as Hugging Face saves it:
@@ -106,7 +115,7 @@ func NewChat(tok *Tokenizer, tokenizerConfigJSON []byte, cfg ChatConfig) (*Chat,
 	if err != nil {
 		return nil, fmt.Errorf("hftok: chat template: %w", err)
 	}
-	c := &Chat{tok: tok, tmpl: tmpl, strict: cfg.ToolStrict, globals: map[string]jinja.Value{}}
+	c := &Chat{tok: tok, tmpl: tmpl, strict: cfg.ToolStrict, globals: map[string]jinja.Value{}, sessionBytes: cfg.SessionBytes}
 	switch cfg.ContentFormat {
 	case "", "auto":
 		c.openai = loopsOverContent.MatchString(src)

@@ -108,3 +108,97 @@ func BenchmarkChat(b *testing.B) {
 		})
 	}
 }
+
+// sessionBodies returns the body of a coding-agent context of about ctx
+// prompt tokens and the body of its next turn, which appends about add
+// tokens (an assistant tool call and its result), as the model's template
+// renders them.
+func sessionBodies(b *testing.B, c *Chat, ctx, add int) (context, next []byte) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	code := func(nchars int) string {
+		var s strings.Builder
+		for s.Len() < nchars {
+			fmt.Fprintf(&s, "func handler%d(w http.ResponseWriter, r *http.Request) {\n\tif err := check(r, %d); err != nil {\n\t\thttp.Error(w, err.Error(), 400) // line %d\n\t}\n}\n",
+				rng.IntN(1000), rng.IntN(100), rng.IntN(5000))
+		}
+		return s.String()
+	}
+	sample := code(8000)
+	perTok := float64(len(sample)) / float64(len(c.tok.Encode(nil, sample)))
+	msgs := []any{map[string]any{"role": "system", "content": "You are a careful coding agent."},
+		map[string]any{"role": "user", "content": "The tests in ./gateway fail; find out why and fix it."}}
+	turn := func(i, tokens int) {
+		id := fmt.Sprint("call_", i)
+		msgs = append(msgs, map[string]any{"role": "assistant", "content": "Let me look.", "tool_calls": []any{map[string]any{"id": id, "type": "function",
+			"function": map[string]any{"name": "read_file", "arguments": fmt.Sprintf(`{"path": "gateway/file%d.go"}`, i)}}}},
+			map[string]any{"role": "tool", "tool_call_id": id, "content": code(int(float64(tokens) * perTok))})
+	}
+	body := func() []byte {
+		out, err := json.Marshal(map[string]any{"model": "m", "messages": msgs, "stream": true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return out
+	}
+	for i := 0; ; i++ {
+		ids, err := c.TokenizeChat(body())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(ids) >= ctx {
+			break
+		}
+		turn(i, min(2000, ctx-len(ids)))
+	}
+	context = body()
+	turn(-1, add)
+	return context, body()
+}
+
+// BenchmarkChatSessionTurn times one agent turn that appends about 500
+// tokens to a context of 2 K, 32 K or 128 K tokens: whole (TokenizeChat,
+// its caches warm from the context, as the gateway tokenized before
+// sessions), session (what TokenizeChatSession does: render, then encode
+// from the context's Encoding), render (the template alone: JSON,
+// conversion, Jinja). The session figure is the per-turn cost; against
+// ctx=2K it shows how much the context still costs.
+func BenchmarkChatSessionTurn(b *testing.B) {
+	c, model := benchChat(b)
+	for _, ctx := range []int{2 << 10, 32 << 10, 128 << 10} {
+		ctxBody, next := sessionBodies(b, c, ctx, 500)
+		ctxText, err := c.Render(ctxBody)
+		if err != nil {
+			b.Fatal(err)
+		}
+		prev, _ := c.tok.EncodeFrom(nil, ctxText)
+		name := fmt.Sprintf("model=%s/ctx=%dK", model, ctx>>10)
+		b.Run(name+"/whole", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := c.TokenizeChat(next); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/session", func(b *testing.B) {
+			reused := 0
+			for b.Loop() {
+				text, err := c.Render(next)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var e *Encoding
+				e, reused = c.tok.EncodeFrom(prev, text)
+				_ = e
+			}
+			b.ReportMetric(float64(reused), "reused-tokens")
+		})
+		b.Run(name+"/render", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := c.Render(next); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(next)), "body-bytes")
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -308,5 +309,31 @@ func TestUnmarshalJSONInterface(t *testing.T) {
 	}
 	if d := diffEnvelopes(normalized(*in.KvHints), *out.KvHints); d != "" {
 		t.Fatal(d)
+	}
+}
+
+// SignedHashes writes SGLang's signed int64 names; the decoder reads both
+// spellings into the same bits, and rejects a negative below int64.
+func TestJSONSignedHashes(t *testing.T) {
+	blocks := []uint64{1, 1 << 63, ^uint64(0), 1<<63 - 1}
+	env := Envelope{MessageID: "m", SessionID: "s", SignedHashes: true, Actions: []Action{
+		{ID: "a", Kind: KindRelease, Target: Target{Blocks: blocks}}}}
+	b, err := env.AppendJSON(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"block_hashes":[1,-9223372036854775808,-1,9223372036854775807]`; !strings.Contains(string(b), want) {
+		t.Fatalf("%s lacks %s", b, want)
+	}
+	var got Envelope
+	if err := DecodeJSON(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Actions[0].Target.Blocks, blocks) {
+		t.Fatalf("decoded %v", got.Actions[0].Target.Blocks)
+	}
+	bad := strings.Replace(string(b), "-9223372036854775808", "-9223372036854775809", 1)
+	if err := DecodeJSON([]byte(bad), &got); err != nil || len(got.Skipped) != 1 || got.Skipped[0].Reason != SkipMalformed {
+		t.Fatalf("below int64: %v %+v", err, got.Skipped)
 	}
 }

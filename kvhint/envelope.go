@@ -18,6 +18,13 @@ type Envelope struct {
 	SessionID       string // default session of the actions; may be empty
 	Actions         []Action
 
+	// SignedHashes makes the JSON encoder write block hashes as signed
+	// int64 numbers (the same 64 bits), the way SGLang names blocks
+	// (hash_str_to_int64) and compares them: a Python consumer would not
+	// match the unsigned spelling of a negative name. Decoders read both
+	// spellings into the same uint64 and leave SignedHashes false.
+	SignedHashes bool
+
 	// Skipped lists the actions a decoder read but did not return, in input
 	// order: action types this package does not implement, unsupported
 	// action versions, and malformed payloads. Encoders ignore it.

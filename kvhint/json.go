@@ -70,7 +70,7 @@ func (e *Envelope) AppendJSON(dst []byte) ([]byte, error) {
 			dst = append(dst, ',')
 		}
 		var err error
-		if dst, err = appendActionJSON(dst, &e.Actions[i], i); err != nil {
+		if dst, err = appendActionJSON(dst, &e.Actions[i], i, e.SignedHashes); err != nil {
 			return dst, err
 		}
 	}
@@ -99,7 +99,7 @@ func encodeCheck(a *Action, i int) error {
 	return nil
 }
 
-func appendActionJSON(dst []byte, a *Action, i int) ([]byte, error) {
+func appendActionJSON(dst []byte, a *Action, i int, signed bool) ([]byte, error) {
 	if err := encodeCheck(a, i); err != nil {
 		return dst, err
 	}
@@ -119,6 +119,10 @@ func appendActionJSON(dst []byte, a *Action, i int) ([]byte, error) {
 		for j, h := range a.Target.Blocks {
 			if j > 0 {
 				dst = append(dst, ',')
+			}
+			if signed && int64(h) < 0 {
+				dst = append(dst, '-')
+				h = -h // the magnitude of int64(h); 1<<63 stays itself
 			}
 			dst = appendUint64(dst, h)
 		}
@@ -278,6 +282,10 @@ func parseHashes(raw []byte) ([]uint64, error) {
 		if quoted {
 			i++
 		}
+		neg := i < len(raw) && raw[i] == '-'
+		if neg {
+			i++
+		}
 		start := i
 		var v uint64
 		for ; i < len(raw) && raw[i] >= '0' && raw[i] <= '9'; i++ {
@@ -288,10 +296,17 @@ func parseHashes(raw []byte) ([]uint64, error) {
 			v = v*10 + d
 		}
 		if i == start || quoted && (i >= len(raw) || raw[i] != '"') {
-			return nil, payloadError("block hash is not a non-negative integer")
+			return nil, payloadError("block hash is not an integer")
 		}
 		if quoted {
 			i++
+		}
+		if neg {
+			// A signed int64 name (SGLang's hash_str_to_int64): keep its bits.
+			if v > 1<<63 {
+				return nil, payloadError("negative block hash below the int64 range")
+			}
+			v = -v
 		}
 		out = append(out, v)
 		i = skipSpace(raw, i)
@@ -304,7 +319,7 @@ func parseHashes(raw []byte) ([]uint64, error) {
 		case ']':
 			return out, nil
 		default:
-			return nil, payloadError("block hash is not a non-negative integer")
+			return nil, payloadError("block hash is not an integer")
 		}
 	}
 }

@@ -267,7 +267,12 @@ func (d *driver) run(ctx context.Context) {
 		d.pending = d.pending[:0]
 		if !d.eng.HasWork() {
 			d.idle = true
+			batch := d.batch // events hints made while idle
+			d.batch = nil
 			d.mu.Unlock()
+			if d.pub != nil && len(batch) > 0 {
+				d.pub.publish(batch)
+			}
 			select {
 			case <-d.wake:
 				continue

@@ -35,6 +35,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, anthropic bool, 
 		s.fail(w, anthropic, http.StatusBadRequest, "malformed JSON body: "+err.Error())
 		return false
 	}
+	s.inlineHints(w, r, b)
 	return true
 }
 

@@ -102,6 +102,8 @@ type Config struct {
 	MaxBodyBytes int64
 	// Faults are the fault switches in force from the start.
 	Faults Faults
+	// Hints configures KV hint execution (hints.go).
+	Hints HintConfig
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
 }
@@ -177,6 +179,7 @@ type Server struct {
 
 	faults faultState
 	rl     *rlState // token APIs and RL control endpoints (control.go)
+	hints  hintState
 
 	mu       sync.Mutex // guards ln, closed, refusing
 	ln       net.Listener
@@ -330,6 +333,7 @@ func (s *Server) routes() *http.ServeMux {
 	m.HandleFunc("GET /metrics", s.metrics)
 	m.HandleFunc("GET /admin/fault", s.adminGet)
 	m.HandleFunc("POST /admin/fault", s.adminPost)
+	s.hintRoutes(m)
 	m.HandleFunc("/", s.notFound)
 	return m
 }

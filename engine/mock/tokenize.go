@@ -114,6 +114,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", float64(sn.simStats.HitTokens+sn.simStats.HostHits))
 	counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", float64(sn.simStats.Preemptions))
 	fmt.Fprintf(&b, "# HELP vllm:request_success_total Count of successfully processed requests.\n# TYPE vllm:request_success_total counter\nvllm:request_success_total{%s,finished_reason=\"stop\"} %d\n", lbl, sn.stats.finished)
+	s.writeHintMetrics(&b, lbl)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Write([]byte(b.String()))
 }

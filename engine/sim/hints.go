@@ -157,6 +157,7 @@ type hintState struct {
 	leases     leaseHeap
 	pinned     int
 	peers      Peers
+	peerBlocks PeerBlocks
 	hostTokens int64 // copy work charged to the next computing step
 	peerTokens int64
 	got        []int32 // scratch: blocks copied by one action
@@ -275,26 +276,32 @@ func (e *Engine) applyHints(now time.Duration) {
 	// application order, and so the run, deterministic.
 	slices.SortStableFunc(q, func(a, b queuedAction) int { return strings.Compare(a.session, b.session) })
 	for i := range q {
-		e.applyAction(now, &q[i].act)
+		_ = e.applyAction(now, &q[i].act)
 	}
 	clear(q)
 	e.hints.queue = q[:0]
 	e.hints.envelopes = 0
 }
 
-func (e *Engine) applyAction(now time.Duration, a *kvhint.Action) {
+func (e *Engine) applyAction(now time.Duration, a *kvhint.Action) kvhint.Result {
+	res := kvhint.Result{ActionID: a.ID}
 	hs := &e.stats.Hints
 	c := hs.counts(a.Kind)
 	if c == nil {
 		hs.Invalid++
-		return
+		res.Outcome, res.Reason = kvhint.OutcomeRejected, "unknown action kind"
+		return res
 	}
 	clipped := a.Clip(e.cfg.Hints.Bounds)
-	if a.Validate(e.cfg.Hints.Bounds) != nil || len(a.Target.Blocks) == 0 {
+	if err := a.Validate(e.cfg.Hints.Bounds); err != nil || len(a.Target.Blocks) == 0 {
 		// Invalid, or a range or whole-session target: the engine keeps
 		// no session → blocks map, so it resolves only block hashes.
 		c.Rejected++
-		return
+		res.Outcome, res.Reason = kvhint.OutcomeRejected, "target is not a list of block hashes"
+		if err != nil {
+			res.Reason = err.Error()
+		}
+		return res
 	}
 	blocks := a.Target.Blocks
 	if a.Limit > 0 && int(a.Limit) < len(blocks) {
@@ -318,25 +325,91 @@ func (e *Engine) applyAction(now time.Duration, a *kvhint.Action) {
 	switch {
 	case r.rejected:
 		c.Rejected++
-		return
+		res.Outcome, res.Reason = kvhint.OutcomeRejected, r.reason
+		return res
 	case r.acted == 0 && r.present == 0 && r.deferred == 0:
 		c.Missing++
-		return
+		res.Outcome = kvhint.OutcomeMissing
+		return res
 	case r.clipped || clipped:
 		c.Clipped++
+		res.Outcome = kvhint.OutcomeClipped
 	case r.acted == 0 && r.deferred > 0:
 		c.Deferred++
+		res.Outcome = kvhint.OutcomeDeferred
 	default:
 		c.Accepted++
+		res.Outcome = kvhint.OutcomeAccepted
 	}
 	c.Blocks += uint64(r.acted + r.deferred)
+	res.Blocks = uint32(r.acted + r.deferred)
+	return res
 }
+
+// ApplyHints applies env's actions now, in order, and appends one Result
+// per action to dst: the synchronous form of Send, for a driver that
+// answers each envelope (engine/mock). Leases due at now end first. The
+// outcomes and Stats.Hints counts are those Step would give; the copy work
+// (Prefetch, Share) is charged to the next Step. Events are flushed to the
+// sink before it returns. The engine keeps no slice of env.
+func (e *Engine) ApplyHints(now time.Duration, env *kvhint.Envelope, dst []kvhint.Result) []kvhint.Result {
+	for len(e.hints.leases) > 0 && e.hints.leases[0].until <= now {
+		e.endLease(e.hints.leases.pop())
+	}
+	if env == nil || len(env.Actions) == 0 {
+		e.em.flush()
+		return dst
+	}
+	e.forget()
+	for i := range env.Actions {
+		a := env.Actions[i]
+		if a.SessionID == "" {
+			a.SessionID = env.SessionID
+		}
+		dst = append(dst, e.applyAction(now, &a))
+	}
+	e.em.flush()
+	return dst
+}
+
+// PeerBlock is what a Share needs of one block held by another worker: its
+// local hash and its parent's sequence hash.
+type PeerBlock struct {
+	Local, Parent uint64
+	HasParent     bool
+}
+
+// Block returns the block stored under sequence hash on the device or the
+// host tier (device first) and the tier it was found on.
+func (e *Engine) Block(hash uint64) (PeerBlock, flashindex.Tier, bool) {
+	if b, ok := e.cached.get(hash); ok {
+		blk := &e.blocks[b]
+		return PeerBlock{Local: blk.local, Parent: blk.parent, HasParent: blk.flags&flagParent != 0}, flashindex.Device, true
+	}
+	if e.host != nil {
+		if i, ok := e.host.index.get(hash); ok {
+			s := &e.host.slots[i]
+			return PeerBlock{Local: s.local, Parent: s.parent, HasParent: s.hasParent}, flashindex.Host, true
+		}
+	}
+	return PeerBlock{}, 0, false
+}
+
+// PeerBlocks finds a block a Share source holds, for engines whose peers
+// are not *Engine values in this process (the mock worker fetches them
+// over HTTP before applying the hint). ok is false when src does not hold
+// hash.
+type PeerBlocks func(src kvhint.Source, hash uint64) (b PeerBlock, ok bool)
+
+// SetPeerBlocks sets the Share lookup used when no Peers are set.
+func (e *Engine) SetPeerBlocks(f PeerBlocks) { e.hints.peerBlocks = f }
 
 // hintResult is what one action did: blocks acted on now, deferred, or
 // present but already as asked; rejected means unsupported.
 type hintResult struct {
 	acted, deferred, present int
 	clipped, rejected        bool
+	reason                   string // why rejected
 }
 
 // resident reports whether hash is on the device or the host tier.
@@ -357,7 +430,7 @@ func (e *Engine) resident(hash uint64) bool {
 func (e *Engine) hintDemote(a *kvhint.Action, blocks []uint64) hintResult {
 	var r hintResult
 	if a.Dest != kvhint.TierHost || e.host == nil {
-		r.rejected = true // no such tier here
+		r.rejected, r.reason = true, "no "+a.Dest.String()+" tier here" // no such tier here
 		return r
 	}
 	for i := len(blocks) - 1; i >= 0; i-- {
@@ -406,7 +479,7 @@ func (e *Engine) demoteBlock(b int32) {
 func (e *Engine) hintPrefetch(a *kvhint.Action, blocks []uint64) hintResult {
 	var r hintResult
 	if a.Dest != kvhint.TierDevice || e.host == nil {
-		r.rejected = true // only host → device exists here
+		r.rejected, r.reason = true, "only host to device prefetch exists here"
 		return r
 	}
 	got := e.hints.got[:0]
@@ -501,8 +574,8 @@ func (e *Engine) hintShare(a *kvhint.Action, blocks []uint64) hintResult {
 	var r hintResult
 	// Validate allows Dest none, device or host for a Share.
 	toHost := a.Dest == kvhint.TierHost || a.Dest == kvhint.TierNone && e.host != nil
-	if e.hints.peers == nil || toHost && e.host == nil {
-		r.rejected = true // no peer fabric, or no host tier to land in
+	if e.hints.peers == nil && e.hints.peerBlocks == nil || toHost && e.host == nil {
+		r.rejected, r.reason = true, "no peer fabric or no host tier"
 		return r
 	}
 	got := e.hints.got[:0]
@@ -523,6 +596,14 @@ func (e *Engine) hintShare(a *kvhint.Action, blocks []uint64) hintResult {
 		)
 		for _, s := range a.Sources {
 			if s.Blocks != 0 && j >= int(s.Blocks) {
+				continue
+			}
+			if e.hints.peers == nil {
+				var pb PeerBlock
+				if pb, ok = e.hints.peerBlocks(s, h); ok {
+					local, parent, hasParent = pb.Local, pb.Parent, pb.HasParent
+					break
+				}
 				continue
 			}
 			p := e.hints.peers(flashindex.Worker{ID: s.Worker.ID, DPRank: s.Worker.DPRank})
@@ -571,7 +652,7 @@ func (e *Engine) hintShare(a *kvhint.Action, blocks []uint64) hintResult {
 func (e *Engine) hintPin(now time.Duration, a *kvhint.Action, blocks []uint64) hintResult {
 	var r hintResult
 	if e.cfg.Hints.MaxPinned < 0 {
-		r.rejected = true
+		r.rejected, r.reason = true, "pins are disabled"
 		return r
 	}
 	until := now + a.TTL

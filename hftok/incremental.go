@@ -1,0 +1,132 @@
+package hftok
+
+import (
+	"sort"
+	"unicode/utf8"
+)
+
+// This file is incremental encoding: an agent's next turn resends its
+// previous prompt plus a suffix, so the ids of the unchanged prefix are
+// taken from the previous turn's Encoding and only the rest is encoded.
+//
+// Why it is exact. Encode cuts the text at raw added tokens (the chat
+// template's special tokens, <|im_start|> and kin) and encodes the pieces
+// between them independently. A cut point is the start s of an added
+// token that Encode emitted at the very position it matched (no lstrip
+// moved it), whose match does not depend on what precedes it (no
+// single_word), and whose first byte is not white space (so no rstrip of
+// an earlier token reaches past it). The matcher decides a match at a
+// position from at most maxLen bytes after it, so while two texts agree
+// on their first s+maxLen bytes, Encode scans both identically up to s,
+// emits the same ids before s in both, and finds the same token at s;
+// from s on its work depends only on the text from s. Hence
+// Encode(text) = prev.ids[:n] ++ Encode(text[s:]), n being the ids
+// before s. A text that is not valid UTF-8, or a tokenizer with no raw
+// added tokens, is encoded whole. FuzzEncodeFrom and
+// TestEncodeFromProperty check it against Encode.
+
+// Encoding is an encoded text with the points where a text that starts
+// the same may continue encoding: what EncodeFrom reuses. It is immutable
+// and safe to share.
+type Encoding struct {
+	text string
+	ids  []uint32
+	cuts []cutPoint // ascending offsets
+}
+
+// cutPoint is a safe point to continue encoding from: the byte offset of
+// an added token and the number of ids before it.
+type cutPoint struct {
+	off, n int
+}
+
+// IDs returns the token ids. The slice is shared: callers must not
+// modify it.
+func (e *Encoding) IDs() []uint32 {
+	if e == nil {
+		return nil
+	}
+	return e.ids[:len(e.ids):len(e.ids)]
+}
+
+// Text returns the encoded text.
+func (e *Encoding) Text() string {
+	if e == nil {
+		return ""
+	}
+	return e.text
+}
+
+// Size is the bytes the Encoding holds (text, ids, cut points), for
+// bounding a cache of them.
+func (e *Encoding) Size() int { return len(e.text) + 4*len(e.ids) + 16*len(e.cuts) + 64 }
+
+// EncodeFrom encodes text as Encode does, reusing prev's ids for the
+// longest prefix of text it can prove encodes the same way (see above),
+// and returns the result as an Encoding for the next call. prev may be nil
+// or the Encoding of any earlier text of this Tokenizer. The second result
+// is how many ids were reused.
+func (t *Tokenizer) EncodeFrom(prev *Encoding, text string) (*Encoding, int) {
+	if t.rawAdded == nil || !utf8.ValidString(text) {
+		return &Encoding{text: text, ids: t.Encode(nil, text)}, 0
+	}
+	e := &Encoding{text: text}
+	from := 0
+	if prev != nil && len(prev.cuts) > 0 {
+		l := commonPrefix(prev.text, text)
+		// A match decision reads up to maxLen bytes; single_word checks
+		// read a rune past a token.
+		window := max(t.rawAdded.maxLen, utf8.UTFMax)
+		// The last cut point whose token's match window lies in the
+		// common prefix.
+		i := sort.Search(len(prev.cuts), func(i int) bool { return prev.cuts[i].off+window > l }) - 1
+		if i >= 0 {
+			c := prev.cuts[i]
+			e.ids = make([]uint32, c.n, c.n+(len(text)-c.off)/3+16)
+			copy(e.ids, prev.ids[:c.n])
+			e.cuts = append(make([]cutPoint, 0, i+8), prev.cuts[:i]...)
+			from = c.off
+		}
+	}
+	reused := len(e.ids)
+	off := from
+	t.rawAdded.split(text[from:], func(id int64, piece string) {
+		if id >= 0 {
+			if t.rawAdded.cuttable(uint32(id), piece) {
+				e.cuts = append(e.cuts, cutPoint{off: off, n: len(e.ids)})
+			}
+			e.ids = append(e.ids, uint32(id))
+		} else {
+			e.ids = t.encodeSegment(e.ids, piece)
+		}
+		off += len(piece)
+	})
+	return e, reused
+}
+
+// commonPrefix returns the length of the longest common prefix of a and b.
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	// Compare 8-byte strides first: a prompt's prefix runs to hundreds of
+	// kilobytes.
+	i := 0
+	for i+8 <= n && a[i:i+8] == b[i:i+8] {
+		i += 8
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// cuttable reports whether an added token emitted as piece is a cut
+// point: matched where it was emitted (piece starts with the token's
+// text: no lstrip took white space before it), independent of what
+// precedes it (no single_word), and not starting with white space.
+func (m *addedMatcher) cuttable(id uint32, piece string) bool {
+	ok, known := m.cut[id]
+	if !known || !ok || piece == "" {
+		return false
+	}
+	return !isSpaceByte(piece[0])
+}

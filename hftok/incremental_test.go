@@ -1,0 +1,145 @@
+package hftok
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fragments are the pieces random texts are built from: every kind of
+// added token the test tokenizers have (plain, lstrip+rstrip, single_word,
+// normalized, rstrip-only), white space around them, words, digits,
+// combining marks (NFC across a cut), invalid UTF-8.
+var fragments = []string{
+	"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<mask>", " <mask> ", "[W]", "a[W]b", " [W] ",
+	"café", "cafe\u0301", "\u0301", "<s>", "</s>", " </s>", "[x]", "<|begin_of_text|>", "<|eot_id|>", "<|pad|>",
+	"user\n", "assistant\n", "Hello", " world", "  ", "\n", "\n\n", "\t", "it's", " 12345", "6789", "ſ", "\u3000", "x",
+	"\xff",
+}
+
+func fragmentText(r *rand.Rand, n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		b.WriteString(fragments[r.IntN(len(fragments))])
+	}
+	return b.String()
+}
+
+// TestEncodeFromProperty: EncodeFrom equals Encode (the reference) on
+// every turn of random sessions whose next text is the previous one, cut
+// at a random byte (an edit, a rewritten tail, a compaction) or whole,
+// plus a random suffix; and a turn that appends to the previous text
+// reuses ids whenever the previous text had a cut point well before its
+// end.
+func TestEncodeFromProperty(t *testing.T) {
+	for _, name := range testTokenizers {
+		tok := mustLoad(t, name)
+		r := rand.New(rand.NewPCG(1, uint64(len(name))))
+		reusedTurns := 0
+		for session := 0; session < 200; session++ {
+			text := fragmentText(r, r.IntN(20))
+			prev, _ := tok.EncodeFrom(nil, text)
+			require.Equal(t, tok.Encode(nil, text), prev.IDs(), "%s: %q", name, text)
+			for turn := 0; turn < 6; turn++ {
+				keep := len(text)
+				if r.IntN(3) == 0 {
+					keep = r.IntN(len(text) + 1)
+				}
+				text = text[:keep] + fragmentText(r, r.IntN(8))
+				next, reused := tok.EncodeFrom(prev, text)
+				require.Equal(t, tok.Encode(nil, text), next.IDs(), "%s: %q after %q", name, text, prev.Text())
+				require.Equal(t, text, next.Text())
+				if reused > 0 {
+					reusedTurns++
+				}
+				prev = next
+			}
+		}
+		if name == "tiny.json" || name == "tiny-llama.json" {
+			require.Greater(t, reusedTurns, 100, "%s: turns reuse the previous ids", name)
+		}
+	}
+}
+
+// TestEncodeFromReusesAppendedTurn: a conversation rendered as a chat
+// template renders it, one turn appended at a time, reuses everything up
+// to the last message boundary before the new turn.
+func TestEncodeFromReusesAppendedTurn(t *testing.T) {
+	tok := mustLoad(t, "tiny.json")
+	var text string
+	var prev *Encoding
+	for turn := 0; turn < 20; turn++ {
+		text += fmt.Sprintf("<|im_start|>user\nturn %d: list the files in dir%d<|im_end|>\n<|im_start|>assistant\n", turn, turn)
+		next, reused := tok.EncodeFrom(prev, text)
+		require.Equal(t, tok.Encode(nil, text), next.IDs())
+		if prev != nil {
+			require.Greater(t, reused, len(prev.IDs())/2, "turn %d reuses the previous turn's ids", turn)
+		}
+		text += "a.go b.go<|im_end|>\n"
+		prev = next
+	}
+}
+
+// TestTokenizeChatSession: a session's turns tokenized incrementally
+// equal TokenizeChat on every turn, also with sessions interleaved, a
+// session rewritten, and the memory off.
+func TestTokenizeChatSession(t *testing.T) {
+	for _, cfg := range []ChatConfig{{}, {SessionBytes: -1}, {SessionBytes: 4 << 10}} {
+		c := testChat(t, "tools.jinja", cfg)
+		type msg struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		}
+		convs := [][]msg{{{"system", "You are a coding agent."}}, {{"system", "You are a coding agent."}}}
+		for turn := 0; turn < 12; turn++ {
+			for i := range convs {
+				convs[i] = append(convs[i], msg{"user", fmt.Sprintf("session %d turn %d: run ls", i, turn)})
+				if turn == 7 && i == 1 {
+					convs[i] = convs[i][:1] // compaction: the context rewritten
+				}
+				body, err := json.Marshal(map[string]any{"model": "m", "messages": convs[i]})
+				require.NoError(t, err)
+				want, err := c.TokenizeChat(body)
+				require.NoError(t, err)
+				got, err := c.TokenizeChatSession(fmt.Sprint("s", i), body)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "session %d turn %d", i, turn)
+				convs[i] = append(convs[i], msg{"assistant", "a.go b.go"})
+			}
+		}
+		_, err := c.TokenizeChatSession("s0", []byte(`{"messages":7}`))
+		require.Error(t, err)
+	}
+}
+
+// FuzzEncodeFrom: for any two texts, encoding the second from the first's
+// Encoding (and from the first with the second appended) equals encoding
+// it whole.
+func FuzzEncodeFrom(f *testing.F) {
+	toks := []*Tokenizer{mustLoad(f, "tiny.json"), mustLoad(f, "tiny-llama.json"), mustLoad(f, "tiny-misc.json")}
+	f.Add("<|im_start|>user\nhi<|im_end|>\n", "<|im_start|>assistant\n")
+	f.Add("a <mask> b<|im_end|>x", " [W] cafe\u0301")
+	f.Add("<s> x </s>  <s>", "</s>[x]")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if len(a)+len(b) > 1<<13 {
+			return
+		}
+		for _, tok := range toks {
+			prev, _ := tok.EncodeFrom(nil, a)
+			if !slices.Equal(prev.IDs(), tok.Encode(nil, a)) {
+				t.Fatalf("EncodeFrom(nil, %q) differs from Encode", a)
+			}
+			for _, text := range []string{b, a + b} {
+				next, _ := tok.EncodeFrom(prev, text)
+				if want := tok.Encode(nil, text); !slices.Equal(next.IDs(), want) {
+					t.Fatalf("EncodeFrom(%q, %q) = %v, Encode %v", a, text, next.IDs(), want)
+				}
+			}
+		}
+	})
+}
