@@ -131,12 +131,8 @@ func badRequest(format string, args ...any) error {
 // its chat translation, the stream flag. Errors match ErrBadRequest.
 func (g *Gateway) parse(a API, body []byte) (*call, error) {
 	c := &call{api: a, body: body}
-	var head struct {
-		Model         string          `json:"model"`
-		Stream        bool            `json:"stream"`
-		StreamOptions json.RawMessage `json:"stream_options"`
-	}
-	if err := json.Unmarshal(body, &head); err != nil {
+	var head requestHead
+	if err := readHead(body, &head); err != nil {
 		return nil, badRequest("%v", err)
 	}
 	if m, ok := aliasModel(g.cfg.ModelAliases, head.Model); ok && m != head.Model {
