@@ -35,6 +35,11 @@ type Request struct {
 	Agent session.AgentContext
 	// LoRA names the adapter; it changes the block hashes.
 	LoRA string
+	// CacheSalt is the cache salt the engine gets with the request (vLLM's
+	// cache_salt; a tenant's, see gateway/tenant): mixed into the first
+	// block's hash as the engine mixes it, so the request is credited only
+	// with blocks cached under the same salt. Empty: unsalted.
+	CacheSalt string
 	// Override adjusts this request's routing.
 	Override *Override
 }
@@ -181,7 +186,11 @@ func (r *Router) hashPrompt(rt *routing, req *Request, sc *scratch) error {
 		if err != nil {
 			return err
 		}
-		sc.seq = r.hashes.hash(h, req.Agent.SessionID, req.LoRA, req.Tokens, sc.seq)
+		key := req.LoRA
+		if req.CacheSalt != "" {
+			h, key = h.Salted(req.CacheSalt), req.LoRA+"\x00salt:"+req.CacheSalt
+		}
+		sc.seq = r.hashes.hash(h, req.Agent.SessionID, key, req.Tokens, sc.seq)
 		rt.seq = sc.seq
 		if rt.prompt == 0 {
 			rt.prompt = len(req.Tokens)

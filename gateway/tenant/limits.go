@@ -14,10 +14,10 @@ type Refusal int
 
 // Refusals.
 const (
-	OK         Refusal = iota
-	InFlight           // the tenant has MaxInFlight requests in flight
-	Sessions           // the request would open a session past MaxSessions
-	FairShare          // the engines are contended and the tenant is past its weighted share
+	OK        Refusal = iota
+	InFlight          // the tenant has MaxInFlight requests in flight
+	Sessions          // the request would open a session past MaxSessions
+	FairShare         // the engines are contended and the tenant is past its weighted share
 )
 
 // String returns the refusal's metric label.
