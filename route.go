@@ -2,6 +2,7 @@ package agentkv
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/session"
 	"github.com/agentkv/agentkv/sharedpool"
+	"github.com/zeebo/xxh3"
 )
 
 // This file is the request path: Route and TryRoute, and route's stages
@@ -231,7 +233,7 @@ func (r *Router) decideLocked(rt *routing, req *Request, sc *scratch, hold bool)
 	if h, err := r.admitLocked(rt, req, sc, hold); err != nil {
 		return h, err
 	}
-	r.selectLocked(rt, sc)
+	r.selectLocked(rt, req, sc)
 	r.bookLocked(rt, req)
 	return nil, nil
 }
@@ -380,7 +382,7 @@ func (r *Router) keepAdmissionWorkerLocked(rt *routing, sc *scratch) error {
 
 // selectLocked is the select stage: the session's bound worker when it is
 // a candidate (and admission did not choose), else the policy's pick.
-func (r *Router) selectLocked(rt *routing, sc *scratch) {
+func (r *Router) selectLocked(rt *routing, req *Request, sc *scratch) {
 	pick := -1
 	if bw := indexWorker(rt.binding.Worker); rt.bound && !rt.admitted && r.affinityFor(bw) != AffinityOff {
 		for i := range sc.cands {
@@ -402,9 +404,32 @@ func (r *Router) selectLocked(rt *routing, sc *scratch) {
 				sc.logits = append(sc.logits, c.cost.Logit)
 			}
 			pick = selectIndex(sc.logits, rt.cost.Temperature, r.rng.Float64)
+			if rt.cost.Temperature == 0 && req.Agent.Valid() {
+				pick = sessionTieBreak(sc, pick, req.Agent.SessionID)
+			}
 		}
 	}
 	rt.pick = sc.cands[pick]
+}
+
+// sessionTieBreak replaces the random choice among equally cheap workers
+// with a rendezvous hash of the session id over them: two routers (replicas
+// cut off from each other, or a restart) that see the same costs send a
+// new session to the same worker without talking.
+func sessionTieBreak(sc *scratch, pick int, id string) int {
+	lo, best := sc.logits[pick], uint64(0)
+	var b [12]byte
+	for i, c := range sc.cands {
+		if sc.logits[i] != lo {
+			continue
+		}
+		binary.LittleEndian.PutUint64(b[:8], c.ws.key.ID)
+		binary.LittleEndian.PutUint32(b[8:], c.ws.key.DPRank)
+		if h := xxh3.HashStringSeed(id, xxh3.Hash(b[:])); h >= best {
+			pick, best = i, h
+		}
+	}
+	return pick
 }
 
 // bookLocked books the request's load on its worker: its uncached prompt
