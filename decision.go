@@ -71,6 +71,11 @@ type Usage struct {
 	// recorded for the request: the approximate index entries it added and
 	// the session binding it made (see Config.Approximate, Affinity).
 	Failed bool
+	// API and ErrorKind, when set (the gateway sets them), go to the
+	// request's trace record: the front-door API the request came in on
+	// (chat, completions, responses, messages, ...) and, for a failure,
+	// how it failed (gateway.ErrorKind).
+	API, ErrorKind string
 }
 
 // FirstToken records that the request's prefill finished: its tokens move

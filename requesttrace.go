@@ -31,6 +31,8 @@ func (r *Router) traceRecord(d *Decision, u Usage, now time.Time) {
 			SessionFinal: d.agent.Final},
 		Request: trace.Request{
 			RequestID:         d.RequestID,
+			API:               u.API,
+			ErrorKind:         u.ErrorKind,
 			InputTokens:       uint64(d.prompt),
 			OutputTokens:      uint64(u.CompletionTokens),
 			CachedTokens:      uint64(u.CachedTokens),

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentkv/agentkv/gateway/translate"
 	"github.com/agentkv/agentkv/internal/apiwire"
 )
 
@@ -107,23 +108,23 @@ func runChaos(t *testing.T, sessions, turns int, kill, admission bool, period, d
 // chatStreamResult reads a chat stream: its text, its chunk count, its
 // usage.
 func chatStreamResult(body string) (string, int, Usage) {
-	var s sseScanner
+	var s translate.SSEScanner
 	var b strings.Builder
 	var u Usage
 	n := 0
-	s.on = func(_ string, data []byte) {
+	s.On = func(_ string, data []byte) {
 		var ch apiwire.ChatChunk
 		if json.Unmarshal(data, &ch) != nil {
 			return
 		}
 		n++
-		learn(&ch, &u)
+		translate.Learn(&ch, &u)
 		for _, c := range ch.Choices {
 			b.WriteString(deref(c.Delta.Content))
 		}
 	}
-	s.feed([]byte(body))
-	s.flush()
+	s.Feed([]byte(body))
+	s.Flush()
 	return b.String(), n, u
 }
 

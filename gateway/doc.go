@@ -17,7 +17,8 @@
 // requests to a worker that lacks them are translated to chat completions
 // and the reply (JSON or SSE) is translated back, including tool calls,
 // tool results, system prompts, stop reasons and usage, so any
-// OpenAI-compatible engine serves Codex and Claude Code:
+// OpenAI-compatible engine serves Codex and Claude Code (package
+// gateway/translate holds these translations as pure functions over bytes):
 //
 //	Responses → chat: instructions and developer messages → system
 //	  messages; input_text/output_text parts → text; input_image →
@@ -96,6 +97,9 @@
 //
 // # Failover
 //
+// The request path reads top to bottom in serve.go (read, translate,
+// identify, tokenize, forward, finish); relay.go is one attempt on one
+// worker, retry.go the decision to retry or migrate.
 // Gateway.forward routes each request to a routable worker (its
 // failover.Tracker: /health probes and a circuit breaker per worker, see
 // package failover) and serves it with Gateway.attempt, the one forward
@@ -124,10 +128,12 @@
 //
 // # Traces
 //
-// A TraceSink, given to both the Router (agentkv.Config.Trace) and the
-// gateway (Config.Trace), adds the API and the error kind to the router's
-// content-free request_end records (session, parent, tokens, cached
-// tokens, worker, TTFT, total time).
+// The gateway reports each attempt's end to the router with its usage,
+// the API the request came in on and, for a failure, its ErrorKind
+// (agentkv.Usage API and ErrorKind): the router's trace sink
+// (agentkv.Config.Trace, StackConfig.Trace) gets them in its content-free
+// request_end records (session, parent, tokens, cached tokens, worker,
+// TTFT, total time).
 //
 // # Stack
 //

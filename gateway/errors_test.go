@@ -118,27 +118,6 @@ func TestSessionFinalEndsSession(t *testing.T) {
 	}
 }
 
-func TestStripBilling(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{`{"system":[{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.332.0b8; cc_entrypoint=sdk-cli;"},{"type":"text","text":"You are Claude Code."}],"model":"m"}`,
-			`{"system":[{"type":"text","text":"You are Claude Code."}],"model":"m"}`},
-		{`{"system":"x-anthropic-billing-header: cc_version=2.1.1.abc;\nYou are."}`, `{"system":"You are."}`},
-		{`{"system":"You are."}`, ``},
-		{`{"messages":[{"role":"user","content":"x-anthropic-billing-header: hi"}]}`, ``},
-		{`{"system":[{"type":"text","text":"keep x-anthropic-billing-header: mid"}]}`, ``},
-		{`not json x-anthropic-billing-header:`, ``},
-	} {
-		got, ok := StripBilling([]byte(tc.in))
-		if tc.want == "" {
-			require.False(t, ok, tc.in)
-			require.Equal(t, tc.in, string(got))
-			continue
-		}
-		require.True(t, ok, tc.in)
-		require.JSONEq(t, tc.want, string(got))
-	}
-}
-
 // TestProgramRelease: ThunderAgent clients put program_id in the body (or
 // extra_body) on every API and end the program with POST /programs/release.
 func TestProgramRelease(t *testing.T) {
@@ -173,28 +152,15 @@ func TestProgramRelease(t *testing.T) {
 	require.Equal(t, "smg-1", hdr.Get("X-Smg-Routing-Key"))
 }
 
-func TestChunkMatters(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want bool
-	}{
-		{`{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}`, false},
-		{`{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason" : null}]}`, false},
-		{`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`, true},
-		{`{"choices":[{"index":0,"delta":{},"finish_reason": "length"}]}`, true},
-		{`{"choices":[{"index":0,"delta":{"content":"finish_reason"},"finish_reason":null}]}`, false},
-		{`{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}`, true},
-		{`{"choices":[],"usage":{"prompt_tokens":1}}`, true},
-		{`{"choices":[{"text":"x","finish_reason":"stop"}]}`, true},
-	} {
-		require.Equal(t, tc.want, chunkMatters([]byte(tc.in)), tc.in)
-		// The reference: a full decode.
-		var c apiwire.ChatChunk
-		require.NoError(t, json.Unmarshal([]byte(tc.in), &c))
-		var u Usage
-		fin := learn(&c, &u)
-		if fin || u.HasUsage || len(u.ToolCalls) > 0 {
-			require.True(t, chunkMatters([]byte(tc.in)), "a chunk that teaches something is decoded: %s", tc.in)
-		}
+// TestErrorBodyIsAPIWire: the gateway answers every status with the error
+// body the mock worker (apiwire's one table) answers with.
+func TestErrorBodyIsAPIWire(t *testing.T) {
+	for _, code := range []int{400, 401, 403, 404, 405, 413, 429, 500, 502, 503, 504, 529} {
+		want, err := json.Marshal(apiwire.NewOpenAIError(code, "m"))
+		require.NoError(t, err)
+		require.JSONEq(t, string(want), string(ErrorBody(false, code, "m")), "%d", code)
+		want, err = json.Marshal(apiwire.NewAnthropicError(code, "m"))
+		require.NoError(t, err)
+		require.JSONEq(t, string(want), string(ErrorBody(true, code, "m")), "%d", code)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/agentkv/agentkv/engine/mock"
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/gateway/translate"
 	"github.com/agentkv/agentkv/internal/freeport"
 )
 
@@ -177,9 +178,9 @@ func longPrompt(seed int) string {
 // the last event's name (or error marker).
 func streamText(t *testing.T, body string) (text string, events []string) {
 	t.Helper()
-	var s sseScanner
+	var s translate.SSEScanner
 	var b strings.Builder
-	s.on = func(ev string, data []byte) {
+	s.On = func(ev string, data []byte) {
 		var m map[string]any
 		require.NoError(t, json.Unmarshal(data, &m), string(data))
 		name := ev
@@ -207,8 +208,8 @@ func streamText(t *testing.T, body string) (text string, events []string) {
 			}
 		}
 	}
-	s.feed([]byte(body))
-	s.flush()
+	s.Feed([]byte(body))
+	s.Flush()
 	if strings.HasSuffix(strings.TrimSpace(body), "data: [DONE]") {
 		events = append(events, "[DONE]") // the scanner does not hand it on
 	}

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,7 +18,6 @@ import (
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/gateway/failover"
-	"github.com/agentkv/agentkv/internal/apiwire"
 	"github.com/agentkv/agentkv/session"
 )
 
@@ -105,9 +103,6 @@ type Config struct {
 	// preamble from a Messages request's system prompt before routing and
 	// forwarding (see StripBilling), so the shared prefix is shared.
 	StripBillingHeader bool
-	// Trace, if set, must also be the Router's Config.Trace: the gateway
-	// annotates the router's request records with the API and error kind.
-	Trace *TraceSink
 	// Registerer receives the gateway's metrics (nil: none are exported).
 	Registerer prometheus.Registerer
 	// Route, if set, routes each request instead of Router.Route, through
@@ -354,212 +349,7 @@ func (g *Gateway) routes() *http.ServeMux {
 // never hears of it).
 func (g *Gateway) reject(w http.ResponseWriter, a API, code int, msg string) {
 	g.m.responses.WithLabelValues(a.String(), strconv.Itoa(code)).Inc()
-	writeError(w, a.anthropic(), code, msg)
-}
-
-// call is one request on its way through the gateway.
-type call struct {
-	api    API
-	body   []byte               // as forwarded to a worker serving the API natively
-	chat   *apiwire.ChatRequest // the chat translation (nil for Chat and Completions)
-	chatB  []byte               // chat (or completions) body for translating workers and /tokenize
-	stream bool
-	model  string
-	custom map[string]bool // Responses custom tools
-	agent  session.AgentContext
-	id     string // request id, also the translated reply's id
-	tokens []uint32
-	hdr    http.Header // the client's request headers (only `forwarded` ones are sent on)
-	// waitedReady: the request has waited for a routable worker
-	// (awaitRoutable waits once per request).
-	waitedReady bool
-}
-
-func isJSONObject(b []byte) bool {
-	b = bytes.TrimSpace(b)
-	return len(b) > 0 && b[0] == '{' && json.Valid(b)
-}
-
-// readBody reads the request body within MaxBodyBytes and checks it is a
-// JSON object; on failure it has answered the client.
-func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, a API) ([]byte, bool) {
-	body, ok := BufferedBody(r) // read ahead, within its limits, by a Limiter
-	var err error
-	if !ok || int64(len(body)) > g.cfg.MaxBodyBytes {
-		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
-	}
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			g.reject(w, a, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", g.cfg.MaxBodyBytes))
-		} else {
-			g.reject(w, a, http.StatusBadRequest, "reading request body: "+err.Error())
-		}
-		return nil, false
-	}
-	if !isJSONObject(body) {
-		g.reject(w, a, http.StatusBadRequest, "request body is not a JSON object")
-		return nil, false
-	}
-	return body, true
-}
-
-// parse builds the call: the body as forwarded natively, its chat
-// translation, the stream flag. Errors match ErrBadRequest.
-func (g *Gateway) parse(a API, body []byte) (*call, error) {
-	c := &call{api: a, body: body}
-	var head struct {
-		Model         string          `json:"model"`
-		Stream        bool            `json:"stream"`
-		StreamOptions json.RawMessage `json:"stream_options"`
-	}
-	if err := json.Unmarshal(body, &head); err != nil {
-		return nil, badRequest("%v", err)
-	}
-	c.model, c.stream = head.Model, head.Stream
-	var err error
-	switch a {
-	case Chat, Completions:
-		switch {
-		case !head.Stream:
-		case len(head.StreamOptions) == 0:
-			// The common case: splice the option in rather than decode
-			// and re-encode the whole body.
-			i := bytes.IndexByte(body, '{')
-			c.body = append(append(append(make([]byte, 0, len(body)+40), body[:i+1]...),
-				`"stream_options":{"include_usage":true},`...), body[i+1:]...)
-		default:
-			if c.body, err = vllm.EnsureStreamUsage(body); err != nil {
-				return nil, badRequest("%v", err)
-			}
-		}
-		c.chatB = c.body
-	case Responses:
-		if c.chat, c.custom, err = responsesToChat(body); err != nil {
-			return nil, err
-		}
-	case Messages, CountTokens:
-		if g.cfg.StripBillingHeader {
-			if nb, ok := StripBilling(body); ok {
-				c.body = nb
-				g.m.billingStripped.Inc()
-			}
-		}
-		if c.chat, err = messagesToChat(c.body); err != nil {
-			return nil, err
-		}
-		if a == CountTokens {
-			c.stream, c.chat.Stream, c.chat.StreamOptions = false, false, nil
-		}
-	}
-	if c.chat != nil {
-		if c.chatB, err = json.Marshal(c.chat); err != nil {
-			return nil, badRequest("%v", err)
-		}
-	}
-	return c, nil
-}
-
-// serve handles one API request: read, parse, session, tokens, then
-// forward (route, attempt, retry or migrate, report).
-func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, a API) {
-	start := time.Now()
-	body, ok := g.readBody(w, r, a)
-	if !ok {
-		return
-	}
-	c, err := g.parse(a, body)
-	if err != nil {
-		g.reject(w, a, http.StatusBadRequest, err.Error())
-		return
-	}
-	ac, err := g.sess.FromRequest(r, body)
-	if err != nil {
-		g.reject(w, a, http.StatusBadRequest, err.Error())
-		return
-	}
-	c.agent, c.hdr = ac, r.Header
-	if len(g.order) == 0 {
-		g.reject(w, a, http.StatusServiceUnavailable, "agentkv gateway: no workers")
-		return
-	}
-	ctx := r.Context()
-	if c.tokens, err = g.tokens(ctx, c); err != nil {
-		g.reject(w, a, http.StatusBadRequest, err.Error())
-		return
-	}
-	if a == CountTokens {
-		g.countTokens(w, c)
-		return
-	}
-	c.id = "gw" + strconv.FormatUint(g.reqSeq.Add(1), 10)
-	g.forward(ctx, w, c, start)
-}
-
-// finish reports the request's end to the router (with the error kind for
-// the trace) and ends the session when the client said it was the last.
-func (g *Gateway) finish(c *call, d *agentkv.Decision, u Usage, err error) {
-	kind := ErrorKind(err)
-	if g.cfg.Trace != nil {
-		g.cfg.Trace.note(d.RequestID, c.api, kind)
-	}
-	d.Done(agentkv.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
-		CachedTokens: u.CachedTokens, FinishReason: u.FinishReason, ToolCalls: u.ToolCalls, Failed: err != nil})
-	if u.HasUsage {
-		api := c.api.String()
-		g.m.usage.WithLabelValues(api, "prompt").Add(float64(u.PromptTokens))
-		g.m.usage.WithLabelValues(api, "completion").Add(float64(u.CompletionTokens))
-		g.m.usage.WithLabelValues(api, "cached").Add(float64(u.CachedTokens))
-	}
-	if kind != "" {
-		g.m.failures.WithLabelValues(c.api.String(), kind).Inc()
-	}
-	if c.agent.Final && c.agent.Valid() {
-		g.router.EndSession(c.agent.SessionID)
-	}
-}
-
-// writeFailure answers a request whose attempt failed before anything
-// reached the client: the worker's own error reply when it is in the
-// client's API shape, else an error in that shape.
-func (g *Gateway) writeFailure(w http.ResponseWriter, c *call, wk *worker, res *AttemptResult) {
-	if res.Status == 0 {
-		res.Status = http.StatusBadGateway
-	}
-	if res.ErrBody != nil && res.Native {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(res.Status)
-		_, _ = w.Write(res.ErrBody)
-		return
-	}
-	msg := "agentkv gateway: worker " + wk.URL + " failed: " + res.Err.Error()
-	if res.ErrBody != nil {
-		msg = "agentkv gateway: worker " + wk.URL + " answered " + strconv.Itoa(res.Status) + ": " + upstreamMessage(res.ErrBody)
-	}
-	writeError(w, c.api.anthropic(), res.Status, msg)
-}
-
-// upstreamMessage extracts the message of an OpenAI or Anthropic error
-// body, or returns the body.
-func upstreamMessage(b []byte) string {
-	var e struct {
-		Error struct {
-			Message string `json:"message"`
-		} `json:"error"`
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(b, &e) == nil {
-		if e.Error.Message != "" {
-			return e.Error.Message
-		}
-		if e.Message != "" {
-			return e.Message
-		}
-	}
-	if len(b) > 512 {
-		b = b[:512]
-	}
-	return string(b)
+	writeError(w, a.Anthropic(), code, msg)
 }
 
 // countTokens answers /v1/messages/count_tokens from the tokens counted.

@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv/gateway/translate"
 )
 
 // chatOnly is a minimal OpenAI-compatible engine for the gateway's unit
@@ -188,14 +190,14 @@ func postJSON(t *testing.T, url string, hdr map[string]string, body string) (*ht
 // sseEvents splits an SSE body into (event, data) pairs.
 func sseEvents(t *testing.T, body []byte) (names []string, datas []map[string]any) {
 	t.Helper()
-	var s sseScanner
-	s.on = func(ev string, data []byte) {
+	var s translate.SSEScanner
+	s.On = func(ev string, data []byte) {
 		var m map[string]any
 		require.NoError(t, json.Unmarshal(data, &m), string(data))
 		names = append(names, ev)
 		datas = append(datas, m)
 	}
-	s.feed(body)
-	s.flush()
+	s.Feed(body)
+	s.Flush()
 	return names, datas
 }

@@ -118,7 +118,7 @@ type StackConfig struct {
 	// Trace, if set, receives a request record per finished request,
 	// annotated with the API and error kind.
 	Trace agentkv.TraceSink
-	// Gateway configures the front door; its Router, Workers, Trace and
+	// Gateway configures the front door; its Router, Workers and
 	// Registerer are filled in by the Stack.
 	Gateway Config
 	// HTTPClient talks to the workers (nil: NewHTTPClient()).
@@ -210,33 +210,11 @@ func (w *stackWorker) Info() agentkv.WorkerInfo {
 // to learn it from). A worker whose health probes fail leaves the router
 // and rejoins when it is up again.
 func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
-	if cfg.Tick <= 0 {
-		cfg.Tick = DefaultTick
-	}
-	if cfg.Refresh == 0 {
-		cfg.Refresh = DefaultRefresh
-	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = NewHTTPClient()
-	}
-	s := &Stack{cfg: cfg, log: cfg.Logger, reg: cfg.Registry}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	if s.reg == nil {
-		s.reg = prometheus.NewRegistry()
-		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	}
-	s.capacity = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "agentkv", Subsystem: "gateway",
-		Name: "worker_kv_capacity_tokens", Help: "KV cache capacity of one DP rank of each worker, from vllm:cache_config_info."},
-		[]string{"worker"})
-	if err := s.reg.Register(s.capacity); err != nil {
-		return nil, fmt.Errorf("gateway: metrics: %w", err)
-	}
-	rm, err := agentkv.NewMetrics(s.reg)
+	s, rm, err := newStack(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: metrics: %w", err)
+		return nil, err
 	}
+	cfg = s.cfg
 	// Events arrive only after Start, when s.router is set.
 	s.sink = vllm.SinkFunc(func(ev *flashindex.Event) error { return s.router.ApplyEvent(ev) })
 	approximate := false
@@ -252,13 +230,9 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		return nil, err
 	}
 	s.blockSize = blockSize
-	var ts *TraceSink
 	rc := agentkv.Config{BlockSize: blockSize, Policy: cfg.Policy, Affinity: cfg.Affinity, Approximate: approximate,
-		Logger: s.log, Metrics: rm, IndexSnapshot: cfg.IndexSnapshot, TickInterval: cfg.Tick, SharedPool: cfg.SharedPool}
-	if cfg.Trace != nil {
-		ts = NewTraceSink(cfg.Trace)
-		rc.Trace = ts
-	}
+		Logger: s.log, Metrics: rm, IndexSnapshot: cfg.IndexSnapshot, TickInterval: cfg.Tick, SharedPool: cfg.SharedPool,
+		Trace: cfg.Trace}
 	if cfg.Admission {
 		ac := admission.Agentic()
 		ac.Interval = cfg.Tick
@@ -269,7 +243,7 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		return nil, err
 	}
 	gc := cfg.Gateway
-	gc.Router, gc.Trace, gc.Registerer, gc.HTTPClient = s.router, ts, s.reg, cfg.HTTPClient
+	gc.Router, gc.Registerer, gc.HTTPClient = s.router, s.reg, cfg.HTTPClient
 	if gc.Logger == nil {
 		gc.Logger = s.log
 	}
@@ -295,6 +269,47 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		s.closeWorkers()
 		return nil, err
 	}
+	s.start(bg)
+	return s, nil
+}
+
+// newStack returns a Stack with cfg's defaults filled in and its metrics
+// registered (the router's included), before any worker is reached.
+func newStack(cfg StackConfig) (*Stack, *agentkv.Metrics, error) {
+	if cfg.Tick <= 0 {
+		cfg.Tick = DefaultTick
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = NewHTTPClient()
+	}
+	s := &Stack{cfg: cfg, log: cfg.Logger, reg: cfg.Registry}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	s.capacity = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "agentkv", Subsystem: "gateway",
+		Name: "worker_kv_capacity_tokens", Help: "KV cache capacity of one DP rank of each worker, from vllm:cache_config_info."},
+		[]string{"worker"})
+	if err := s.reg.Register(s.capacity); err != nil {
+		return nil, nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	rm, err := agentkv.NewMetrics(s.reg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	return s, rm, nil
+}
+
+// start runs the stack's goroutines: a join for each worker not connected
+// yet, the router's control loop, the capacity and usage polls.
+func (s *Stack) start(bg context.Context) {
+	cfg := s.cfg
 	for _, w := range s.workers {
 		if !w.connected() {
 			// Not routable (nor probed) until it joined the router: its
@@ -319,7 +334,6 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		s.wg.Add(1)
 		go s.everyWorker(bg, cfg.Tick, s.RefreshUsage)
 	}
-	return s, nil
 }
 
 // connectTimeout bounds the first attempt to read a worker's capacity at

@@ -3,13 +3,13 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentkv/agentkv"
+	"github.com/agentkv/agentkv/gateway/translate"
 	"github.com/agentkv/agentkv/internal/apiwire"
 )
 
@@ -190,7 +190,7 @@ func TestCountTokensAndModels(t *testing.T) {
 	body := `{"model":"m","system":"sys","messages":[{"role":"user","content":"hello"}]}`
 	resp, b := postJSON(t, srv.URL+CountTokensPath, nil, body)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
-	cr, err := messagesToChat([]byte(body))
+	cr, err := translate.MessagesToChat([]byte(body))
 	require.NoError(t, err)
 	msgs, _ := json.Marshal(cr.Messages)
 	require.JSONEq(t, `{"input_tokens":`+itoa(len(msgs))+`}`, string(b), "the worker's tokenizer counts")
@@ -220,115 +220,3 @@ func TestCountTokensAndModels(t *testing.T) {
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
-
-// TestTranslateRequestShapes: every shape a client may send for the fields
-// that are a string or an array (Anthropic system, message and tool_result
-// content; Responses instructions, input, message content and outputs),
-// null and absent values, custom tools and server tool results translate
-// to the chat request they always did. An assistant message of tool calls
-// only has no content.
-func TestTranslateRequestShapes(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{`{"model":"m","system":"sys","messages":[{"role":"user","content":"hi"}]}`,
-			`{"model":"m","messages":[{"role":"system","content":"sys"},{"role":"user","content":"hi"}]}`},
-		{`{"model":"m","system":[{"type":"text","text":"a"},{"type":"text","text":"b","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`,
-			`{"model":"m","messages":[{"role":"system","content":"a\nb"},{"role":"user","content":"hi"}]}`},
-		{`{"model":"m","system":null,"messages":[{"role":"user","content":null},{"role":"system","content":[{"type":"text","text":"env"}]},{"role":"system"}]}`,
-			`{"model":"m","messages":[{"role":"user","content":""},{"role":"system","content":"env"},{"role":"system","content":""}]}`},
-		{`{"model":"m","max_tokens":0,"stop_sequences":["x","y"],"top_k":5,"messages":[
-		   {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Read","input":{"p":1}},{"type":"tool_use","id":"t2","name":"Web","input":{}}]},
-		   {"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"body"},
-		     {"type":"tool_result","tool_use_id":"t2","content":[{"type":"text","text":"a"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA"}},{"type":"text","text":"b"}]},
-		     {"type":"tool_result","tool_use_id":"t3","content":"","is_error":true},{"type":"tool_result","tool_use_id":"t4"}]}]}`,
-			`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"t1","type":"function","function":{"name":"Read","arguments":"{\"p\":1}"}},{"id":"t2","type":"function","function":{"name":"Web","arguments":"{}"}}]},
-			  {"role":"tool","content":"body","tool_call_id":"t1"},{"role":"tool","content":"ab","tool_call_id":"t2"},{"role":"tool","content":"Error: ","tool_call_id":"t3"},{"role":"tool","content":"","tool_call_id":"t4"}],
-			  "max_tokens":0,"top_k":5,"stop":["x","y"]}`},
-		{`{"model":"m","messages":[
-		   {"role":"assistant","content":[{"type":"server_tool_use","id":"s1","name":"web_search","input":{"query":"q"}},
-		     {"type":"web_search_tool_result","tool_use_id":"s1","content":{"type":"web_search_tool_result_error","error_code":"max_uses_exceeded"}},{"type":"text","text":"done"}]},
-		   {"role":"user","content":[{"type":"image","source":{"type":"url","url":"https://x/a.png"}},{"type":"text","text":"see"}]}],
-		  "tool_choice":{"type":"tool","name":"Read","disable_parallel_tool_use":true},"tools":[{"name":"Read","input_schema":{"type":"object"}},{"type":"web_search_20250305","name":"web_search"}]}`,
-			`{"model":"m","messages":[{"role":"assistant","content":"done"},{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/a.png"}},{"type":"text","text":"see"}]}],
-			  "tools":[{"type":"function","function":{"name":"Read","parameters":{"type":"object"}}}],"tool_choice":{"function":{"name":"Read"},"type":"function"},"parallel_tool_calls":false}`},
-		{`{"model":"m","messages":[{"role":"user"}]}`, ``},
-		{`{"model":"m","input":"hi"}`, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`},
-		{`{"model":"m","input":null}`, `{"model":"m","messages":[{"role":"user","content":""}]}`},
-		{`{"model":"m","instructions":[{"type":"input_text","text":"a"},{"type":"input_text","text":"b"}],"input":[{"role":"user","content":""}]}`,
-			`{"model":"m","messages":[{"role":"system","content":"ab"},{"role":"user","content":""}]}`},
-		{`{"model":"m","reasoning":{"effort":"high","summary":"auto"},"tool_choice":{"type":"function","name":"shell"},
-		  "tools":[{"type":"function","name":"shell","parameters":{"type":"object"},"strict":false},{"type":"custom","name":"apply_patch","description":"patch","format":{"type":"grammar"}},{"type":"web_search"}],
-		  "input":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok","annotations":[]}]},
-		    {"type":"custom_tool_call","call_id":"c1","name":"apply_patch","input":"*** Begin Patch"},{"type":"custom_tool_call_output","call_id":"c1","output":"done"},
-		    {"type":"function_call_output","call_id":"c2","output":[{"type":"input_text","text":"x"},{"type":"input_text","text":"y"}]},{"type":"function_call_output","call_id":"c3","output":null},
-		    {"role":"user","content":[{"type":"input_text","text":"look"},{"type":"input_image","image_url":"data:image/png;base64,AA"}]}]}`,
-			`{"model":"m","messages":[{"role":"assistant","content":"ok","tool_calls":[{"id":"c1","type":"function","function":{"name":"apply_patch","arguments":"{\"input\":\"*** Begin Patch\"}"}}]},
-			  {"role":"tool","content":"done","tool_call_id":"c1"},{"role":"tool","content":"xy","tool_call_id":"c2"},{"role":"tool","content":"","tool_call_id":"c3"},
-			  {"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AA"}}]}],
-			  "tools":[{"type":"function","function":{"name":"shell","parameters":{"type":"object"},"strict":false}},
-			    {"type":"function","function":{"name":"apply_patch","description":"patch","parameters":{"type":"object","properties":{"input":{"type":"string"}},"required":["input"]}}}],
-			  "tool_choice":{"function":{"name":"shell"},"type":"function"},"reasoning_effort":"high"}`},
-	} {
-		var cr *apiwire.ChatRequest
-		var err error
-		if strings.Contains(tc.in, `"input":`) && !strings.Contains(tc.in, `"messages"`) {
-			cr, _, err = responsesToChat([]byte(tc.in))
-		} else {
-			cr, err = messagesToChat([]byte(tc.in))
-		}
-		if tc.want == "" {
-			require.ErrorIs(t, err, ErrBadRequest, tc.in)
-			continue
-		}
-		require.NoError(t, err, tc.in)
-		b, err := json.Marshal(cr)
-		require.NoError(t, err)
-		require.JSONEq(t, tc.want, string(b), tc.in)
-	}
-}
-
-// TestResponsesCustomToolReply: a call of a custom (free-form) tool comes
-// back as a custom_tool_call item with its input unwrapped, streamed as
-// custom_tool_call_input events, and whole.
-func TestResponsesCustomToolReply(t *testing.T) {
-	cr, custom, err := responsesToChat([]byte(`{"model":"m","input":"x","tools":[{"type":"custom","name":"apply_patch"}]}`))
-	require.NoError(t, err)
-	item := map[string]any{"type": "custom_tool_call", "id": "fc_r_0", "status": "completed", "call_id": "call_1",
-		"name": "apply_patch", "input": "*** Begin Patch"}
-
-	rec := httptest.NewRecorder()
-	tr := newResponsesStream(newEventWriter(rec), "r", "m", 1, cr, custom)
-	tr.start()
-	var u Usage
-	for _, c := range []string{
-		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"apply_patch","arguments":"{\"input\":"}}]}}]}`,
-		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"*** Begin Patch\"}"}}]},"finish_reason":"tool_calls"}]}`,
-	} {
-		var ch apiwire.ChatChunk
-		require.NoError(t, json.Unmarshal([]byte(c), &ch))
-		learn(&ch, &u)
-		tr.chunk(&ch)
-	}
-	tr.end(u, true, "")
-	names, datas := sseEvents(t, rec.Body.Bytes())
-	require.Equal(t, []string{"response.created", "response.in_progress", "response.output_item.added",
-		"response.custom_tool_call_input.delta", "response.custom_tool_call_input.done", "response.output_item.done",
-		"response.completed"}, names)
-	added := datas[2]["item"].(map[string]any)
-	require.Equal(t, "custom_tool_call", added["type"])
-	require.Equal(t, "in_progress", added["status"])
-	require.Equal(t, "", added["input"])
-	require.Equal(t, map[string]any{"type": names[3], "sequence_number": 3.0, "item_id": "fc_r_0", "output_index": 0.0,
-		"delta": "*** Begin Patch"}, datas[3])
-	require.Equal(t, map[string]any{"type": names[4], "sequence_number": 4.0, "item_id": "fc_r_0", "output_index": 0.0,
-		"input": "*** Begin Patch"}, datas[4])
-	require.Equal(t, item, datas[5]["item"])
-	require.Equal(t, []any{item}, datas[6]["response"].(map[string]any)["output"])
-
-	whole := `{"id":"c","model":"m","created":7,"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"apply_patch","arguments":"{\"input\":\"*** Begin Patch\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":5,"completion_tokens":2}}`
-	b, u, err := chatToResponses([]byte(whole), cr, custom, "r")
-	require.NoError(t, err)
-	require.Equal(t, []string{"apply_patch"}, u.ToolCalls)
-	var r map[string]any
-	require.NoError(t, json.Unmarshal(b, &r))
-	require.Equal(t, []any{item}, r["output"])
-}

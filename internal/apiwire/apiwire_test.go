@@ -285,3 +285,34 @@ func TestGatewayShapes(t *testing.T) {
 		t.Errorf("request %+v", r)
 	}
 }
+
+// TestErrorTypes: the one table, as the APIs document it, including the
+// statuses the gateway and the mock worker once answered differently
+// (403, 503, 504).
+func TestErrorTypes(t *testing.T) {
+	for _, tc := range []struct {
+		status            int
+		openai, anthropic string
+	}{
+		{400, "invalid_request_error", "invalid_request_error"},
+		{401, "authentication_error", "authentication_error"},
+		{402, "invalid_request_error", "billing_error"},
+		{403, "permission_error", "permission_error"},
+		{404, "not_found_error", "not_found_error"},
+		{405, "invalid_request_error", "invalid_request_error"},
+		{413, "invalid_request_error", "request_too_large"},
+		{429, "rate_limit_error", "rate_limit_error"},
+		{500, "server_error", "api_error"},
+		{502, "server_error", "api_error"},
+		{503, "server_error", "overloaded_error"},
+		{504, "server_error", "timeout_error"},
+		{529, "server_error", "overloaded_error"},
+	} {
+		if got := OpenAIErrorType(tc.status); got != tc.openai || NewOpenAIError(tc.status, "m").Error.Type != got {
+			t.Errorf("%d: OpenAI type %q, want %q", tc.status, got, tc.openai)
+		}
+		if got := AnthropicErrorType(tc.status); got != tc.anthropic || NewAnthropicError(tc.status, "m").Error.Type != got {
+			t.Errorf("%d: Anthropic type %q, want %q", tc.status, got, tc.anthropic)
+		}
+	}
+}

@@ -1,4 +1,4 @@
-package gateway
+package translate
 
 import (
 	"encoding/json"
@@ -9,28 +9,34 @@ import (
 	"github.com/agentkv/agentkv/internal/apiwire"
 )
 
-// eventWriter writes server-sent events to the client, flushing each.
-type eventWriter struct {
+// EventWriter writes server-sent events to the client, flushing each. It
+// is not safe for concurrent use.
+type EventWriter struct {
 	w   http.ResponseWriter
 	fl  http.Flusher
 	err error // the first write error (the client went away)
 	buf []byte
 }
 
-func newEventWriter(w http.ResponseWriter) *eventWriter {
+// NewEventWriter returns an EventWriter writing to w (flushing each event
+// when w is an http.Flusher).
+func NewEventWriter(w http.ResponseWriter) *EventWriter {
 	fl, _ := w.(http.Flusher)
-	return &eventWriter{w: w, fl: fl}
+	return &EventWriter{w: w, fl: fl}
 }
 
-// event writes "event: name\ndata: JSON(v)\n\n".
-func (e *eventWriter) event(name string, v any) { e.write(name, v) }
+// Event writes "event: name\ndata: JSON(v)\n\n".
+func (e *EventWriter) Event(name string, v any) { e.write(name, v) }
 
-// data writes "data: JSON(v)\n\n" (an event with no name, as OpenAI's
+// Data writes "data: JSON(v)\n\n" (an event with no name, as OpenAI's
 // chat streams send).
-func (e *eventWriter) data(v any) { e.write("", v) }
+func (e *EventWriter) Data(v any) { e.write("", v) }
+
+// Err returns the first write error (the client went away), or nil.
+func (e *EventWriter) Err() error { return e.err }
 
 // write writes one event, named unless name is "", and flushes it.
-func (e *eventWriter) write(name string, v any) {
+func (e *EventWriter) write(name string, v any) {
 	if e.err != nil {
 		return
 	}
@@ -49,14 +55,15 @@ func (e *eventWriter) write(name string, v any) {
 	}
 }
 
-// translator turns a streamed chat completion into another API's stream.
-// start is called before the first chunk, chunk per chat chunk, end once
+// Translator turns a streamed chat completion into another API's stream.
+// Start is called before the first chunk, Chunk per chat chunk, End once
 // with the usage: complete is false when the worker's stream broke off
 // before it finished (the client then gets the API's error event).
-type translator interface {
-	start()
-	chunk(c *apiwire.ChatChunk)
-	end(u Usage, complete bool, msg string)
+// Implementations are not safe for concurrent use.
+type Translator interface {
+	Start()
+	Chunk(c *apiwire.ChatChunk)
+	End(u Usage, complete bool, msg string)
 }
 
 // toolAcc accumulates one streamed tool call.
@@ -66,9 +73,9 @@ type toolAcc struct {
 	args     strings.Builder
 }
 
-// responsesStream translates to Responses events.
-type responsesStream struct {
-	ew     *eventWriter
+// ResponsesStream translates to Responses events.
+type ResponsesStream struct {
+	ew     *EventWriter
 	seq    int
 	resp   apiwire.Response
 	custom map[string]bool
@@ -81,32 +88,32 @@ type responsesStream struct {
 	open    *toolAcc
 }
 
-func newResponsesStream(ew *eventWriter, id, model string, created int64, req *apiwire.ChatRequest, custom map[string]bool) *responsesStream {
-	return &responsesStream{ew: ew, resp: responsesShell(id, model, created, req), custom: custom, id: id,
+func NewResponsesStream(ew *EventWriter, id, model string, created int64, req *apiwire.ChatRequest, custom map[string]bool) *ResponsesStream {
+	return &ResponsesStream{ew: ew, resp: responsesShell(id, model, created, req), custom: custom, id: id,
 		textOut: -1, tools: map[int]*toolAcc{}}
 }
 
 // emit writes ev with the next sequence number.
-func (s *responsesStream) emit(ev apiwire.ResponsesStreamEvent) {
+func (s *ResponsesStream) emit(ev apiwire.ResponsesStreamEvent) {
 	s.ev = ev
 	s.ev.SequenceNumber = s.seq
 	s.seq++
-	s.ew.event(ev.Type, &s.ev)
+	s.ew.Event(ev.Type, &s.ev)
 }
 
 // emitResponse writes a response.* event carrying the response so far.
-func (s *responsesStream) emitResponse(typ string) {
+func (s *ResponsesStream) emitResponse(typ string) {
 	s.emit(apiwire.ResponsesStreamEvent{Type: typ, Response: &s.resp})
 }
 
-func (s *responsesStream) start() {
+func (s *ResponsesStream) Start() {
 	s.emitResponse(apiwire.EventResponseCreated)
 	s.emitResponse(apiwire.EventResponseInProgress)
 }
 
-func (s *responsesStream) msgID() string { return "msg_" + s.id }
+func (s *ResponsesStream) msgID() string { return "msg_" + s.id }
 
-func (s *responsesStream) chunk(c *apiwire.ChatChunk) {
+func (s *ResponsesStream) Chunk(c *apiwire.ChatChunk) {
 	if s.resp.Model == "" && c.Model != "" {
 		s.resp.Model = c.Model
 	}
@@ -157,9 +164,9 @@ func (s *responsesStream) chunk(c *apiwire.ChatChunk) {
 	}
 }
 
-func (s *responsesStream) itemID(a *toolAcc) string { return fmt.Sprintf("fc_%s_%d", s.id, a.out) }
+func (s *ResponsesStream) itemID(a *toolAcc) string { return fmt.Sprintf("fc_%s_%d", s.id, a.out) }
 
-func (s *responsesStream) closeText() {
+func (s *ResponsesStream) closeText() {
 	if s.textOut < 0 {
 		return
 	}
@@ -174,7 +181,7 @@ func (s *responsesStream) closeText() {
 	s.textOut = -1
 }
 
-func (s *responsesStream) closeTool() {
+func (s *ResponsesStream) closeTool() {
 	a := s.open
 	if a == nil {
 		return
@@ -194,7 +201,7 @@ func (s *responsesStream) closeTool() {
 	s.emit(apiwire.ResponsesStreamEvent{Type: apiwire.EventOutputItemDone, OutputIndex: a.out, Item: &item})
 }
 
-func (s *responsesStream) end(u Usage, complete bool, msg string) {
+func (s *ResponsesStream) End(u Usage, complete bool, msg string) {
 	s.closeText()
 	s.closeTool()
 	if !complete {
@@ -212,9 +219,9 @@ func (s *responsesStream) end(u Usage, complete bool, msg string) {
 	s.emitResponse(typ)
 }
 
-// messagesStream translates to Anthropic Messages events.
-type messagesStream struct {
-	ew      *eventWriter
+// MessagesStream translates to Anthropic Messages events.
+type MessagesStream struct {
+	ew      *EventWriter
 	id      string
 	model   string
 	prompt  int // input tokens announced in message_start (the routed prompt)
@@ -226,29 +233,29 @@ type messagesStream struct {
 	delta   apiwire.StreamDelta         // its delta
 }
 
-func newMessagesStream(ew *eventWriter, id, model string, prompt int) *messagesStream {
-	return &messagesStream{ew: ew, id: id, model: model, prompt: prompt, textIdx: -1, tools: map[int]*toolAcc{}}
+func NewMessagesStream(ew *EventWriter, id, model string, prompt int) *MessagesStream {
+	return &MessagesStream{ew: ew, id: id, model: model, prompt: prompt, textIdx: -1, tools: map[int]*toolAcc{}}
 }
 
-func (s *messagesStream) emit(ev apiwire.MessagesStreamEvent) {
+func (s *MessagesStream) emit(ev apiwire.MessagesStreamEvent) {
 	s.ev = ev
-	s.ew.event(ev.Type, &s.ev)
+	s.ew.Event(ev.Type, &s.ev)
 }
 
 // emitDelta writes a content_block_delta.
-func (s *messagesStream) emitDelta(index int, d apiwire.StreamDelta) {
+func (s *MessagesStream) emitDelta(index int, d apiwire.StreamDelta) {
 	s.delta = d
 	s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventContentBlockDelta, Index: index, Delta: &s.delta})
 }
 
-func (s *messagesStream) start() {
+func (s *MessagesStream) Start() {
 	s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventMessageStart, Message: &apiwire.MessagesResponse{
 		ID: s.id, Type: "message", Role: "assistant", Model: s.model, Content: []apiwire.ContentBlock{},
 		Usage: apiwire.AnthropicUsage{InputTokens: s.prompt}}})
 	s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventPing})
 }
 
-func (s *messagesStream) chunk(c *apiwire.ChatChunk) {
+func (s *MessagesStream) Chunk(c *apiwire.ChatChunk) {
 	for _, ch := range c.Choices {
 		if ch.Index != 0 {
 			continue
@@ -287,21 +294,21 @@ func (s *messagesStream) chunk(c *apiwire.ChatChunk) {
 	}
 }
 
-func (s *messagesStream) closeText() {
+func (s *MessagesStream) closeText() {
 	if s.textIdx >= 0 {
 		s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventContentBlockStop, Index: s.textIdx})
 		s.textIdx = -1
 	}
 }
 
-func (s *messagesStream) closeTool() {
+func (s *MessagesStream) closeTool() {
 	if s.open != nil {
 		s.emit(apiwire.MessagesStreamEvent{Type: apiwire.EventContentBlockStop, Index: s.open.out})
 		s.open = nil
 	}
 }
 
-func (s *messagesStream) end(u Usage, complete bool, msg string) {
+func (s *MessagesStream) End(u Usage, complete bool, msg string) {
 	s.closeText()
 	s.closeTool()
 	if !complete {

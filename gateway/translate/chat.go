@@ -1,4 +1,4 @@
-package gateway
+package translate
 
 import (
 	"encoding/json"

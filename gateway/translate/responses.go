@@ -1,4 +1,4 @@
-package gateway
+package translate
 
 import (
 	"encoding/json"
@@ -28,14 +28,14 @@ func customArgs(input string) string {
 
 var customParams = json.RawMessage(`{"type":"object","properties":{"input":{"type":"string"}},"required":["input"]}`)
 
-// responsesToChat translates a Responses request to a chat completions
+// ResponsesToChat translates a Responses request to a chat completions
 // request. The Responses API is stateless here: previous_response_id is
 // refused (clients such as Codex send store=false and the whole input).
 // Function tools map to chat functions, custom (free-form) tools to a
 // function taking {"input": string}; other built-in tools are dropped.
 // Reasoning items are dropped (chat completions cannot carry them back).
 // custom lists the custom tools' names, for the reply's translation.
-func responsesToChat(body []byte) (cr *apiwire.ChatRequest, custom map[string]bool, err error) {
+func ResponsesToChat(body []byte) (cr *apiwire.ChatRequest, custom map[string]bool, err error) {
 	var in apiwire.ResponsesRequest
 	if err := json.Unmarshal(body, &in); err != nil {
 		return nil, nil, badRequest("responses request: %v", err)
@@ -55,33 +55,7 @@ func responsesToChat(body []byte) (cr *apiwire.ChatRequest, custom map[string]bo
 	if s := partsText(in.Instructions); s != "" {
 		cr.Messages = append(cr.Messages, apiwire.ChatMessage{Role: "system", Content: text(s)})
 	}
-	for _, t := range in.Tools {
-		switch t.Type {
-		case "function":
-			cr.Tools = append(cr.Tools, apiwire.ChatTool{Type: "function", Function: apiwire.FunctionDecl{Name: t.Name,
-				Description: t.Description, Parameters: t.Parameters, Strict: t.Strict}})
-		case "custom":
-			if custom == nil {
-				custom = map[string]bool{}
-			}
-			custom[t.Name] = true
-			cr.Tools = append(cr.Tools, apiwire.ChatTool{Type: "function", Function: apiwire.FunctionDecl{Name: t.Name,
-				Description: t.Description, Parameters: customParams}})
-		}
-	}
-	if len(in.ToolChoice) > 0 {
-		var s string
-		var named struct {
-			Type string `json:"type"`
-			Name string `json:"name"`
-		}
-		switch {
-		case json.Unmarshal(in.ToolChoice, &s) == nil:
-			cr.ToolChoice, _ = json.Marshal(s)
-		case json.Unmarshal(in.ToolChoice, &named) == nil && named.Name != "":
-			cr.ToolChoice = namedTool(named.Name)
-		}
-	}
+	custom = toolsToChat(cr, in.Tools, in.ToolChoice)
 	if !in.Input.IsArray() && !in.Input.IsZero() {
 		cr.Messages = append(cr.Messages, apiwire.ChatMessage{Role: "user", Content: text(in.Input.Text)})
 		return cr, custom, nil
@@ -121,6 +95,40 @@ func responsesToChat(body []byte) (cr *apiwire.ChatRequest, custom map[string]bo
 		return nil, nil, badRequest("responses request has no input")
 	}
 	return cr, custom, nil
+}
+
+// toolsToChat offers cr the request's function tools, its custom
+// (free-form) tools as functions taking {"input": string}, and its
+// tool_choice; it returns the custom tools' names (nil: none).
+func toolsToChat(cr *apiwire.ChatRequest, tools []apiwire.ResponsesTool, choice json.RawMessage) (custom map[string]bool) {
+	for _, t := range tools {
+		switch t.Type {
+		case "function":
+			cr.Tools = append(cr.Tools, apiwire.ChatTool{Type: "function", Function: apiwire.FunctionDecl{Name: t.Name,
+				Description: t.Description, Parameters: t.Parameters, Strict: t.Strict}})
+		case "custom":
+			if custom == nil {
+				custom = map[string]bool{}
+			}
+			custom[t.Name] = true
+			cr.Tools = append(cr.Tools, apiwire.ChatTool{Type: "function", Function: apiwire.FunctionDecl{Name: t.Name,
+				Description: t.Description, Parameters: customParams}})
+		}
+	}
+	if len(choice) > 0 {
+		var s string
+		var named struct {
+			Type string `json:"type"`
+			Name string `json:"name"`
+		}
+		switch {
+		case json.Unmarshal(choice, &s) == nil:
+			cr.ToolChoice, _ = json.Marshal(s)
+		case json.Unmarshal(choice, &named) == nil && named.Name != "":
+			cr.ToolChoice = namedTool(named.Name)
+		}
+	}
+	return custom
 }
 
 // responsesParts reads a message item's content: a string or a list of
@@ -214,8 +222,8 @@ func toolItem(id, callID, name, args string, custom map[string]bool) apiwire.Out
 	return o
 }
 
-// chatToResponses translates a non-streamed chat completion reply.
-func chatToResponses(b []byte, req *apiwire.ChatRequest, custom map[string]bool, id string) ([]byte, Usage, error) {
+// ChatToResponses translates a non-streamed chat completion reply.
+func ChatToResponses(b []byte, req *apiwire.ChatRequest, custom map[string]bool, id string) ([]byte, Usage, error) {
 	var cr apiwire.ChatResponse
 	if err := json.Unmarshal(b, &cr); err != nil {
 		return nil, Usage{}, fmt.Errorf("gateway: worker reply: %w", err)

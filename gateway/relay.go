@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentkv/agentkv"
+	"github.com/agentkv/agentkv/gateway/translate"
 	"github.com/agentkv/agentkv/internal/apiwire"
 )
 
@@ -65,39 +66,6 @@ var (
 	ErrNoHealthyWorker = errors.New("gateway: no healthy worker")
 )
 
-// ErrorKind names the kind of a failed attempt's error ("" for nil):
-// connect, status, cut, timeout, client_gone, bad_reply, unknown_worker,
-// no_healthy_worker, other; and, for an attempt the request moved on from
-// (its worker failed and another took over), retried (before the first
-// byte) or migrated (a cut stream continued elsewhere).
-func ErrorKind(err error) string {
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, errRetried):
-		return "retried"
-	case errors.Is(err, errMigrated):
-		return "migrated"
-	case errors.Is(err, ErrConnect):
-		return "connect"
-	case errors.Is(err, ErrStatus):
-		return "status"
-	case errors.Is(err, ErrCut):
-		return "cut"
-	case errors.Is(err, ErrClientGone):
-		return "client_gone"
-	case errors.Is(err, ErrBadReply):
-		return "bad_reply"
-	case errors.Is(err, ErrUnknownWorker):
-		return "unknown_worker"
-	case errors.Is(err, ErrTimeout):
-		return "timeout"
-	case errors.Is(err, ErrNoHealthyWorker):
-		return "no_healthy_worker"
-	}
-	return "other"
-}
-
 // AttemptResult is what one attempt did.
 type AttemptResult struct {
 	Outcome Outcome
@@ -112,6 +80,8 @@ type AttemptResult struct {
 	// client's API shape.
 	ErrBody []byte
 	Native  bool
+	// upstreamMsg is ErrBody's message (upstreamMessage).
+	upstreamMsg string
 	// Usage is what the reply said about usage (partial for cut streams).
 	Usage Usage
 }
@@ -179,39 +149,45 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrBody))
+		msg := upstreamMessage(b)
 		return AttemptResult{Outcome: FailedBeforeFirstByte, Status: resp.StatusCode, ErrBody: b, Native: native,
-			Err: fmt.Errorf("%w %d: %s", ErrStatus, resp.StatusCode, upstreamMessage(b))}
+			upstreamMsg: msg, Err: fmt.Errorf("%w %d: %s", ErrStatus, resp.StatusCode, msg)}
 	}
 	if !sv.started {
-		h := w.Header()
-		h.Set(HeaderWorker, wk.URL)
-		h.Set(HeaderWorkerID, wk.idStr+"/"+strconv.FormatUint(uint64(d.Worker.DPRank), 10))
-		h.Set(HeaderCachedTokens, strconv.Itoa(d.Cached.Device+d.Cached.Host+d.Cached.Disk))
-		if d.SharedBlocks > 0 {
-			h.Set(HeaderSharedTokens, strconv.Itoa(d.SharedBlocks*g.router.Index().BlockSize()))
-		}
-		h.Set(HeaderWaited, strconv.FormatFloat(float64(d.Waited)/float64(time.Millisecond), 'f', 3, 64))
+		g.routedHeaders(w.Header(), wk, d)
 	}
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	r := relay{g: g, ctx: ctx, actx: actx, w: w, d: d, body: resp.Body, upstreamCT: resp.Header.Get("Content-Type"),
 		sv: sv, dog: dog, track: g.migrationLimit > 0 && c.api == Chat && stream}
 	switch {
 	case native:
-		return r.passThrough(newSniffer(c.api, stream))
+		return r.passThrough(translate.NewSniffer(c.api, stream))
 	case stream:
 		if sv.tr == nil {
-			sv.ew = newEventWriter(w)
+			sv.ew = translate.NewEventWriter(w)
 			created := time.Now().Unix()
 			if c.api == Responses {
-				sv.tr = newResponsesStream(sv.ew, "resp_"+c.id, c.model, created, c.chat, c.custom)
+				sv.tr = translate.NewResponsesStream(sv.ew, "resp_"+c.id, c.model, created, c.chat, c.custom)
 			} else {
-				sv.tr = newMessagesStream(sv.ew, "msg_"+c.id, c.model, len(c.tokens))
+				sv.tr = translate.NewMessagesStream(sv.ew, "msg_"+c.id, c.model, len(c.tokens))
 			}
 		}
 		return r.translateStream()
 	default:
 		return r.translateWhole(c)
 	}
+}
+
+// routedHeaders sets the X-Agentkv-* reply headers: the worker chosen,
+// the tokens it was expected to hold, the admission wait.
+func (g *Gateway) routedHeaders(h http.Header, wk *worker, d *agentkv.Decision) {
+	h.Set(HeaderWorker, wk.URL)
+	h.Set(HeaderWorkerID, wk.idStr+"/"+strconv.FormatUint(uint64(d.Worker.DPRank), 10))
+	h.Set(HeaderCachedTokens, strconv.Itoa(d.Cached.Device+d.Cached.Host+d.Cached.Disk))
+	if d.SharedBlocks > 0 {
+		h.Set(HeaderSharedTokens, strconv.Itoa(d.SharedBlocks*g.router.Index().BlockSize()))
+	}
+	h.Set(HeaderWaited, strconv.FormatFloat(float64(d.Waited)/float64(time.Millisecond), 'f', 3, 64))
 }
 
 // watchdog cancels a stalled attempt: FirstByteTimeout until the first
@@ -245,8 +221,8 @@ type streamSoFar struct {
 	migrations int
 	// continuation is the chat body of the next attempt after a cut.
 	continuation []byte
-	tr           translator
-	ew           *eventWriter
+	tr           translate.Translator
+	ew           *translate.EventWriter
 }
 
 // learn folds a chat chunk's content into what was sent.
@@ -331,7 +307,7 @@ const maxPendingEvent = 1 << 20
 // whole events at a time (up to the last blank line read), so a reply cut
 // mid-event leaves the client at an event boundary, where forward can
 // append the API's error event or a migration's continuation.
-func (r *relay) passThrough(sn *sniffer) AttemptResult {
+func (r *relay) passThrough(sn *translate.Sniffer) AttemptResult {
 	fl, _ := r.w.(http.Flusher)
 	buf := make([]byte, 32<<10)
 	var pend []byte // a stream's bytes after its last event boundary
@@ -348,14 +324,14 @@ func (r *relay) passThrough(sn *sniffer) AttemptResult {
 		if n > 0 {
 			if !r.started && !r.sv.started {
 				r.w.Header().Set("Content-Type", r.upstreamCT)
-				if sn.stream {
+				if sn.Stream() {
 					r.w.Header().Set("Cache-Control", "no-cache")
 				}
 				r.w.WriteHeader(http.StatusOK)
 			}
 			r.progress()
-			sn.write(buf[:n])
-			if !sn.stream {
+			sn.Write(buf[:n])
+			if !sn.Stream() {
 				write(buf[:n])
 			} else {
 				pend = append(pend, buf[:n]...)
@@ -376,8 +352,8 @@ func (r *relay) passThrough(sn *sniffer) AttemptResult {
 			break
 		}
 		if rerr != nil {
-			u := sn.finish()
-			if sn.stream && sn.done && werr == nil {
+			u := sn.Finish()
+			if sn.Stream() && sn.Done() && werr == nil {
 				// The stream said it finished; a client that closes once it
 				// has read the end (cancelling the upstream read) is done,
 				// not gone.
@@ -387,7 +363,7 @@ func (r *relay) passThrough(sn *sniffer) AttemptResult {
 			return r.broke(http.StatusOK, u, rerr)
 		}
 	}
-	u := sn.finish()
+	u := sn.Finish()
 	if werr != nil {
 		return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %w", ErrClientGone, werr)}
 	}
@@ -396,7 +372,7 @@ func (r *relay) passThrough(sn *sniffer) AttemptResult {
 		r.w.WriteHeader(http.StatusOK)
 		r.started, r.sv.started = true, true
 	}
-	if sn.stream && !sn.done {
+	if sn.Stream() && !sn.Done() {
 		return r.broke(http.StatusOK, u, errNoEnd)
 	}
 	return AttemptResult{Outcome: OK, Status: http.StatusOK, Usage: u}
@@ -446,15 +422,15 @@ func (r *relay) translateStream() AttemptResult {
 	var u Usage
 	finished := false
 	tr, ew := r.sv.tr, r.sv.ew
-	var sse sseScanner
-	sse.on = func(_ string, data []byte) {
+	var sse translate.SSEScanner
+	sse.On = func(_ string, data []byte) {
 		var ch apiwire.ChatChunk
 		if json.Unmarshal(data, &ch) == nil {
-			if learn(&ch, &u) {
+			if translate.Learn(&ch, &u) {
 				finished = true
 			}
 			r.sv.learn(&ch)
-			tr.chunk(&ch)
+			tr.Chunk(&ch)
 		}
 	}
 	buf := make([]byte, 32<<10)
@@ -466,12 +442,12 @@ func (r *relay) translateStream() AttemptResult {
 				h.Set("Content-Type", "text/event-stream")
 				h.Set("Cache-Control", "no-cache")
 				r.w.WriteHeader(http.StatusOK)
-				tr.start()
+				tr.Start()
 			}
 			r.progress()
-			sse.feed(buf[:n])
-			if ew.err != nil {
-				return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %w", ErrClientGone, ew.err)}
+			sse.Feed(buf[:n])
+			if ew.Err() != nil {
+				return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %w", ErrClientGone, ew.Err())}
 			}
 		}
 		if rerr == io.EOF {
@@ -479,37 +455,37 @@ func (r *relay) translateStream() AttemptResult {
 		}
 		if rerr != nil {
 			if finished && r.started {
-				tr.end(u, true, "") // the client may already have gone: it has what it needs
+				tr.End(u, true, "") // the client may already have gone: it has what it needs
 				return AttemptResult{Outcome: OK, Status: http.StatusOK, Usage: u}
 			}
 			return r.broke(http.StatusOK, u, rerr)
 		}
 	}
-	sse.flush()
+	sse.Flush()
 	if !r.started && !r.sv.started {
 		return r.broke(0, u, errNoEnd)
 	}
 	if !finished {
 		return r.broke(http.StatusOK, u, errNoEnd)
 	}
-	tr.end(u, true, "")
-	if ew.err != nil {
-		return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %w", ErrClientGone, ew.err)}
+	tr.End(u, true, "")
+	if ew.Err() != nil {
+		return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %w", ErrClientGone, ew.Err())}
 	}
 	return AttemptResult{Outcome: OK, Status: http.StatusOK, Usage: u}
 }
 
 func (r *relay) translateWhole(c *call) AttemptResult {
-	b, err := io.ReadAll(io.LimitReader(r.body, maxSniff))
+	b, err := io.ReadAll(io.LimitReader(r.body, translate.MaxSniff))
 	if err != nil {
 		return r.broke(0, Usage{}, err)
 	}
 	var out []byte
 	var u Usage
 	if c.api == Responses {
-		out, u, err = chatToResponses(b, c.chat, c.custom, "resp_"+c.id)
+		out, u, err = translate.ChatToResponses(b, c.chat, c.custom, "resp_"+c.id)
 	} else {
-		out, u, err = chatToMessages(b, "msg_"+c.id)
+		out, u, err = translate.ChatToMessages(b, "msg_"+c.id)
 	}
 	if err != nil {
 		return AttemptResult{Outcome: FailedBeforeFirstByte, Status: http.StatusBadGateway, Err: fmt.Errorf("%w: %v", ErrBadReply, err)}
@@ -521,4 +497,35 @@ func (r *relay) translateWhole(c *call) AttemptResult {
 		return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %w", ErrClientGone, err)}
 	}
 	return AttemptResult{Outcome: OK, Status: http.StatusOK, Usage: u}
+}
+
+// upstreamMessage extracts the message of an OpenAI or Anthropic error
+// body, or returns the body.
+func upstreamMessage(b []byte) string {
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(b, &e) == nil {
+		if e.Error.Message != "" {
+			return e.Error.Message
+		}
+		if e.Message != "" {
+			return e.Message
+		}
+	}
+	if len(b) > 512 {
+		b = b[:512]
+	}
+	return string(b)
+}
+
+// deref returns *s, or "" for nil.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -1,4 +1,4 @@
-package gateway
+package translate
 
 import (
 	"bytes"
@@ -22,21 +22,23 @@ type Usage struct {
 	ToolCalls []string
 }
 
-// sseScanner splits a server-sent event stream into events, calling on
+// SSEScanner splits a server-sent event stream into events, calling on
 // for each data line with the current event name. Lines longer than
-// maxSSELine are skipped whole.
-type sseScanner struct {
+// maxSSELine are skipped whole. The zero value with On set is ready; it is
+// not safe for concurrent use.
+type SSEScanner struct {
 	line  []byte
 	skip  bool
 	event string
-	on    func(event string, data []byte)
-	// sawDone is set by OpenAI's end marker, data: [DONE] (not handed to on).
-	sawDone bool
+	On    func(event string, data []byte)
+	// SawDone is set by OpenAI's end marker, data: [DONE] (not handed to on).
+	SawDone bool
 }
 
 const maxSSELine = 8 << 20
 
-func (s *sseScanner) feed(b []byte) {
+// Feed scans the next bytes of the stream.
+func (s *SSEScanner) Feed(b []byte) {
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
@@ -56,15 +58,15 @@ func (s *sseScanner) feed(b []byte) {
 	}
 }
 
-// flush handles a last line that had no newline.
-func (s *sseScanner) flush() {
+// Flush handles a last line that had no newline.
+func (s *SSEScanner) Flush() {
 	if len(s.line) > 0 && !s.skip {
 		s.handle()
 	}
 	s.line = s.line[:0]
 }
 
-func (s *sseScanner) handle() {
+func (s *SSEScanner) handle() {
 	l := bytes.TrimRight(s.line, "\r")
 	if len(l) == 0 {
 		s.event = ""
@@ -80,51 +82,62 @@ func (s *sseScanner) handle() {
 	}
 	data = bytes.TrimSpace(data)
 	if bytes.Equal(data, []byte("[DONE]")) {
-		s.sawDone = true
+		s.SawDone = true
 		return
 	}
 	if len(data) == 0 {
 		return
 	}
-	s.on(s.event, data)
+	s.On(s.event, data)
 }
 
-// sniffer learns a reply's Usage from the bytes passed through, for each
-// API's own shapes (streamed or whole).
-type sniffer struct {
+// Sniffer learns a reply's Usage from the bytes passed through, for each
+// API's own shapes (streamed or whole). It is not safe for concurrent use.
+type Sniffer struct {
 	api    API
 	stream bool
 	u      Usage
-	sse    sseScanner
+	sse    SSEScanner
 	whole  bytes.Buffer
 	// done is set once the stream said it ended properly: [DONE] is not
 	// visible after scanning, so chat-shaped streams count a finish reason.
 	done bool
 }
 
-// maxSniff bounds how much of a whole (non-streamed) reply is kept to
+// MaxSniff bounds how much of a whole (non-streamed) reply is kept to
 // parse; the reply itself is always passed through whole.
-const maxSniff = 64 << 20
+const MaxSniff = 64 << 20
 
-func newSniffer(api API, stream bool) *sniffer {
-	s := &sniffer{api: api, stream: stream}
-	s.sse.on = s.onEvent
+// NewSniffer returns a Sniffer for a reply of api, streamed (server-sent
+// events) or whole.
+func NewSniffer(api API, stream bool) *Sniffer {
+	s := &Sniffer{api: api, stream: stream}
+	s.sse.On = s.onEvent
 	return s
 }
 
-func (s *sniffer) write(b []byte) {
+// Stream reports whether the reply is a stream.
+func (s *Sniffer) Stream() bool { return s.stream }
+
+// Done reports whether the reply said it ended properly (a finish reason,
+// message_stop, response.completed; for chat streams, data: [DONE] seen by
+// Finish).
+func (s *Sniffer) Done() bool { return s.done }
+
+// Write feeds the next bytes of the reply.
+func (s *Sniffer) Write(b []byte) {
 	if s.stream {
-		s.sse.feed(b)
-	} else if s.whole.Len()+len(b) <= maxSniff {
+		s.sse.Feed(b)
+	} else if s.whole.Len()+len(b) <= MaxSniff {
 		s.whole.Write(b)
 	}
 }
 
-// finish parses what is left and returns the usage.
-func (s *sniffer) finish() Usage {
+// Finish parses what is left and returns the usage.
+func (s *Sniffer) Finish() Usage {
 	if s.stream {
-		s.sse.flush()
-		if s.sse.sawDone && (s.api == Chat || s.api == Completions) {
+		s.sse.Flush()
+		if s.sse.SawDone && (s.api == Chat || s.api == Completions) {
 			s.done = true
 		}
 	} else {
@@ -134,7 +147,7 @@ func (s *sniffer) finish() Usage {
 }
 
 // sniffJSON decodes a worker's reply (or event) into v, apiwire's shape of
-// it. A value of an unexpected type is skipped, not fatal: the sniffer
+// it. A value of an unexpected type is skipped, not fatal: the Sniffer
 // reads a few fields of a large shape, which a worker may extend.
 func sniffJSON(data []byte, v any) bool {
 	err := json.Unmarshal(data, v)
@@ -145,7 +158,7 @@ func sniffJSON(data []byte, v any) bool {
 	return errors.As(err, &te)
 }
 
-func (s *sniffer) onWhole(b []byte) {
+func (s *Sniffer) onWhole(b []byte) {
 	switch s.api {
 	case Chat, Completions:
 		var cr apiwire.ChatResponse
@@ -182,7 +195,7 @@ func (s *sniffer) onWhole(b []byte) {
 	}
 }
 
-func (s *sniffer) fromResponse(r *apiwire.Response) {
+func (s *Sniffer) fromResponse(r *apiwire.Response) {
 	responsesUsageInto(r.Usage, &s.u)
 	s.u.ToolCalls = s.u.ToolCalls[:0]
 	calls := false
@@ -210,7 +223,7 @@ type sniffedMessage struct {
 	Usage apiwire.MessageDeltaUsage `json:"usage"`
 }
 
-func (s *sniffer) fromMessageUsage(u *apiwire.MessageDeltaUsage, start bool) {
+func (s *Sniffer) fromMessageUsage(u *apiwire.MessageDeltaUsage, start bool) {
 	if u.InputTokens == nil && u.OutputTokens == nil && u.CacheReadInputTokens == nil {
 		return
 	}
@@ -234,10 +247,10 @@ func (s *sniffer) fromMessageUsage(u *apiwire.MessageDeltaUsage, start bool) {
 	}
 }
 
-// learn folds what a chat chunk says about usage into u: the usage
+// Learn folds what a chat chunk says about usage into u: the usage
 // object, a finish reason (it returns true: the stream finished), the
 // names of new tool calls (only a call's first delta names it).
-func learn(c *apiwire.ChatChunk, u *Usage) (finished bool) {
+func Learn(c *apiwire.ChatChunk, u *Usage) (finished bool) {
 	usageInto(c.Usage, u)
 	for _, ch := range c.Choices {
 		if f := deref(ch.FinishReason); f != "" {
@@ -252,11 +265,11 @@ func learn(c *apiwire.ChatChunk, u *Usage) (finished bool) {
 	return finished
 }
 
-// chunkMatters reports whether a chat chunk may carry usage, a finish
+// ChunkMatters reports whether a chat chunk may carry usage, a finish
 // reason or a tool call, so that plain content deltas, most of a stream,
 // are not decoded: it looks for "usage", "tool_calls" or a finish_reason
 // whose value is not null (whitespace allowed around the colon).
-func chunkMatters(data []byte) bool {
+func ChunkMatters(data []byte) bool {
 	if bytes.Contains(data, []byte(`"usage"`)) || bytes.Contains(data, []byte(`"tool_calls"`)) {
 		return true
 	}
@@ -290,17 +303,17 @@ func chatFinish(stop string) string {
 	return stop
 }
 
-func (s *sniffer) onEvent(event string, data []byte) {
+func (s *Sniffer) onEvent(event string, data []byte) {
 	switch s.api {
 	case Chat, Completions:
-		if !chunkMatters(data) {
+		if !ChunkMatters(data) {
 			return // a plain content delta: nothing to learn
 		}
 		var c apiwire.ChatChunk
 		if !sniffJSON(data, &c) {
 			return
 		}
-		if learn(&c, &s.u) {
+		if Learn(&c, &s.u) {
 			s.done = true
 		}
 	case Responses:

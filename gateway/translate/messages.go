@@ -1,4 +1,4 @@
-package gateway
+package translate
 
 import (
 	"bytes"
@@ -30,7 +30,7 @@ func namedTool(name string) json.RawMessage {
 	return b
 }
 
-// messagesToChat translates an Anthropic Messages request to chat
+// MessagesToChat translates an Anthropic Messages request to chat
 // completions: the system prompt, and system-role messages among the
 // messages (Claude Code 2.1 sends them mid-conversation), become system
 // messages; text and image
@@ -40,7 +40,7 @@ func namedTool(name string) json.RawMessage {
 // dropped; client tools (with an input_schema) become functions, server
 // tools are dropped; tool_choice any → "required", tool → the named
 // function, none → "none"; stop_sequences → stop.
-func messagesToChat(body []byte) (*apiwire.ChatRequest, error) {
+func MessagesToChat(body []byte) (*apiwire.ChatRequest, error) {
 	var in apiwire.MessagesRequest
 	if err := json.Unmarshal(body, &in); err != nil {
 		return nil, badRequest("messages request: %v", err)
@@ -63,24 +63,8 @@ func messagesToChat(body []byte) (*apiwire.ChatRequest, error) {
 		cr.Tools = append(cr.Tools, apiwire.ChatTool{Type: "function", Function: apiwire.FunctionDecl{Name: t.Name,
 			Description: t.Description, Parameters: t.InputSchema}})
 	}
-	if len(in.ToolChoice) > 0 {
-		var tc apiwire.AnthropicToolChoice
-		if err := json.Unmarshal(in.ToolChoice, &tc); err != nil {
-			return nil, badRequest("messages request: tool_choice: %v", err)
-		}
-		switch tc.Type {
-		case "auto":
-			cr.ToolChoice = json.RawMessage(`"auto"`)
-		case "any":
-			cr.ToolChoice = json.RawMessage(`"required"`)
-		case "none":
-			cr.ToolChoice = json.RawMessage(`"none"`)
-		case "tool":
-			cr.ToolChoice = namedTool(tc.Name)
-		}
-		if tc.DisableParallelToolUse {
-			cr.ParallelToolCalls = apiwire.Ptr(false)
-		}
+	if err := toolChoiceToChat(cr, in.ToolChoice); err != nil {
+		return nil, err
 	}
 	for i, m := range in.Messages {
 		if m.Role != "user" && m.Role != "assistant" && m.Role != "system" {
@@ -99,38 +83,9 @@ func messagesToChat(body []byte) (*apiwire.ChatRequest, error) {
 			cr.Messages = append(cr.Messages, apiwire.ChatMessage{Role: m.Role, Content: text(m.Content.Text)})
 			continue
 		}
-		var parts []apiwire.ChatContentPart
-		var calls []apiwire.ToolCall
-		for _, b := range m.Content.Parts {
-			switch b.Type {
-			case "text":
-				parts = append(parts, apiwire.ChatContentPart{Type: "text", Text: b.Text})
-			case "image":
-				var src *apiwire.ImageSource
-				if len(b.Source) > 0 && json.Unmarshal(b.Source, &src) != nil {
-					return nil, badRequest("messages.%d.content: want a string or a list of blocks", i)
-				}
-				if src == nil {
-					continue
-				}
-				u := src.URL
-				if src.Type == "base64" {
-					u = "data:" + src.MediaType + ";base64," + src.Data
-				}
-				parts = append(parts, apiwire.ImageURLPart(u))
-			case "tool_use":
-				args := "{}"
-				if in := bytes.TrimSpace(b.Input); len(in) > 0 {
-					args = string(in)
-				}
-				calls = append(calls, apiwire.ToolCall{ID: b.ID, Type: "function", Function: apiwire.FunctionCall{Name: b.Name, Arguments: args}})
-			case "tool_result":
-				txt := textContent(b.Content)
-				if b.IsError && !strings.HasPrefix(txt, "Error") {
-					txt = "Error: " + txt
-				}
-				cr.Messages = append(cr.Messages, apiwire.ChatMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: text(txt)})
-			}
+		parts, calls, err := blocksToChat(cr, i, m.Content.Parts)
+		if err != nil {
+			return nil, err
 		}
 		if len(parts) == 0 && len(calls) == 0 {
 			continue // a user turn of tool results only
@@ -145,6 +100,72 @@ func messagesToChat(body []byte) (*apiwire.ChatRequest, error) {
 		return nil, badRequest("messages request has no messages")
 	}
 	return cr, nil
+}
+
+// toolChoiceToChat sets cr's tool_choice from an Anthropic tool_choice:
+// any → "required", tool → the named function, none → "none".
+func toolChoiceToChat(cr *apiwire.ChatRequest, raw json.RawMessage) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	var tc apiwire.AnthropicToolChoice
+	if err := json.Unmarshal(raw, &tc); err != nil {
+		return badRequest("messages request: tool_choice: %v", err)
+	}
+	switch tc.Type {
+	case "auto":
+		cr.ToolChoice = json.RawMessage(`"auto"`)
+	case "any":
+		cr.ToolChoice = json.RawMessage(`"required"`)
+	case "none":
+		cr.ToolChoice = json.RawMessage(`"none"`)
+	case "tool":
+		cr.ToolChoice = namedTool(tc.Name)
+	}
+	if tc.DisableParallelToolUse {
+		cr.ParallelToolCalls = apiwire.Ptr(false)
+	}
+	return nil
+}
+
+// blocksToChat translates message i's content blocks: text and image
+// blocks become content parts, tool_use blocks tool calls, tool_result
+// blocks tool messages appended to cr (ahead of the rest of their turn).
+func blocksToChat(cr *apiwire.ChatRequest, i int, blocks []apiwire.ContentBlock) ([]apiwire.ChatContentPart, []apiwire.ToolCall, error) {
+	var parts []apiwire.ChatContentPart
+	var calls []apiwire.ToolCall
+	for _, b := range blocks {
+		switch b.Type {
+		case "text":
+			parts = append(parts, apiwire.ChatContentPart{Type: "text", Text: b.Text})
+		case "image":
+			var src *apiwire.ImageSource
+			if len(b.Source) > 0 && json.Unmarshal(b.Source, &src) != nil {
+				return nil, nil, badRequest("messages.%d.content: want a string or a list of blocks", i)
+			}
+			if src == nil {
+				continue
+			}
+			u := src.URL
+			if src.Type == "base64" {
+				u = "data:" + src.MediaType + ";base64," + src.Data
+			}
+			parts = append(parts, apiwire.ImageURLPart(u))
+		case "tool_use":
+			args := "{}"
+			if in := bytes.TrimSpace(b.Input); len(in) > 0 {
+				args = string(in)
+			}
+			calls = append(calls, apiwire.ToolCall{ID: b.ID, Type: "function", Function: apiwire.FunctionCall{Name: b.Name, Arguments: args}})
+		case "tool_result":
+			txt := textContent(b.Content)
+			if b.IsError && !strings.HasPrefix(txt, "Error") {
+				txt = "Error: " + txt
+			}
+			cr.Messages = append(cr.Messages, apiwire.ChatMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: text(txt)})
+		}
+	}
+	return parts, calls, nil
 }
 
 func newAnthUsage(u Usage) apiwire.AnthropicUsage {
@@ -176,8 +197,8 @@ func toolInput(args string) json.RawMessage {
 	return json.RawMessage("{}")
 }
 
-// chatToMessages translates a non-streamed chat completion reply.
-func chatToMessages(b []byte, id string) ([]byte, Usage, error) {
+// ChatToMessages translates a non-streamed chat completion reply.
+func ChatToMessages(b []byte, id string) ([]byte, Usage, error) {
 	var cr apiwire.ChatResponse
 	if err := json.Unmarshal(b, &cr); err != nil {
 		return nil, Usage{}, fmt.Errorf("gateway: worker reply: %w", err)
