@@ -18,6 +18,7 @@ import (
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/gateway/tenant"
 	"github.com/agentkv/agentkv/session"
 )
 
@@ -130,6 +131,17 @@ type Config struct {
 	// DefaultStreamIdleTimeout (60 s); negative disables. Whole (not
 	// streamed) replies are not bounded: a long generation is legitimate.
 	FirstByteTimeout, StreamIdleTimeout time.Duration
+
+	// Keys, if set, authenticates every API request (package tenant): a
+	// request without a valid key gets 401 in its API's shape and reaches
+	// no worker; a tenant's session ids are scoped by the tenant, its
+	// requests carry its cache salt (to the engine as cache_salt, to the
+	// router as Request.CacheSalt), and the client's own Authorization
+	// and x-api-key are not sent on to workers. nil: no authentication.
+	Keys *tenant.Set
+	// TenantLimits configures the per-tenant limits and fair share (used
+	// only with Keys).
+	TenantLimits tenant.LimitsConfig
 }
 
 // NewHTTPClient returns the client the gateway talks to workers with when
@@ -163,6 +175,7 @@ type Gateway struct {
 	tokIdx  atomic.Uint64 // the worker tried first for /tokenize
 	reqSeq  atomic.Uint64
 	tracker *failover.Tracker
+	limits  *tenant.Limits // with Config.Keys
 	// migrationLimit is Config.Failover.MigrationLimit.
 	migrationLimit int
 	background
@@ -247,6 +260,9 @@ func New(cfg Config) (*Gateway, error) {
 			_ = g.tracker.Close()
 			return nil, err
 		}
+	}
+	if cfg.Keys != nil {
+		g.limits = tenant.NewLimits(cfg.TenantLimits)
 	}
 	g.mux = g.routes()
 	return g, nil
@@ -368,7 +384,7 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			continue
 		}
-		copyAuth(req.Header, r.Header)
+		g.copyAuth(req.Header, r.Header)
 		resp, err := g.cfg.HTTPClient.Do(req)
 		if err != nil {
 			continue
@@ -428,7 +444,10 @@ func anthropicModels(b []byte) ([]byte, error) {
 var forwarded = []string{"Authorization", "X-Api-Key", "Anthropic-Version", "Anthropic-Beta", "X-Request-Id", "Accept",
 	"X-Smg-Routing-Key"}
 
-func copyAuth(dst, src http.Header) {
+func (g *Gateway) copyAuth(dst, src http.Header) {
+	if g.cfg.Keys != nil {
+		return // the client's key is the gateway's, not the worker's
+	}
 	for _, k := range forwarded[:2] {
 		if v := src.Get(k); v != "" {
 			dst.Set(k, v)
@@ -440,10 +459,17 @@ func copyAuth(dst, src http.Header) {
 // ID} ends the program (its session, admission program and affinity), as
 // a request with X-Dynamo-Session-Final: true does. The reply is
 // {"program_id": ID, "released": true}; releasing an unknown or already
-// released program is not an error.
+// released program is not an error. With Config.Keys the caller's key is
+// required and the id is its tenant's (a tenant releases only its own
+// programs); an admin key releases the id as given, a tenant's program as
+// "TENANT/ID".
 const ReleasePath = "/programs/release"
 
 func (g *Gateway) release(w http.ResponseWriter, r *http.Request) {
+	t, ok := g.authenticate(w, r, Chat)
+	if !ok {
+		return
+	}
 	body, ok := g.readBody(w, r, Chat)
 	if !ok {
 		return
@@ -455,7 +481,12 @@ func (g *Gateway) release(w http.ResponseWriter, r *http.Request) {
 		g.reject(w, Chat, http.StatusBadRequest, fmt.Sprintf("want {\"program_id\": ID}, ID of 1 to %d bytes", session.DefaultMaxIDLen))
 		return
 	}
-	g.router.EndSession(req.ProgramID)
+	id := req.ProgramID
+	if t != nil && !t.Admin {
+		id = tenant.Scope(t, id)
+		g.limits.EndSession(t, id)
+	}
+	g.router.EndSession(id)
 	w.Header().Set("Content-Type", "application/json")
 	b, _ := json.Marshal(struct {
 		ProgramID string `json:"program_id"`

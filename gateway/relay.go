@@ -128,7 +128,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 		return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: %w", ErrConnect, err)}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	for _, k := range forwarded {
+	fwd := forwarded
+	if g.cfg.Keys != nil {
+		fwd = forwarded[2:] // the client's key is the gateway's, not the worker's
+	}
+	for _, k := range fwd {
 		if v := c.hdr.Get(k); v != "" {
 			req.Header.Set(k, v)
 		}

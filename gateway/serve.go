@@ -14,6 +14,7 @@ import (
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/gateway/tenant"
 	"github.com/agentkv/agentkv/gateway/translate"
 	"github.com/agentkv/agentkv/internal/apiwire"
 	"github.com/agentkv/agentkv/session"
@@ -43,7 +44,8 @@ type call struct {
 	custom map[string]bool // Responses custom tools
 
 	// identify
-	agent session.AgentContext
+	tenant *tenant.Tenant // nil without Config.Keys
+	agent  session.AgentContext
 
 	// tokenize
 	tokens []uint32
@@ -59,6 +61,10 @@ type call struct {
 // then forward (route, attempt, retry or migrate, finish).
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, a API) {
 	start := time.Now()
+	t, ok := g.authenticate(w, r, a)
+	if !ok {
+		return
+	}
 	body, ok := g.readBody(w, r, a)
 	if !ok {
 		return
@@ -68,11 +74,15 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, a API) {
 		g.reject(w, a, http.StatusBadRequest, err.Error())
 		return
 	}
-	c.hdr, c.start = r.Header, start
+	c.hdr, c.start, c.tenant = r.Header, start, t
 	if err := g.identify(c, r, body); err != nil {
 		g.reject(w, a, http.StatusBadRequest, err.Error())
 		return
 	}
+	if !g.admitTenant(w, c) {
+		return
+	}
+	defer g.limits.Release(c.tenant)
 	if len(g.order) == 0 {
 		g.reject(w, a, http.StatusServiceUnavailable, "agentkv gateway: no workers")
 		return
@@ -84,6 +94,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, a API) {
 	}
 	if a == CountTokens {
 		g.countTokens(w, c)
+		return
+	}
+	if err := salt(c); err != nil {
+		g.reject(w, a, http.StatusBadRequest, err.Error())
 		return
 	}
 	c.id = "gw" + strconv.FormatUint(g.reqSeq.Add(1), 10)
@@ -190,6 +204,7 @@ func (g *Gateway) parse(a API, body []byte) (*call, error) {
 func (g *Gateway) identify(c *call, r *http.Request, body []byte) error {
 	ac, err := g.sess.FromRequest(r, body)
 	c.agent = ac
+	scope(c)
 	return err
 }
 
@@ -357,7 +372,11 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, c *call, fw 
 	if try > 1 {
 		reqID += "-" + strconv.Itoa(try)
 	}
-	d, err := route(ctx, &agentkv.Request{ID: reqID, Tokens: c.tokens, Agent: c.agent,
+	var cacheSalt string
+	if c.tenant != nil {
+		cacheSalt = c.tenant.Salt
+	}
+	d, err := route(ctx, &agentkv.Request{ID: reqID, Tokens: c.tokens, Agent: c.agent, CacheSalt: cacheSalt,
 		Override: &agentkv.Override{AllowedWorkers: fw.allowed}})
 	switch {
 	case err == nil:
@@ -452,6 +471,7 @@ func (g *Gateway) finish(c *call, d *agentkv.Decision, u Usage, err error) {
 	}
 	if c.agent.Final && c.agent.Valid() {
 		g.router.EndSession(c.agent.SessionID)
+		g.limits.EndSession(c.tenant, c.agent.SessionID)
 	}
 }
 
