@@ -11,7 +11,7 @@ type metrics struct {
 	translated      *prometheus.CounterVec // api
 	failures        *prometheus.CounterVec // api, kind
 	billingStripped prometheus.Counter
-	tenantRejected  *prometheus.CounterVec // reason
+	tenantRejected  *prometheus.CounterVec   // reason
 	duration        *prometheus.HistogramVec // api
 }
 
