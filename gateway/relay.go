@@ -223,10 +223,40 @@ type streamSoFar struct {
 	chunks     int  // content deltas sent: an estimate of the tokens sent
 	noResume   bool // a tool call or reasoning began: no continuation
 	migrations int
+	// carried is how many completion tokens the client had been sent when
+	// the stream last migrated: the continuation's worker counts them as
+	// prompt, so its usage is moved back by that many (carry).
+	carried int
 	// continuation is the chat body of the next attempt after a cut.
 	continuation []byte
 	tr           translate.Translator
 	ew           *translate.EventWriter
+}
+
+// carry corrects a continuation's usage to the client's whole stream: the
+// tokens sent before the cut are completion, not prompt.
+func (sv *streamSoFar) carry(prompt, completion, cached *int) {
+	if sv.carried == 0 {
+		return
+	}
+	*prompt = max(0, *prompt-sv.carried)
+	*completion += sv.carried
+	*cached = min(*cached, *prompt)
+}
+
+// carryChunk applies carry to a chat chunk's usage.
+func (sv *streamSoFar) carryChunk(ch *apiwire.ChatChunk) {
+	if u := ch.Usage; u != nil && sv.carried > 0 {
+		var cached, cachedWas int
+		if u.PromptTokensDetails != nil {
+			cached = u.PromptTokensDetails.CachedTokens
+			cachedWas = cached
+		}
+		sv.carry(&u.PromptTokens, &u.CompletionTokens, &cached)
+		if cached != cachedWas {
+			u.PromptTokensDetails.CachedTokens = cached
+		}
+	}
 }
 
 // learn folds a chat chunk's content into what was sent.
@@ -401,6 +431,12 @@ func (r *relay) writeEvents(b []byte, write func([]byte)) {
 				continue
 			}
 			r.sv.learn(&ch)
+			if ch.Usage != nil && r.sv.carried > 0 {
+				r.sv.carryChunk(&ch)
+				if nb, err := json.Marshal(&ch); err == nil {
+					ev = append(append([]byte("data: "), nb...), "\n\n"...)
+				}
+			}
 		}
 		write(ev)
 	}
@@ -430,6 +466,7 @@ func (r *relay) translateStream() AttemptResult {
 	sse.On = func(_ string, data []byte) {
 		var ch apiwire.ChatChunk
 		if json.Unmarshal(data, &ch) == nil {
+			r.sv.carryChunk(&ch)
 			if translate.Learn(&ch, &u) {
 				finished = true
 			}

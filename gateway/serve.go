@@ -346,6 +346,13 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, c *call) {
 		case stop:
 			return
 		}
+		if fw.sv.tr == nil {
+			// A migrated pass-through stream's usage event was corrected
+			// on its way (writeEvents), the sniffer's figures are the
+			// worker's: the router hears what the client did. (A
+			// translated stream's usage was learnt corrected.)
+			fw.sv.carry(&res.Usage.PromptTokens, &res.Usage.CompletionTokens, &res.Usage.CachedTokens)
+		}
 		g.respond(w, c, d, wk, &res, &fw.sv)
 		return
 	}
