@@ -19,10 +19,10 @@ import (
 
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/engine/mock"
-	"github.com/agentkv/agentkv/internal/apiwire"
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/gateway/failover"
 	"github.com/agentkv/agentkv/gateway/translate"
+	"github.com/agentkv/agentkv/internal/apiwire"
 	"github.com/agentkv/agentkv/internal/freeport"
 )
 
