@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -142,6 +143,12 @@ type Config struct {
 	// TenantLimits configures the per-tenant limits and fair share (used
 	// only with Keys).
 	TenantLimits tenant.LimitsConfig
+	// HideWorkerAddresses names workers to clients by their router ID
+	// ("worker 2") instead of their URL: in X-Agentkv-Worker, in error
+	// replies and stream error events (worker addresses and hosts in
+	// upstream errors are replaced too) and in /readyz. Logs and metrics
+	// keep the URLs.
+	HideWorkerAddresses bool
 }
 
 // NewHTTPClient returns the client the gateway talks to workers with when
@@ -318,7 +325,32 @@ func (g *Gateway) Ready() error {
 	if b.Len() == 0 {
 		b.WriteString("no workers")
 	}
-	return fmt.Errorf("%w: %s", ErrNoHealthyWorker, b.String())
+	return fmt.Errorf("%w: %s", ErrNoHealthyWorker, g.redact(b.String()))
+}
+
+// workerName is how a client is told which worker served it: its URL, or
+// with HideWorkerAddresses its router ID.
+func (g *Gateway) workerName(wk *worker) string {
+	if g.cfg.HideWorkerAddresses {
+		return "worker-" + wk.idStr
+	}
+	return wk.URL
+}
+
+// redact replaces every worker's URL and host:port in msg by its name when
+// HideWorkerAddresses is set.
+func (g *Gateway) redact(msg string) string {
+	if !g.cfg.HideWorkerAddresses {
+		return msg
+	}
+	for _, wk := range g.order {
+		name := "worker-" + wk.idStr
+		msg = strings.ReplaceAll(msg, strings.TrimRight(wk.URL, "/"), name)
+		if u, err := url.Parse(wk.URL); err == nil && u.Host != "" {
+			msg = strings.ReplaceAll(msg, u.Host, name)
+		}
+	}
+	return msg
 }
 
 // ServeHTTP serves the APIs.

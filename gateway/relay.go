@@ -185,7 +185,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 // routedHeaders sets the X-Agentkv-* reply headers: the worker chosen,
 // the tokens it was expected to hold, the admission wait.
 func (g *Gateway) routedHeaders(h http.Header, wk *worker, d *agentkv.Decision) {
-	h.Set(HeaderWorker, wk.URL)
+	h.Set(HeaderWorker, g.workerName(wk))
 	h.Set(HeaderWorkerID, wk.idStr+"/"+strconv.FormatUint(uint64(d.Worker.DPRank), 10))
 	h.Set(HeaderCachedTokens, strconv.Itoa(d.Cached.Device+d.Cached.Host+d.Cached.Disk))
 	if d.SharedBlocks > 0 {

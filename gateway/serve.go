@@ -444,7 +444,7 @@ func (g *Gateway) respond(w http.ResponseWriter, c *call, d *agentkv.Decision, w
 	case FailedBeforeFirstByte:
 		g.writeFailure(w, c, wk, res)
 	case CutMidStream:
-		abort = !g.endStream(w, c, sv, "agentkv gateway: the worker's stream broke off ("+ErrorKind(res.Err)+"): "+res.Err.Error())
+		abort = !g.endStream(w, c, sv, "agentkv gateway: the worker's stream broke off ("+ErrorKind(res.Err)+"): "+g.redact(res.Err.Error()))
 	case ClientGone:
 		g.log.Info("gateway: client went away", "status", 499, "api", c.api.String(), "request", c.id,
 			"worker", wk.URL, "session", c.agent.SessionID)
@@ -528,9 +528,9 @@ func (g *Gateway) writeFailure(w http.ResponseWriter, c *call, wk *worker, res *
 		_, _ = w.Write(res.ErrBody)
 		return
 	}
-	msg := "agentkv gateway: worker " + wk.URL + " failed: " + res.Err.Error()
+	msg := "agentkv gateway: worker " + g.workerName(wk) + " failed: " + g.redact(res.Err.Error())
 	if res.ErrBody != nil {
-		msg = "agentkv gateway: worker " + wk.URL + " answered " + strconv.Itoa(res.Status) + ": " + res.upstreamMsg
+		msg = "agentkv gateway: worker " + g.workerName(wk) + " answered " + strconv.Itoa(res.Status) + ": " + g.redact(res.upstreamMsg)
 	}
 	writeError(w, c.api.Anthropic(), res.Status, msg)
 }
@@ -587,7 +587,7 @@ func (g *Gateway) giveUp(ctx context.Context, w http.ResponseWriter, c *call, fw
 		g.m.failures.WithLabelValues(c.api.String(), ErrorKind(ErrNoHealthyWorker)).Inc()
 		g.endWith(w, c, &fw.sv, http.StatusServiceUnavailable, ErrNoHealthyWorker.Error()+": every worker is down or ejected")
 	case fw.sv.started:
-		g.endWith(w, c, &fw.sv, http.StatusBadGateway, "agentkv gateway: no worker could continue the stream: "+fw.last.Err.Error())
+		g.endWith(w, c, &fw.sv, http.StatusBadGateway, "agentkv gateway: no worker could continue the stream: "+g.redact(fw.last.Err.Error()))
 	default:
 		g.writeFailure(w, c, fw.lastWk, fw.last)
 		g.m.responses.WithLabelValues(c.api.String(), strconv.Itoa(fw.last.Status)).Inc()

@@ -259,3 +259,22 @@ func TestSetCacheSalt(t *testing.T) {
 		require.JSONEq(t, tc.want, string(got), "in %s", tc.in)
 	}
 }
+
+// TestHideWorkerAddresses: with HideWorkerAddresses no reply names a
+// worker's address: the worker header and error replies say "worker-N".
+func TestHideWorkerAddresses(t *testing.T) {
+	f := newFleet(t, 1, []mock.API{mock.APIChat}, Config{HideWorkerAddresses: true, Failover: fastFailover()}, false)
+	f.waitRoutable(0, true)
+	resp, body, err := f.post(context.Background(), MessagesPath, "h1", bodyFor(MessagesPath, "hello there", false))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, "worker-0", resp.Header.Get(HeaderWorker))
+	require.NoError(t, f.mock(0).SetFaults(mock.Faults{FailStatus: http.StatusBadRequest, FailCount: 1}))
+	resp, body, err = f.post(context.Background(), MessagesPath, "h1", bodyFor(MessagesPath, "hello again", false))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
+	require.Contains(t, body, "worker-0")
+	host := strings.TrimPrefix(f.mock(0).URL(), "http://")
+	require.NotContains(t, body, host, "the error names the worker's address")
+	require.NotContains(t, body, "127.0.0.1")
+}
