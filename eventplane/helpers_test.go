@@ -16,6 +16,11 @@ import (
 	"github.com/agentkv/agentkv/flashindex"
 )
 
+// waitBound bounds the waits for what must happen (events delivered, a
+// replica synced): only a condition that never comes reaches it, so it is
+// far above what they take on a loaded 2-core machine.
+const waitBound = 2 * time.Minute
+
 const testBS = 4
 
 // natsServer is a restartable in-process JetStream server on loopback.
@@ -61,7 +66,7 @@ func connect(t testing.TB, ns *natsServer, cfg Config) *Plane {
 	p, err := Connect(ns.url(), cfg, nats.ReconnectWait(50*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()
 	require.NoError(t, p.Ensure(ctx))
 	return p

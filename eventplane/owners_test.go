@@ -18,7 +18,7 @@ func TestProgramOwnership(t *testing.T) {
 	}
 	ctx := context.Background()
 	// Presence records are written at start; wait for all three.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for time.Now().Before(deadline) {
 		n := 0
 		for _, rp := range rps {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,6 +37,9 @@ var (
 	ErrDegraded = errors.New("eventplane: degraded: routing on local state")
 	// ErrNoSnapshot means the object store holds no snapshot yet.
 	ErrNoSnapshot = errors.New("eventplane: no snapshot stored")
+	// ErrNotConnected is what a call made while the NATS connection is
+	// not up fails with (the server not started yet, or unreachable).
+	ErrNotConnected = errors.New("eventplane: NATS not connected")
 )
 
 // Config names the event plane of one model on one NATS system. Zero
@@ -175,6 +179,21 @@ type Plane struct {
 	js    jetstream.JetStream
 	owned bool
 	log   *slog.Logger
+	// waiting is set while a start-up loop has logged that it waits for
+	// the connection, so the plane's several loops log it once.
+	waiting atomic.Bool
+}
+
+// cause names why a call failed. While the connection is not up, every
+// publish and request fails with nats.ErrReconnectBufExceeded ("outbound
+// buffer limit exceeded", since a disconnected Plane buffers nothing),
+// which names the symptom; cause reports ErrNotConnected instead, with the
+// connection's status (RECONNECTING while the server is not up).
+func (p *Plane) cause(err error) error {
+	if err == nil || p.nc.IsConnected() {
+		return err
+	}
+	return fmt.Errorf("%w (%v)", ErrNotConnected, p.nc.Status())
 }
 
 // Connect opens a Plane on the NATS server at url. It does not wait for
@@ -240,8 +259,11 @@ func (p *Plane) Close() {
 }
 
 // Ensure creates or updates the stream and the buckets. It is idempotent
-// and safe to call from every relay and replica.
-func (p *Plane) Ensure(ctx context.Context) error {
+// and safe to call from every relay and replica. While the connection is
+// not up it fails with an error that wraps ErrNotConnected.
+func (p *Plane) Ensure(ctx context.Context) error { return p.cause(p.ensure(ctx)) }
+
+func (p *Plane) ensure(ctx context.Context) error {
 	storage := jetstream.FileStorage
 	if p.cfg.Memory {
 		storage = jetstream.MemoryStorage
@@ -336,12 +358,23 @@ func (p *Plane) ensureLoop(ctx context.Context) error {
 	wait := 100 * time.Millisecond
 	for {
 		c, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := p.Ensure(c)
+		err := p.ensure(c)
 		cancel()
 		if err == nil {
+			if p.waiting.CompareAndSwap(true, false) {
+				p.log.Info("eventplane: NATS connected", "url", p.nc.ConnectedUrl())
+			}
 			return nil
 		}
-		p.log.Warn("eventplane: stream not ready; retrying", "err", err, "in", wait)
+		if err = p.cause(err); errors.Is(err, ErrNotConnected) {
+			// The server is not up yet (a replica embedding it, still
+			// starting) or unreachable: one line, not one per loop and try.
+			if p.waiting.CompareAndSwap(false, true) {
+				p.log.Warn("eventplane: waiting for NATS to connect; retrying in the background", "status", p.nc.Status().String())
+			}
+		} else {
+			p.log.Warn("eventplane: stream not ready; retrying", "err", err, "in", wait)
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -176,7 +176,7 @@ func TestSharedPoolRestartFromSnapshot(t *testing.T) {
 	feedMixed(t, g, pg, pubs, relay, nil, nil, 10_000, nil)
 	flush(t, relay, pubs[1], pubs[2], pubs[3])
 	waitSynced(t, steady.p, victim)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()
 	_, err = victim.Snapshot(ctx)
 	require.NoError(t, err)
@@ -217,7 +217,7 @@ func TestSnapshotWithoutPool(t *testing.T) {
 	feed(t, newEventGen(5, 1), pubs, nil, 500, nil)
 	flush(t, pubs[1])
 	waitSynced(t, p, rp)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()
 	_, err := rp.Snapshot(ctx)
 	require.NoError(t, err)
@@ -247,7 +247,7 @@ func TestPoolOnlyPublisher(t *testing.T) {
 	require.ErrorIs(t, pb.Apply(&ev), ErrPoolOnly)
 	b := newPoolGen(3, 4).batch()
 	require.NoError(t, pb.ApplyPool("mooncake", &b))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()
 	require.NoError(t, pb.Flush(ctx))
 	time.Sleep(100 * time.Millisecond)
@@ -363,7 +363,7 @@ func TestServerLosesItsStoreClearsThePool(t *testing.T) {
 
 	ns.stop()
 	ns.start()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()
 	require.NoError(t, rp.p.ensureLoop(ctx))
 	pg.universe = pg.universe[:8] // the new batches touch only these pages
@@ -374,7 +374,7 @@ func TestServerLosesItsStoreClearsThePool(t *testing.T) {
 		ref.Apply(&b)
 	}
 	flush(t, relay)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for rp.Stats().Truncated == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

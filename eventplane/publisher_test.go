@@ -63,7 +63,7 @@ func TestSecondRelayIsDetected(t *testing.T) {
 	}
 	require.Positive(t, a.Stats().Conflicts+b.Stats().Conflicts)
 	// The subject holds consecutive event ids: nothing interleaved.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()
 	st, err := p.js.Stream(ctx, p.names.stream)
 	require.NoError(t, err)

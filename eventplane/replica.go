@@ -162,6 +162,9 @@ func NewReplica(p *Plane, cfg ReplicaConfig) (*Replica, error) {
 	rp.load = newLoadShare(rp)
 	rp.bind = newBindings(rp)
 	if cfg.Metrics != nil {
+		// A warm start has applied what its snapshot covers: the gauge
+		// says so before any new event (else it reads 0 until one comes).
+		cfg.Metrics.applied.Set(float64(rp.applied))
 		cfg.Metrics.rp.Store(rp) // last: a scrape may read the replica at once
 	}
 	return rp, nil
@@ -248,6 +251,7 @@ func (rp *Replica) consume(ctx context.Context) {
 	for ctx.Err() == nil {
 		cc, err := rp.startConsumer(ctx)
 		if err != nil {
+			err = rp.p.cause(err)
 			rp.setConsErr(err)
 			rp.log.Warn("eventplane: consumer not started; retrying", "err", err, "in", wait)
 			select {

@@ -91,7 +91,7 @@ func TestRestartFromSnapshotEqualsNeverStopped(t *testing.T) {
 		flush(t, pb)
 	}
 	waitSynced(t, steady.p, victim)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()
 	size, err := victim.Snapshot(ctx)
 	require.NoError(t, err)
@@ -133,7 +133,7 @@ func TestNATSRestartMidStream(t *testing.T) {
 	// Events keep coming while NATS is down: the relays buffer them, the
 	// replica keeps its index and reports degraded.
 	feed(t, g, pubs, ref, 10_000, ids)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for a.Ready() == nil && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -189,7 +189,7 @@ func TestSharedPoolEventsReachEveryReplica(t *testing.T) {
 	want, err := ref.Query(pages)
 	require.NoError(t, err)
 	require.Equal(t, 5, want.Total)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for _, pool := range pools {
 		for pool.Len() < ref.Len() && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)
@@ -218,14 +218,14 @@ func TestServerLosesItsStore(t *testing.T) {
 
 	ns.stop()
 	ns.start()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()
 	require.NoError(t, p.ensureLoop(ctx))
 	g.resident = map[uint64][]uint64{} // the relays' engines restarted too
 	ref := refIndex(t)
 	feed(t, g, pubs, ref, 2000, map[flashindex.Worker]uint64{})
 	flush(t, pubs[1], pubs[2])
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for rp.Stats().Truncated == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

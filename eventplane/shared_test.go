@@ -55,7 +55,7 @@ func routeBurst(t *testing.T, rps []*Replica, rs []*agentkv.Router, prompts [][]
 		}
 		// Every other replica sees this request's load before the next
 		// arrives (what a burst spaced by more than one NATS hop sees).
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(waitBound)
 		for _, o := range rs {
 			for {
 				n := 0
@@ -291,7 +291,7 @@ func TestWorkerGoneEverywhere(t *testing.T) {
 	d.Done(agentkv.Usage{})
 
 	require.NoError(t, r1.Close()) // the relay goes: its worker with it
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for time.Now().Before(deadline) && (len(a.r.Workers()) != 1 || len(b.r.Workers()) != 1) {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -341,14 +341,14 @@ func TestRestartedReplicaReplacesStaleLoad(t *testing.T) {
 		}
 		return n
 	}
-	require.Eventually(t, func() bool { return seen() == 1 }, 5*time.Second, time.Millisecond, "a sees b's request")
+	require.Eventually(t, func() bool { return seen() == 1 }, waitBound, time.Millisecond, "a sees b's request")
 	require.Equal(t, 1.0, testutil.ToFloat64(m.remoteReqs), "agentkv_eventplane_remote_requests")
 	// b dies with its request in flight: no report says it ended.
 	require.NoError(t, b.Close())
 	pb.Close()
 	require.Equal(t, 1, seen(), "a still counts the dead replica's request")
 	startReplica(t, connect(t, ns, cfg), ReplicaConfig{Name: "b", Router: newRouter(t, nil, 1, 2), LoadEvery: time.Hour})
-	require.Eventually(t, func() bool { return seen() == 0 }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return seen() == 0 }, waitBound, time.Millisecond,
 		"the restarted b's first report replaces its predecessor's load")
 	require.Zero(t, testutil.ToFloat64(m.remoteReqs))
 }

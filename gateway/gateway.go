@@ -90,6 +90,11 @@ type Config struct {
 	// MaxBodyBytes bounds a request body (default DefaultMaxBodyBytes):
 	// larger is 413.
 	MaxBodyBytes int64
+	// ModelAliases rename the model a request asks for before it is
+	// routed and forwarded: the first alias whose Pattern matches wins
+	// (see ModelAlias). GET /v1/models lists them after the workers'
+	// models. Nil: names pass unchanged.
+	ModelAliases []ModelAlias
 	// TokenizeTimeout bounds one /tokenize call (default 10 s).
 	TokenizeTimeout time.Duration
 	// TokenizerCheckEvery: a worker's first in-process tokenization and
@@ -424,6 +429,9 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 		resp.Body.Close()
 		if err != nil || resp.StatusCode/100 != 2 {
+			continue
+		}
+		if b, err = aliasModels(b, g.cfg.ModelAliases); err != nil {
 			continue
 		}
 		if anth {

@@ -153,6 +153,13 @@ func (g *Gateway) parse(a API, body []byte) (*call, error) {
 	if err := json.Unmarshal(body, &head); err != nil {
 		return nil, badRequest("%v", err)
 	}
+	if m, ok := aliasModel(g.cfg.ModelAliases, head.Model); ok && m != head.Model {
+		nb, err := withModel(body, m) // Config.ModelAliases: the served model's name
+		if err != nil {
+			return nil, badRequest("%v", err)
+		}
+		body, c.body, head.Model = nb, nb, m
+	}
 	c.model, c.stream = head.Model, head.Stream
 	var err error
 	switch c.api {

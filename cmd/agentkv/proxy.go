@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -209,31 +211,176 @@ type flagSet interface {
 	Duration(name string, value time.Duration, usage string) *time.Duration
 }
 
+// proxyFlags are runProxy's flags, one field per flag (register adds
+// them to a FlagSet), and config turns them into the stack's
+// configuration. As in the library, 0 means a flag's default; "off"
+// disables what can be disabled.
+type proxyFlags struct {
+	listen       string
+	workers      workerFlags
+	blockSize    int
+	policy       string
+	affinity     string
+	admission    bool
+	metrics      string
+	maxBody      int64
+	tick         time.Duration
+	refresh      offDuration
+	bodyTimeout  time.Duration
+	maxHeader    int
+	maxInFlight  int64
+	grace        time.Duration
+	traceOut     string
+	migration    offInt
+	probe        time.Duration
+	firstByte    offDuration
+	stripBilling bool
+	tokenizer    string
+	modelAliases modelAliasFlags
+	nats         *natsFlags
+}
+
+// register adds the flags to fs with their defaults.
+func (f *proxyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.listen, "listen", defaultProxyListen, "address to serve the APIs on")
+	fs.Var(&f.workers, "worker", "vLLM base URL[,events=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,dp=N][,apis=chat+responses+...] (repeatable)")
+	fs.IntVar(&f.blockSize, "block-size", 0, "KV block size in tokens (0: read from the workers' /metrics; must match the engines)")
+	fs.StringVar(&f.policy, "policy", "kv", "worker selection: kv, round-robin or random")
+	fs.StringVar(&f.affinity, "affinity", "auto", "session affinity: auto (soft: a session stays on its worker unless that one is busy), off, soft or hard")
+	fs.BoolVar(&f.admission, "admission", false, "enable program-aware admission control (admission.Agentic: ThunderAgent with bounded waits, growth-sized placement and home-first resumes)")
+	fs.StringVar(&f.metrics, "metrics", "/metrics", "path serving Prometheus metrics (empty: none)")
+	fs.Int64Var(&f.maxBody, "max-body", gateway.DefaultMaxBodyBytes, "largest request body in bytes (larger: 413)")
+	fs.DurationVar(&f.tick, "tick", gateway.DefaultTick, "control-loop period (admission, expiry sweeps)")
+	fs.Var(&f.refresh, "refresh", fmt.Sprintf("how often to re-read worker capacity (0: the default, %v; off: never)", gateway.DefaultRefresh))
+	fs.DurationVar(&f.bodyTimeout, "body-timeout", gateway.DefaultBodyReadTimeout, "how long a request body may take to arrive (then 408)")
+	fs.IntVar(&f.maxHeader, "max-header", gateway.DefaultMaxHeaderBytes, "largest request header block in bytes (larger: 431)")
+	fs.Int64Var(&f.maxInFlight, "max-body-in-flight", gateway.DefaultMaxBodyBytesInFlight, "request body bytes held in memory at once, all requests together (beyond: 503)")
+	fs.DurationVar(&f.grace, "shutdown-timeout", defaultShutdownGrace, "how long requests in flight may finish on shutdown")
+	fs.StringVar(&f.traceOut, "trace-out", "", "write content-free request records (JSONL; .gz or .zst compress) to this file")
+	fs.Var(&f.migration, "migration-limit", "times a cut chat stream may move to another worker and continue (0 or off: off, the library's default; the client then gets the API's error event)")
+	fs.DurationVar(&f.probe, "probe-interval", failover.DefaultProbeInterval, "how often each worker's /health is probed while it is up (down: from 100 ms, doubling up to this)")
+	fs.Var(&f.firstByte, "first-byte-timeout", fmt.Sprintf("longest wait for a stream's first byte from a worker before trying another (0: the default, %v; off: none)", gateway.DefaultFirstByteTimeout))
+	fs.BoolVar(&f.stripBilling, "strip-billing-header", true, "remove Claude Code's per-request billing preamble from Messages system prompts")
+	fs.StringVar(&f.tokenizer, "tokenizer", "", "the served model's Hugging Face directory (tokenizer.json, tokenizer_config.json, chat_template.jinja): --worker prompts are tokenized in process, checked against the workers' /tokenize now and then, instead of a /tokenize call per request")
+	fs.Var(&f.modelAliases, "model-alias", "PATTERN=MODEL: requests for a model matching the glob PATTERN go to MODEL, the served model (repeatable; first match wins; listed in /v1/models), e.g. 'claude-*=Qwen/Qwen3-8B' for Claude Code's built-in model names")
+	f.nats = addNATSFlags(fs)
+}
+
+// config checks the flags and returns the stack's configuration (its
+// workers are the --worker flags; the caller adds mock workers, the
+// tokenizer, the logger, the trace and the registry) and the server's.
+func (f *proxyFlags) config() (gateway.StackConfig, gateway.ServerConfig, error) {
+	var cfg gateway.StackConfig
+	sc := gateway.ServerConfig{MaxBodyBytes: f.maxBody, BodyReadTimeout: f.bodyTimeout,
+		MaxHeaderBytes: f.maxHeader, MaxBodyBytesInFlight: f.maxInFlight}
+	pol, err := agentkv.ParsePolicy(f.policy)
+	if err != nil {
+		return cfg, sc, usagef("proxy: --policy: %v", err)
+	}
+	switch {
+	case f.blockSize < 0:
+		return cfg, sc, usagef("proxy: --block-size must be ≥ 0, got %d", f.blockSize)
+	case f.maxBody <= 0:
+		return cfg, sc, usagef("proxy: --max-body must be > 0, got %d", f.maxBody)
+	case f.bodyTimeout <= 0 || f.maxHeader <= 0 || f.maxInFlight < f.maxBody:
+		return cfg, sc, usagef("proxy: --body-timeout and --max-header must be > 0 and --max-body-in-flight ≥ --max-body")
+	case f.tick <= 0:
+		return cfg, sc, usagef("proxy: --tick must be > 0, got %v", f.tick)
+	case f.probe <= 0:
+		return cfg, sc, usagef("proxy: --probe-interval must be > 0, got %v", f.probe)
+	case f.grace <= 0:
+		return cfg, sc, usagef("proxy: --shutdown-timeout must be > 0, got %v", f.grace)
+	case f.metrics != "" && !strings.HasPrefix(f.metrics, "/"):
+		return cfg, sc, usagef("proxy: --metrics must be a path starting with /, got %q", f.metrics)
+	}
+	aff := gateway.DefaultAffinity
+	if f.affinity != "auto" {
+		if aff, err = parseAffinity(f.affinity); err != nil {
+			return cfg, sc, usagef("proxy: %v", err)
+		}
+	}
+	cfg = gateway.StackConfig{Workers: append([]gateway.WorkerSpec(nil), f.workers...), BlockSize: f.blockSize, Policy: pol, Affinity: aff,
+		Admission: f.admission, Tick: f.tick, Refresh: f.refresh.value(),
+		Gateway: gateway.Config{MaxBodyBytes: f.maxBody, StripBillingHeader: f.stripBilling, ModelAliases: f.modelAliases,
+			Failover:         failover.Config{MigrationLimit: int(f.migration), Probe: failover.ProbeConfig{Interval: f.probe}},
+			FirstByteTimeout: f.firstByte.value()}}
+	return cfg, sc, nil
+}
+
+// modelAliasFlags collects repeated --model-alias PATTERN=MODEL flags.
+type modelAliasFlags []gateway.ModelAlias
+
+func (f *modelAliasFlags) String() string { return fmt.Sprint(len(*f), " aliases") }
+
+func (f *modelAliasFlags) Set(s string) error {
+	a, err := gateway.ParseModelAlias(s)
+	if err != nil {
+		return err
+	}
+	*f = append(*f, a)
+	return nil
+}
+
+// offDuration is a duration flag that also takes "off": 0 means the
+// library's default, "off" disables (a negative value in the library's
+// Config).
+type offDuration struct {
+	d   time.Duration
+	off bool
+}
+
+func (o *offDuration) String() string {
+	if o.off {
+		return "off"
+	}
+	return o.d.String()
+}
+
+func (o *offDuration) Set(s string) error {
+	if s == "off" {
+		*o = offDuration{off: true}
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("want a duration ≥ 0 or off, got %q", s)
+	}
+	*o = offDuration{d: d}
+	return nil
+}
+
+// value is the Config value: the duration, or -1 for off.
+func (o offDuration) value() time.Duration {
+	if o.off {
+		return -1
+	}
+	return o.d
+}
+
+// offInt is a count flag that also takes "off" (0: the library's default,
+// which for the migration limit is off).
+type offInt int
+
+func (o *offInt) String() string { return strconv.Itoa(int(*o)) }
+
+func (o *offInt) Set(s string) error {
+	if s == "off" {
+		*o = 0
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want a number ≥ 0 or off, got %q", s)
+	}
+	*o = offInt(n)
+	return nil
+}
+
 func runProxy(env *cmdEnv, args []string) error {
 	c := commands["proxy"]
 	fs := newFlags(env, c)
-	var workers workerFlags
-	listen := fs.String("listen", defaultProxyListen, "address to serve the APIs on")
-	fs.Var(&workers, "worker", "vLLM base URL[,events=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,dp=N][,apis=chat+responses+...] (repeatable)")
-	blockSize := fs.Int("block-size", 0, "KV block size in tokens (0: read from the workers' /metrics; must match the engines)")
-	policy := fs.String("policy", "kv", "worker selection: kv, round-robin or random")
-	affinity := fs.String("affinity", "auto", "session affinity: auto (soft: a session stays on its worker unless that one is busy), off, soft or hard")
-	adm := fs.Bool("admission", false, "enable program-aware admission control (admission.Agentic: ThunderAgent with bounded waits, growth-sized placement and home-first resumes)")
-	metrics := fs.String("metrics", "/metrics", "path serving Prometheus metrics (empty: none)")
-	maxBody := fs.Int64("max-body", gateway.DefaultMaxBodyBytes, "largest request body in bytes (larger: 413)")
-	tick := fs.Duration("tick", gateway.DefaultTick, "control-loop period (admission, expiry sweeps)")
-	refresh := fs.Duration("refresh", gateway.DefaultRefresh, "how often to re-read worker capacity (0: never)")
-	bodyTimeout := fs.Duration("body-timeout", gateway.DefaultBodyReadTimeout, "how long a request body may take to arrive (then 408)")
-	maxHeader := fs.Int("max-header", gateway.DefaultMaxHeaderBytes, "largest request header block in bytes (larger: 431)")
-	maxInFlight := fs.Int64("max-body-in-flight", gateway.DefaultMaxBodyBytesInFlight, "request body bytes held in memory at once, all requests together (beyond: 503)")
-	grace := fs.Duration("shutdown-timeout", defaultShutdownGrace, "how long requests in flight may finish on shutdown")
-	traceOut := fs.String("trace-out", "", "write content-free request records (JSONL; .gz or .zst compress) to this file")
-	migration := fs.Int("migration-limit", 0, "times a cut chat stream may move to another worker and continue (0: off; the client then gets the API's error event)")
-	probe := fs.Duration("probe-interval", failover.DefaultProbeInterval, "how often each worker's /health is probed while it is up (down: from 100 ms, doubling up to this)")
-	firstByte := fs.Duration("first-byte-timeout", gateway.DefaultFirstByteTimeout, "longest wait for a stream's first byte from a worker before trying another (0: none)")
-	stripBilling := fs.Bool("strip-billing-header", true, "remove Claude Code's per-request billing preamble from Messages system prompts")
-	tokDir := fs.String("tokenizer", "", "the served model's Hugging Face directory (tokenizer.json, tokenizer_config.json, chat_template.jinja): --worker prompts are tokenized in process, checked against the workers' /tokenize now and then, instead of a /tokenize call per request")
-	nf := addNATSFlags(fs)
+	var f proxyFlags
+	f.register(fs)
 	var starts []func(ctx context.Context, log *slog.Logger) ([]gateway.WorkerSpec, func(), error)
 	for _, h := range proxyHooks {
 		starts = append(starts, h(fs))
@@ -244,40 +391,15 @@ func runProxy(env *cmdEnv, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("proxy: unexpected argument %q", fs.Arg(0))
 	}
-	pol, err := agentkv.ParsePolicy(*policy)
+	cfg, sc, err := f.config()
 	if err != nil {
-		return usagef("proxy: --policy: %v", err)
-	}
-	switch {
-	case *blockSize < 0:
-		return usagef("proxy: --block-size must be ≥ 0, got %d", *blockSize)
-	case *maxBody <= 0:
-		return usagef("proxy: --max-body must be > 0, got %d", *maxBody)
-	case *bodyTimeout <= 0 || *maxHeader <= 0 || *maxInFlight < *maxBody:
-		return usagef("proxy: --body-timeout and --max-header must be > 0 and --max-body-in-flight ≥ --max-body")
-	case *tick <= 0:
-		return usagef("proxy: --tick must be > 0, got %v", *tick)
-	case *refresh < 0:
-		return usagef("proxy: --refresh must be ≥ 0, got %v", *refresh)
-	case *migration < 0 || *firstByte < 0 || *probe <= 0:
-		return usagef("proxy: --migration-limit and --first-byte-timeout must be ≥ 0, --probe-interval > 0")
-	case *grace <= 0:
-		return usagef("proxy: --shutdown-timeout must be > 0, got %v", *grace)
-	case *metrics != "" && !strings.HasPrefix(*metrics, "/"):
-		return usagef("proxy: --metrics must be a path starting with /, got %q", *metrics)
-	}
-	if *affinity != "auto" {
-		if _, err := parseAffinity(*affinity); err != nil {
-			return usagef("proxy: %v", err)
-		}
-	}
-	if *refresh == 0 {
-		*refresh = -1 // StackConfig: negative disables
+		return err
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), proxySignals...)
 	defer stop()
 	logger := slog.New(slog.NewTextHandler(env.stderr, nil))
+	cfg.Logger = logger
 	for _, start := range starts {
 		specs, stopWorkers, err := start(ctx, logger)
 		if err != nil {
@@ -286,36 +408,24 @@ func runProxy(env *cmdEnv, args []string) error {
 		if stopWorkers != nil {
 			defer stopWorkers()
 		}
-		workers = append(workers, specs...)
+		cfg.Workers = append(cfg.Workers, specs...)
 	}
-	if len(workers) == 0 {
+	if len(cfg.Workers) == 0 {
 		return usagef("proxy: at least one --worker URL (or --mock-workers N) is required")
 	}
-	if *tokDir != "" {
-		chat, err := hftok.LoadChat(*tokDir, hftok.ChatConfig{})
+	if f.tokenizer != "" {
+		chat, err := hftok.LoadChat(f.tokenizer, hftok.ChatConfig{})
 		if err != nil {
 			return usagef("proxy: --tokenizer: %v", err)
 		}
-		for i := range workers {
-			if workers[i].Tokenizer == nil { // mock workers bring their own
-				workers[i].Tokenizer = chat
+		for i := range cfg.Workers {
+			if cfg.Workers[i].Tokenizer == nil { // mock workers bring their own
+				cfg.Workers[i].Tokenizer = chat
 			}
 		}
 	}
-	aff := gateway.DefaultAffinity
-	if *affinity != "auto" {
-		aff, _ = parseAffinity(*affinity)
-	}
-	cfg := gateway.StackConfig{Workers: workers, BlockSize: *blockSize, Policy: pol, Affinity: aff,
-		Admission: *adm, Tick: *tick, Refresh: *refresh, Logger: logger,
-		Gateway: gateway.Config{MaxBodyBytes: *maxBody, StripBillingHeader: *stripBilling,
-			Failover:         failover.Config{MigrationLimit: *migration, Probe: failover.ProbeConfig{Interval: *probe}},
-			FirstByteTimeout: *firstByte}}
-	if *firstByte == 0 {
-		cfg.Gateway.FirstByteTimeout = -1 // Config: negative disables
-	}
-	if *traceOut != "" {
-		fh, tw, err := openTraceOut(*traceOut)
+	if f.traceOut != "" {
+		fh, tw, err := openTraceOut(f.traceOut)
 		if err != nil {
 			return fmt.Errorf("proxy: --trace-out: %w", err)
 		}
@@ -326,22 +436,22 @@ func runProxy(env *cmdEnv, args []string) error {
 	// Listen first: while the stack starts (it waits for a first worker
 	// when the block size is not given) the proxy answers /healthz,
 	// /readyz and /metrics, and API requests get 503.
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return err
 	}
 	cfg.Registry = prometheus.NewRegistry()
 	cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	late := &lateHandler{starting: startingHandler(*metrics, cfg.Registry)}
-	srv, err := gateway.NewServer(late, gateway.ServerConfig{MaxBodyBytes: *maxBody, BodyReadTimeout: *bodyTimeout,
-		MaxHeaderBytes: *maxHeader, MaxBodyBytesInFlight: *maxInFlight, Logger: logger, Registerer: cfg.Registry})
+	late := &lateHandler{starting: startingHandler(f.metrics, cfg.Registry)}
+	sc.Logger, sc.Registerer = logger, cfg.Registry
+	srv, err := gateway.NewServer(late, sc)
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	nr, err := nf.prepare(ctx, &cfg, *listen, logger, env.stdout)
+	nr, err := f.nats.prepare(ctx, &cfg, f.listen, logger, env.stdout)
 	if err != nil {
 		_ = srv.Close()
 		return err
@@ -354,9 +464,9 @@ func runProxy(env *cmdEnv, args []string) error {
 		_ = srv.Close()
 		return err
 	}
-	handler := s.Handler(*metrics)
+	handler := s.Handler(f.metrics)
 	if nr != nil {
-		if handler, err = nr.start(s, handler, "http://"+ln.Addr().String(), *adm, *maxBody); err != nil {
+		if handler, err = nr.start(s, handler, "http://"+ln.Addr().String(), f.admission, f.maxBody); err != nil {
 			_ = s.Close()
 			_ = srv.Close()
 			return err
@@ -370,10 +480,10 @@ func runProxy(env *cmdEnv, args []string) error {
 	if s.Approximate() {
 		mode = "approximate (no KV events from some workers)"
 	}
-	affName := map[agentkv.AffinityMode]string{agentkv.AffinityOff: "off", agentkv.AffinitySoft: "soft", agentkv.AffinityHard: "hard"}[aff]
+	affName := map[agentkv.AffinityMode]string{agentkv.AffinityOff: "off", agentkv.AffinitySoft: "soft", agentkv.AffinityHard: "hard"}[cfg.Affinity]
 	fmt.Fprintf(env.stdout, "agentkv proxy listening on http://%s: %d workers, block size %d, policy %s, affinity %s, admission %v, index %s\n",
-		ln.Addr(), s.Workers(), s.BlockSize(), pol, affName, *adm, mode)
-	err = runServer(ctx, s, srv, errc, *grace, logger)
+		ln.Addr(), s.Workers(), s.BlockSize(), cfg.Policy, affName, f.admission, mode)
+	err = runServer(ctx, s, srv, errc, f.grace, logger)
 	fmt.Fprintln(env.stdout, "agentkv proxy stopped")
 	return err
 }

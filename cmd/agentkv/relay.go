@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -30,6 +31,9 @@ replay socket to fill gaps) and publishes them, exactly once and in order,
 to the model's JetStream stream, one subject per worker rank. Every replica
 consumes that stream into its index. --worker-id must be the ID the
 replicas give the worker: its position in their --worker list, from 0.
+At start the relay waits for NATS and for the worker to answer (up to
+--wait, retrying with backoff and logging each try), so it may start
+before them.
 
 The relay also keeps the worker's presence record alive in the model's
 workers bucket. When the relay stops, or its worker fails --health-fails
@@ -65,6 +69,7 @@ func runRelay(env *cmdEnv, args []string) error {
 	blockSize := fs.Int("block-size", 0, "KV block size (0: read from /metrics)")
 	healthEvery := fs.Duration("health-every", time.Second, "health probe period (0: no probes)")
 	healthFails := fs.Int("health-fails", 3, "consecutive failed probes after which the relay exits")
+	wait := fs.Duration("wait", defaultRelayWait, "how long to wait at start for NATS and the worker to answer, retrying with backoff and a log line per try (0: forever)")
 	store := fs.String("store", "", "the Mooncake master's KV event endpoint, tcp://HOST:PORT: carry the shared pool's events too (or only them, without --url and --events)")
 	storeTopic := fs.String("store-topic", "", "with --store: the ZMQ subscription prefix (empty: every topic)")
 	poolName := fs.String("pool", "mooncake", "with --store: the pool's name (its subject)")
@@ -83,8 +88,8 @@ func runRelay(env *cmdEnv, args []string) error {
 		return usagef("relay: give a worker (--url and --events), a shared pool (--store), or both")
 	case hasWorker && (*url == "" || *events == ""):
 		return usagef("relay: --url and --events go together")
-	case *dp < 1 || *blockSize < 0 || *healthEvery < 0 || *healthFails < 1:
-		return usagef("relay: --dp and --health-fails must be ≥ 1, --block-size and --health-every ≥ 0")
+	case *dp < 1 || *blockSize < 0 || *healthEvery < 0 || *healthFails < 1 || *wait < 0:
+		return usagef("relay: --dp and --health-fails must be ≥ 1, --block-size, --health-every and --wait ≥ 0")
 	case *store == "" && (*poolLayout != "" || *storeTopic != ""):
 		return usagef("relay: --pool-layout and --store-topic need --store")
 	case *store != "" && *poolLayout == "":
@@ -105,6 +110,14 @@ func runRelay(env *cmdEnv, args []string) error {
 		return err
 	}
 	defer plane.Close()
+	// Started beside the worker and the replicas (the replica that embeds
+	// NATS may still be starting), the relay waits for both, as the proxy
+	// waits for its workers.
+	deadline := startDeadline(*wait)
+	err = retryStart(ctx, log, "NATS "+*natsURL, deadline, func(ctx context.Context) error { return plane.Ensure(ctx) }, nil)
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
 
 	if !hasWorker {
 		pub, err := eventplane.NewPublisher(plane, eventplane.PublisherConfig{PoolLayout: layout})
@@ -125,10 +138,13 @@ func runRelay(env *cmdEnv, args []string) error {
 
 	var pub *eventplane.Publisher
 	sink := vllm.SinkFunc(func(ev *flashindex.Event) error { return pub.Apply(ev) })
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	vw, err := vllm.NewWorker(startCtx, vllm.WorkerConfig{ID: *id, URL: *url, DPRanks: *dp, BlockSize: *blockSize,
-		Events: &vllm.Config{Endpoint: *events, ReplayEndpoint: *replay, Sink: sink, CatchUp: true, Logger: log}})
-	cancel()
+	var vw *vllm.Worker
+	err = retryStart(ctx, log, "worker "+*url, deadline, func(ctx context.Context) error {
+		var err error
+		vw, err = vllm.NewWorker(ctx, vllm.WorkerConfig{ID: *id, URL: *url, DPRanks: *dp, BlockSize: *blockSize,
+			Events: &vllm.Config{Endpoint: *events, ReplayEndpoint: *replay, Sink: sink, CatchUp: true, Logger: log}})
+		return err
+	}, func(err error) bool { return errors.Is(err, vllm.ErrBlockSizeMismatch) })
 	if err != nil {
 		return fmt.Errorf("relay: worker %s: %w", *url, err)
 	}
@@ -189,6 +205,51 @@ func runRelay(env *cmdEnv, args []string) error {
 		if fails >= *healthFails {
 			return fmt.Errorf("relay: worker %d failed %d health probes; leaving so the replicas remove it", *id, fails)
 		}
+	}
+}
+
+// defaultRelayWait is how long "agentkv relay" waits at start for NATS
+// and its worker (--wait): long enough for a worker that loads a model.
+const defaultRelayWait = 10 * time.Minute
+
+// startDeadline is the end of a --wait (zero: none).
+func startDeadline(wait time.Duration) time.Time {
+	if wait == 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(wait)
+}
+
+// retryStart calls try until it succeeds, fatal(err) says its error will
+// not pass by waiting, ctx ends, or the deadline (zero: none) passes. Each
+// try gets at most 10 s; each failure is logged with the wait before the
+// next (100 ms, doubling up to 5 s).
+func retryStart(ctx context.Context, log *slog.Logger, what string, deadline time.Time, try func(context.Context) error, fatal func(error) bool) error {
+	backoff := 100 * time.Millisecond
+	for n := 1; ; n++ {
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := try(c)
+		cancel()
+		switch {
+		case err == nil:
+			if n > 1 {
+				log.Info("relay: "+what+" answered", "tries", n)
+			}
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case fatal != nil && fatal(err):
+			return err
+		case !deadline.IsZero() && time.Now().Add(backoff).After(deadline):
+			return fmt.Errorf("%s not answering after %d tries (--wait): %w", what, n, err)
+		}
+		log.Warn("relay: waiting for "+what, "try", n, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

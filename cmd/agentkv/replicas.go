@@ -160,6 +160,13 @@ func (nr *natsReplica) start(s *gateway.Stack, h http.Handler, self string, admi
 				return
 			}
 			id := int(w.ID)
+			if s.WorkerInfo(id).BlockSize == 0 {
+				// Not connected yet (it was down when the proxy
+				// started): the stack adds it when it first answers.
+				// The normal join, not a refusal.
+				nr.log.Debug("proxy: worker's relay is up; the worker joins when it answers", "worker", id)
+				return
+			}
 			if err := r.AddWorker(agentkv.WorkerFunc(func() agentkv.WorkerInfo { return s.WorkerInfo(id) })); err != nil {
 				nr.log.Warn("proxy: returning worker refused", "worker", id, "err", err)
 			}

@@ -15,6 +15,11 @@ import (
 	"github.com/agentkv/agentkv/sharedpool"
 )
 
+// waitBound bounds the waits for what must happen (events delivered, a
+// replica synced): only a condition that never comes reaches it, so it is
+// far above what they take on a loaded 2-core machine.
+const waitBound = 2 * time.Minute
+
 var storeLayout = sharedpool.Layout{PageSize: 4, TPSize: 2}
 
 func newPool(t *testing.T) *sharedpool.Pool {
@@ -119,7 +124,7 @@ func TestStoreSubscriberOverZMQ(t *testing.T) {
 	keys := pageKeys(pages)
 	// PUB drops messages until the subscription arrives: republish (each
 	// batch a new sequence number) until the pool holds both pages.
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for seq := uint64(1); ; seq++ {
 		require.NoError(t, pub.SendMulti(zmq4.NewMsgFrom(storeFrames(t, seq, "stored", keys)...)))
 		time.Sleep(10 * time.Millisecond) // let the network deliver; not a test clock

@@ -13,6 +13,11 @@ import (
 	"github.com/go-zeromq/zmq4"
 )
 
+// waitBound bounds the waits for what must happen (events delivered, a
+// replica synced): only a condition that never comes reaches it, so it is
+// far above what they take on a loaded 2-core machine.
+const waitBound = 2 * time.Minute
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -47,7 +52,7 @@ func send(t *testing.T, p zmq4.Socket, seq uint64, payload []byte) {
 // subscription arrives, so the first few may be lost.
 func publishUntilSeen(t *testing.T, p zmq4.Socket, col *collector, rank uint32, seq, base uint64) uint64 {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for time.Now().Before(deadline) {
 		send(t, p, seq, stored(base+seq))
 		got := col.waitFor(t, 20*time.Millisecond, func(m map[uint32][]norm) bool {

@@ -4,7 +4,7 @@
 // completions for engines that lack them), mounted in its own ServeMux next
 // to an endpoint of its own.
 //
-//	go run ./examples/proxy --workers http://127.0.0.1:8001,http://127.0.0.1:8002
+//	go run ./examples/proxy --worker http://127.0.0.1:8001 --worker http://127.0.0.1:8002
 //
 // The full-featured version (KV events, admission, metrics, traces,
 // shutdown) is "agentkv proxy", itself a thin layer over gateway.NewStack.
@@ -23,11 +23,26 @@ import (
 	"github.com/agentkv/agentkv/gateway"
 )
 
+// urls collects a repeated flag (--worker URL --worker URL, as "agentkv
+// proxy" takes them).
+type urls []string
+
+func (u *urls) String() string { return strings.Join(*u, ",") }
+
+func (u *urls) Set(s string) error {
+	*u = append(*u, s)
+	return nil
+}
+
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8000", "address to serve the APIs on")
-	workers := flag.String("workers", "http://127.0.0.1:8001", "comma-separated vLLM base URLs")
+	var workers urls
+	flag.Var(&workers, "worker", "a vLLM base URL (repeatable; default http://127.0.0.1:8001)")
 	flag.Parse()
-	h, stop, err := newProxy(context.Background(), strings.Split(*workers, ","))
+	if len(workers) == 0 {
+		workers = urls{"http://127.0.0.1:8001"}
+	}
+	h, stop, err := newProxy(context.Background(), workers)
 	if err != nil {
 		log.Fatal(err)
 	}
