@@ -2,8 +2,10 @@ package tenant
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -150,4 +152,31 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkAuthenticate: a request's key read, looked up by digest and
+// compared in constant time, among n keys.
+func BenchmarkAuthenticate(b *testing.B) {
+	for _, n := range []int{10, 10000} {
+		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
+			var f strings.Builder
+			for i := 0; i < n; i++ {
+				fmt.Fprintf(&f, "t%d sk-tenant-%016d\n", i%100, i)
+			}
+			k, err := Parse(strings.NewReader(f.String()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := NewSet(k)
+			auth := "Bearer sk-tenant-" + fmt.Sprintf("%016d", n/2)
+			b.ReportAllocs()
+			for b.Loop() {
+				t, err := s.Authenticate(auth, "")
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = Scope(t, "session-1234")
+			}
+		})
+	}
 }
