@@ -2,6 +2,7 @@ package agentkv
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/session"
 	"github.com/agentkv/agentkv/sharedpool"
+	"github.com/zeebo/xxh3"
 )
 
 // This file is the request path: Route and TryRoute, and route's stages
@@ -42,6 +44,11 @@ type Request struct {
 	Client string
 	// LoRA names the adapter; it changes the block hashes.
 	LoRA string
+	// CacheSalt is the cache salt the engine gets with the request (vLLM's
+	// cache_salt; a tenant's, see gateway/tenant): mixed into the first
+	// block's hash as the engine mixes it, so the request is credited only
+	// with blocks cached under the same salt. Empty: unsalted.
+	CacheSalt string
 	// Override adjusts this request's routing.
 	Override *Override
 }
@@ -204,7 +211,11 @@ func (r *Router) hashPrompt(rt *routing, req *Request, sc *scratch) error {
 		if err != nil {
 			return err
 		}
-		sc.seq = r.hashes.hash(h, req.Agent.SessionID, req.LoRA, req.Tokens, sc.seq)
+		key := req.LoRA
+		if req.CacheSalt != "" {
+			h, key = h.Salted(req.CacheSalt), req.LoRA+"\x00salt:"+req.CacheSalt
+		}
+		sc.seq = r.hashes.hash(h, req.Agent.SessionID, key, req.Tokens, sc.seq)
 		rt.seq = sc.seq
 		if rt.prompt == 0 {
 			rt.prompt = len(req.Tokens)
@@ -430,9 +441,32 @@ func (r *Router) selectLocked(rt *routing, sc *scratch) {
 				sc.logits = append(sc.logits, c.cost.Logit)
 			}
 			pick = selectIndex(sc.logits, rt.cost.Temperature, r.rng.Float64)
+			if rt.cost.Temperature == 0 && rt.session != "" {
+				pick = sessionTieBreak(sc, pick, rt.session)
+			}
 		}
 	}
 	rt.pick = sc.cands[pick]
+}
+
+// sessionTieBreak replaces the random choice among equally cheap workers
+// with a rendezvous hash of the session id over them: two routers (replicas
+// cut off from each other, or a restart) that see the same costs send a
+// new session to the same worker without talking.
+func sessionTieBreak(sc *scratch, pick int, id string) int {
+	lo, best := sc.logits[pick], uint64(0)
+	var b [12]byte
+	for i, c := range sc.cands {
+		if sc.logits[i] != lo {
+			continue
+		}
+		binary.LittleEndian.PutUint64(b[:8], c.ws.key.ID)
+		binary.LittleEndian.PutUint32(b[8:], c.ws.key.DPRank)
+		if h := xxh3.HashStringSeed(id, xxh3.Hash(b[:])); h >= best {
+			pick, best = i, h
+		}
+	}
+	return pick
 }
 
 // bookLocked books the request's load on its worker: its uncached prompt

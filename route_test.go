@@ -1,6 +1,7 @@
 package agentkv
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -181,4 +182,30 @@ func TestStageCommit(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, session.Hard, b.Mode)
 	require.Equal(t, 10, r.Index().FindMatches(rt.seq, nil)[0].Device)
+}
+
+// TestNewSessionTieBreakIsDeterministic: two routers that see the same
+// costs (replicas cut off from each other) send a new session to the same
+// worker, and new sessions still spread over equally cheap workers (#34).
+func TestNewSessionTieBreakIsDeterministic(t *testing.T) {
+	a, _ := newTestRouter(t, Config{Seed: 1}, 1, 2, 3, 4)
+	b, _ := newTestRouter(t, Config{Seed: 2}, 1, 2, 3, 4)
+	seen := map[uint64]bool{}
+	for i := 0; i < 64; i++ {
+		id := "session-" + strconv.Itoa(i)
+		var picks [2]uint64
+		for j, r := range []*Router{a, b} {
+			req := &Request{Tokens: tokens(40, uint32(i)), Agent: session.AgentContext{SessionID: id}}
+			rt, sc, err := priced(t, r, req)
+			require.NoError(t, err)
+			r.mu.Lock()
+			rt.session = req.Agent.SessionID
+			r.selectLocked(rt, sc)
+			r.mu.Unlock()
+			picks[j] = rt.pick.ws.key.ID
+		}
+		require.Equal(t, picks[0], picks[1], "session %s: the two routers disagree", id)
+		seen[picks[0]] = true
+	}
+	require.Len(t, seen, 4, "64 new sessions over 4 idle workers used only %v", seen)
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -24,6 +25,10 @@ import (
 //     a pure append: the old tail is discarded, a new one hashed).
 //   - mode=cold: a new session's first request; only a 2,048-token system
 //     prompt is shared, the rest is hashed and indexed from scratch.
+//   - mode=turn-tenant: mode=turn as a tenant's (gateway/tenant): the
+//     session ids scoped by the tenant's name, the blocks cached and the
+//     prompts hashed under its cache salt (the first block salted). Its
+//     ratio to mode=turn is what tenant isolation costs the router.
 //   - sessions=10000: mode=turn with 10,000 live sessions of 4,096 tokens
 //     instead of 64, each call a different session in a scattered order:
 //     the index (2.3M blocks), the lineage tree, the hash cache (41M tokens
@@ -44,6 +49,7 @@ func BenchmarkRoute(b *testing.B) {
 		sessions int
 	}{
 		{"turn", 16, 32768, 16, 64},
+		{"turn-tenant", 16, 32768, 16, 64},
 		{"turn-coldtokens", 16, 32768, 16, 64},
 		{"turn", 64, 32768, 16, 64},
 		{"turn", 16, 8192, 64, 64},
@@ -74,7 +80,12 @@ func benchRoute(b *testing.B, mode string, bs, tokens, workers, sessions int) {
 		}
 	}
 	h, _ := flashindex.NewHasher(bs, "")
-	rb := &routeBench{r: r, h: h, mode: mode, bs: bs, tokens: tokens, rng: rand.New(rand.NewPCG(1, 2)), evID: map[uint64]uint64{}}
+	var salt string
+	if mode == "turn-tenant" {
+		salt = "3f0c2a9d8b7e6f5a4c3b2a1908f7e6d5" // a tenant.Salt
+		h = h.Salted(salt)
+	}
+	rb := &routeBench{r: r, h: h, salt: salt, mode: mode, bs: bs, tokens: tokens, rng: rand.New(rand.NewPCG(1, 2)), evID: map[uint64]uint64{}}
 	rb.sys = rb.randTokens(nil, min(2048, tokens/2))
 	prompts := make([][]uint32, sessions)
 	for s := range prompts {
@@ -90,6 +101,7 @@ type routeBench struct {
 	r          *Router
 	h          *flashindex.Hasher
 	mode       string
+	salt       string // mode=turn-tenant: the tenant's cache salt
 	bs, tokens int
 	rng        *rand.Rand
 	sys        []uint32
@@ -117,7 +129,7 @@ func (rb *routeBench) seedSession(b *testing.B, s int, w uint64, p []uint32) {
 		b.Fatal(err)
 	}
 	if rb.mode != "cold" { // warm the session: its first request
-		d, err := rb.r.TryRoute(&Request{Tokens: p, Agent: session.AgentContext{SessionID: fmt.Sprintf("s%d", s)}})
+		d, err := rb.r.TryRoute(&Request{Tokens: p, Agent: session.AgentContext{SessionID: rb.sessionID(s)}, CacheSalt: rb.salt})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -135,15 +147,24 @@ func (rb *routeBench) requests(prompts [][]uint32) []Request {
 	for i := range reqs {
 		s := i * 7919 % len(prompts) // scattered: consecutive calls share nothing
 		switch rb.mode {
-		case "turn", "turn-coldtokens":
+		case "turn", "turn-coldtokens", "turn-tenant":
 			p := append([]uint32(nil), prompts[s][:rb.tokens-tail]...)
-			reqs[i] = Request{Tokens: rb.randTokens(p, tail), Agent: session.AgentContext{SessionID: fmt.Sprintf("s%d", s)}}
+			reqs[i] = Request{Tokens: rb.randTokens(p, tail), Agent: session.AgentContext{SessionID: rb.sessionID(s)}, CacheSalt: rb.salt}
 		default:
 			p := rb.randTokens(append([]uint32(nil), rb.sys...), rb.tokens-len(rb.sys))
 			reqs[i] = Request{Tokens: p, Agent: session.AgentContext{SessionID: fmt.Sprintf("cold%d", i)}}
 		}
 	}
 	return reqs
+}
+
+// sessionID names session s (scoped by a tenant in mode=turn-tenant, as
+// the gateway scopes it).
+func (rb *routeBench) sessionID(s int) string {
+	if rb.salt != "" {
+		return "alice/s" + strconv.Itoa(s)
+	}
+	return "s" + strconv.Itoa(s)
 }
 
 // timeRoutes routes reqs round robin, each call timed on its own, and

@@ -50,6 +50,10 @@ type Hasher struct {
 	blockSize int
 	seed      uint64
 	lora      string
+	// salt, when salted, is mixed into the first block of every chain as
+	// an extra key (vLLM's cache_salt; see Salted).
+	salt   uint64
+	salted bool
 }
 
 // NewHasher returns a Hasher for blockSize tokens per block. lora names the
@@ -60,6 +64,52 @@ func NewHasher(blockSize int, lora string) (*Hasher, error) {
 		return nil, fmt.Errorf("%w: got %d", ErrBlockSize, blockSize)
 	}
 	return &Hasher{blockSize: blockSize, seed: LoRASeed(lora), lora: lora}, nil
+}
+
+// Salted returns a Hasher whose chains mix the cache salt into their first
+// block, as vLLM does with a request's cache_salt: the first block's local
+// hash is LocalHashExtra(block, [SaltKey(salt)]), every later block chains
+// onto it unchanged, so no block of a salted prompt matches one hashed
+// under another salt or none. An empty salt returns h. The KV events of an
+// engine that salts carry the salt in the first block's extra keys, which
+// an index fed with extra keys (engine/vllm DecodeOptions.ExtraKeys) mixes
+// in the same way.
+func (h *Hasher) Salted(salt string) *Hasher {
+	if salt == "" {
+		return h
+	}
+	s := *h
+	s.salt, s.salted = SaltKey(salt), true
+	return &s
+}
+
+// SaltKey returns the extra key a cache salt contributes: XXH3-64 of the
+// salt's msgpack encoding (a str), which is how an engine's KV event
+// decoder reads a string extra key.
+func SaltKey(salt string) uint64 {
+	n := len(salt)
+	b := make([]byte, 0, n+5)
+	switch {
+	case n < 32:
+		b = append(b, 0xa0|byte(n))
+	case n < 1<<8:
+		b = append(b, 0xd9, byte(n))
+	case n < 1<<16:
+		b = append(b, 0xda, byte(n>>8), byte(n))
+	default:
+		b = append(b, 0xdb, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	return xxh3.Hash(append(b, salt...))
+}
+
+// first returns the local hash of a chain's first block: salted when the
+// Hasher is.
+func (h *Hasher) first(block []uint32) uint64 {
+	if !h.salted {
+		return hashTokens(block, h.seed)
+	}
+	l, _ := h.LocalHashExtra(block, []uint64{h.salt}) // one key: never too many
+	return l
 }
 
 // BlockSize returns the number of tokens per block.
@@ -76,8 +126,9 @@ func (h *Hasher) LoRA() string { return h.lora }
 func (h *Hasher) FullBlocks(n int) int { return n / h.blockSize }
 
 // LocalHash returns the local hash of exactly one block of tokens: XXH3-64
-// over the tokens as little-endian u32, seeded with the Hasher's seed.
-// len(block) is not checked against the block size.
+// over the tokens as little-endian u32, seeded with the Hasher's seed. It
+// never mixes in a salt (the first block of a salted chain is hashed by
+// AppendHashes and Chain). len(block) is not checked against the block size.
 func (h *Hasher) LocalHash(block []uint32) uint64 {
 	return hashTokens(block, h.seed)
 }
@@ -108,12 +159,17 @@ func (h *Hasher) LocalHashExtra(block []uint32, extra []uint64) (uint64, error) 
 }
 
 // AppendLocalHashes appends the local hash of every full block of tokens to
-// dst and returns the extended slice. It allocates only when dst lacks room.
+// dst (the first one salted when the Hasher is) and returns the extended
+// slice. It allocates only when dst lacks room.
 func (h *Hasher) AppendLocalHashes(dst []uint64, tokens []uint32) []uint64 {
 	bs := h.blockSize
 	n := len(tokens) / bs
 	dst = slices.Grow(dst, n)
 	for i := 0; i < n; i++ {
+		if i == 0 {
+			dst = append(dst, h.first(tokens[:bs]))
+			continue
+		}
 		dst = append(dst, hashTokens(tokens[i*bs:(i+1)*bs], h.seed))
 	}
 	return dst
@@ -145,10 +201,12 @@ func (h *Hasher) AppendHashes(local, seq []uint64, tokens []uint32, parent uint6
 	local = slices.Grow(local, n)
 	seq = slices.Grow(seq, n)
 	for i := 0; i < n; i++ {
-		l := hashTokens(tokens[i*bs:(i+1)*bs], h.seed)
+		var l uint64
 		if hasParent {
+			l = hashTokens(tokens[i*bs:(i+1)*bs], h.seed)
 			parent = NextSequenceHash(parent, l)
 		} else {
+			l = h.first(tokens[i*bs : (i+1)*bs])
 			parent, hasParent = l, true
 		}
 		local = append(local, l)
@@ -224,12 +282,12 @@ func (c *Chain) Append(tokens []uint32) {
 		}
 		c.pending = append(c.pending, tokens[:need]...)
 		tokens = tokens[need:]
-		c.push(hashTokens(c.pending, c.h.seed))
+		c.push(c.local0(c.pending))
 		c.pending = c.pending[:0]
 	}
 	n := len(tokens) / bs
 	for i := 0; i < n; i++ {
-		c.push(hashTokens(tokens[i*bs:(i+1)*bs], c.h.seed))
+		c.push(c.local0(tokens[i*bs : (i+1)*bs]))
 	}
 	c.pending = append(c.pending, tokens[n*bs:]...)
 }
@@ -259,6 +317,14 @@ func (c *Chain) Reset() {
 	c.local = c.local[:0]
 	c.seq = c.seq[:0]
 	c.tokens = 0
+}
+
+// local0 hashes the chain's next block: salted when it is the first.
+func (c *Chain) local0(block []uint32) uint64 {
+	if len(c.local) == 0 {
+		return c.h.first(block)
+	}
+	return hashTokens(block, c.h.seed)
 }
 
 func (c *Chain) push(l uint64) {

@@ -257,3 +257,49 @@ func TestSequenceAndExtendHashes(t *testing.T) {
 		t.Fatalf("ExtendHashes %x, want %x", ext, want)
 	}
 }
+
+// TestSaltedHasher: a salt changes the first block's local hash (as an
+// extra key), and through the chain every sequence hash; every hashing
+// path agrees; an empty salt changes nothing.
+func TestSaltedHasher(t *testing.T) {
+	h, _ := NewHasher(4, "")
+	if h.Salted("") != h {
+		t.Fatal("an empty salt made a new Hasher")
+	}
+	s := h.Salted("t1")
+	tokens := make([]uint32, 14)
+	for i := range tokens {
+		tokens[i] = uint32(i * 7)
+	}
+	plainL, plainS := h.AppendHashes(nil, nil, tokens, 0, false)
+	l, seq := s.AppendHashes(nil, nil, tokens, 0, false)
+	want0, _ := h.LocalHashExtra(tokens[:4], []uint64{SaltKey("t1")})
+	if l[0] != want0 || l[0] == plainL[0] {
+		t.Fatalf("salted first local %x, want %x (plain %x)", l[0], want0, plainL[0])
+	}
+	for i := 1; i < len(l); i++ {
+		if l[i] != plainL[i] || seq[i] == plainS[i] {
+			t.Fatalf("block %d: local %x (plain %x), seq %x (plain %x)", i, l[i], plainL[i], seq[i], plainS[i])
+		}
+	}
+	if got := s.AppendLocalHashes(nil, tokens); !slices.Equal(got, l) {
+		t.Fatalf("AppendLocalHashes %x, want %x", got, l)
+	}
+	if got := s.SequenceHashes(nil, tokens); !slices.Equal(got, seq) {
+		t.Fatalf("SequenceHashes %x, want %x", got, seq)
+	}
+	c := s.NewChain()
+	c.Append(tokens[:3])
+	c.Append(tokens[3:9])
+	c.Extend(tokens)
+	if !slices.Equal(c.SequenceHashes(), seq) {
+		t.Fatalf("Chain %x, want %x", c.SequenceHashes(), seq)
+	}
+	// A chain continued from a parent is not salted again.
+	if got := s.ExtendHashes(nil, seq[0], tokens[4:]); !slices.Equal(got, seq[1:]) {
+		t.Fatalf("ExtendHashes %x, want %x", got, seq[1:])
+	}
+	if SaltKey("t1") == SaltKey("t2") {
+		t.Fatal("two salts, one key")
+	}
+}

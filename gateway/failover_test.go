@@ -22,6 +22,7 @@ import (
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/gateway/failover"
 	"github.com/agentkv/agentkv/gateway/translate"
+	"github.com/agentkv/agentkv/internal/apiwire"
 	"github.com/agentkv/agentkv/internal/freeport"
 )
 
@@ -339,6 +340,13 @@ func TestFailoverMigration(t *testing.T) {
 			require.True(t, ok)
 			rest := directChat(t, other.URL(), string(cont))
 			require.Equal(t, sent+rest, text, "one continuous stream: the cut worker's 5 words, then the continuation")
+			// Its usage is the whole stream's (#34): the original prompt,
+			// and the 5 words sent before the cut as completion, not as
+			// the continuation's prompt.
+			p0, _ := directUsage(t, other.URL(), chatBody(prompt, false))
+			_, cc := directUsage(t, other.URL(), string(cont))
+			gotP, gotC := streamUsage(t, tc.path, body)
+			require.Equal(t, [2]int{p0, 5 + cc}, [2]int{gotP, gotC}, "prompt and completion tokens the client was told")
 			require.Equal(t, 1.0, testutil.ToFloat64(f.stack.gw.m.failures.WithLabelValues(api(tc.path), "migrated")))
 		})
 	}
@@ -363,6 +371,63 @@ func mustMetrics(t *testing.T) *metrics {
 	m, err := newMetrics(nil)
 	require.NoError(t, err)
 	return m
+}
+
+// directUsage sends a chat body to a worker (not streamed) and returns
+// its prompt and completion tokens.
+func directUsage(t *testing.T, url, body string) (prompt, completion int) {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(body), &m))
+	m["stream"] = false
+	delete(m, "stream_options")
+	b, _ := json.Marshal(m)
+	resp, err := http.Post(url+ChatPath, "application/json", bytes.NewReader(b))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out struct {
+		Usage apiwire.Usage `json:"usage"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return out.Usage.PromptTokens, out.Usage.CompletionTokens
+}
+
+// streamUsage reads the prompt (all of it, cached included) and
+// completion tokens a streamed reply of path's API reported.
+func streamUsage(t *testing.T, path, body string) (prompt, completion int) {
+	t.Helper()
+	_, datas := sseEvents(t, []byte(body))
+	num := func(m any, keys ...string) int {
+		for _, k := range keys {
+			mm, _ := m.(map[string]any)
+			m = mm[k]
+		}
+		f, _ := m.(float64)
+		return int(f)
+	}
+	for _, d := range datas {
+		switch path {
+		case ChatPath:
+			if u, ok := d["usage"].(map[string]any); ok {
+				prompt, completion = num(u, "prompt_tokens"), num(u, "completion_tokens")
+			}
+		case MessagesPath:
+			switch d["type"] {
+			case "message_start":
+				prompt = num(d, "message", "usage", "input_tokens") + num(d, "message", "usage", "cache_read_input_tokens")
+			case "message_delta":
+				completion = num(d, "usage", "output_tokens")
+				if in := num(d, "usage", "input_tokens"); in > 0 {
+					prompt = in + num(d, "usage", "cache_read_input_tokens")
+				}
+			}
+		case ResponsesPath:
+			if d["type"] == "response.completed" {
+				prompt, completion = num(d, "response", "usage", "input_tokens"), num(d, "response", "usage", "output_tokens")
+			}
+		}
+	}
+	return prompt, completion
 }
 
 // directChat sends a chat body to a worker (not streamed) and returns the

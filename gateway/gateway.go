@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/gateway/tenant"
 	"github.com/agentkv/agentkv/session"
 )
 
@@ -154,6 +156,23 @@ type Config struct {
 	// and DefaultStreamIdleTimeout (60 s); a negative FirstByteTimeout
 	// turns every first-byte deadline off.
 	FirstByteTimeout, StreamIdleTimeout time.Duration
+
+	// Keys, if set, authenticates every API request (package tenant): a
+	// request without a valid key gets 401 in its API's shape and reaches
+	// no worker; a tenant's session ids are scoped by the tenant, its
+	// requests carry its cache salt (to the engine as cache_salt, to the
+	// router as Request.CacheSalt), and the client's own Authorization
+	// and x-api-key are not sent on to workers. nil: no authentication.
+	Keys *tenant.Set
+	// TenantLimits configures the per-tenant limits and fair share (used
+	// only with Keys).
+	TenantLimits tenant.LimitsConfig
+	// HideWorkerAddresses names workers to clients by their router ID
+	// ("worker 2") instead of their URL: in X-Agentkv-Worker, in error
+	// replies and stream error events (worker addresses and hosts in
+	// upstream errors are replaced too) and in /readyz. Logs and metrics
+	// keep the URLs.
+	HideWorkerAddresses bool
 }
 
 // NewHTTPClient returns the client the gateway talks to workers with when
@@ -189,6 +208,7 @@ type Gateway struct {
 	rids    rids      // token-API requests in flight by rid (generate.go)
 	pause   pauseGate // the router-level pause (control.go)
 	tracker *failover.Tracker
+	limits  *tenant.Limits // with Config.Keys
 	// migrationLimit is Config.Failover.MigrationLimit.
 	migrationLimit int
 	background
@@ -274,6 +294,9 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, err
 		}
 	}
+	if cfg.Keys != nil {
+		g.limits = tenant.NewLimits(cfg.TenantLimits)
+	}
 	g.mux = g.routes()
 	return g, nil
 }
@@ -328,7 +351,32 @@ func (g *Gateway) Ready() error {
 	if b.Len() == 0 {
 		b.WriteString("no workers")
 	}
-	return fmt.Errorf("%w: %s", ErrNoHealthyWorker, b.String())
+	return fmt.Errorf("%w: %s", ErrNoHealthyWorker, g.redact(b.String()))
+}
+
+// workerName is how a client is told which worker served it: its URL, or
+// with HideWorkerAddresses its router ID.
+func (g *Gateway) workerName(wk *worker) string {
+	if g.cfg.HideWorkerAddresses {
+		return "worker-" + wk.idStr
+	}
+	return wk.URL
+}
+
+// redact replaces every worker's URL and host:port in msg by its name when
+// HideWorkerAddresses is set.
+func (g *Gateway) redact(msg string) string {
+	if !g.cfg.HideWorkerAddresses {
+		return msg
+	}
+	for _, wk := range g.order {
+		name := "worker-" + wk.idStr
+		msg = strings.ReplaceAll(msg, strings.TrimRight(wk.URL, "/"), name)
+		if u, err := url.Parse(wk.URL); err == nil && u.Host != "" {
+			msg = strings.ReplaceAll(msg, u.Host, name)
+		}
+	}
+	return msg
 }
 
 // ServeHTTP serves the APIs.
@@ -405,7 +453,7 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			continue
 		}
-		copyAuth(req.Header, r.Header)
+		g.copyAuth(req.Header, r.Header)
 		resp, err := g.cfg.HTTPClient.Do(req)
 		if err != nil {
 			continue
@@ -468,7 +516,10 @@ func anthropicModels(b []byte) ([]byte, error) {
 var forwarded = []string{"Authorization", "X-Api-Key", "Anthropic-Version", "Anthropic-Beta", "X-Request-Id", "Accept",
 	"X-Smg-Routing-Key"}
 
-func copyAuth(dst, src http.Header) {
+func (g *Gateway) copyAuth(dst, src http.Header) {
+	if g.cfg.Keys != nil {
+		return // the client's key is the gateway's, not the worker's
+	}
 	for _, k := range forwarded[:2] {
 		if v := src.Get(k); v != "" {
 			dst.Set(k, v)
@@ -480,10 +531,17 @@ func copyAuth(dst, src http.Header) {
 // ID} ends the program (its session, admission program and affinity), as
 // a request with X-Dynamo-Session-Final: true does. The reply is
 // {"program_id": ID, "released": true}; releasing an unknown or already
-// released program is not an error.
+// released program is not an error. With Config.Keys the caller's key is
+// required and the id is its tenant's (a tenant releases only its own
+// programs); an admin key releases the id as given, a tenant's program as
+// "TENANT/ID".
 const ReleasePath = "/programs/release"
 
 func (g *Gateway) release(w http.ResponseWriter, r *http.Request) {
+	t, ok := g.authenticate(w, r, Chat)
+	if !ok {
+		return
+	}
 	body, ok := g.readBody(w, r, Chat)
 	if !ok {
 		return
@@ -495,7 +553,12 @@ func (g *Gateway) release(w http.ResponseWriter, r *http.Request) {
 		g.reject(w, Chat, http.StatusBadRequest, fmt.Sprintf("want {\"program_id\": ID}, ID of 1 to %d bytes", session.DefaultMaxIDLen))
 		return
 	}
-	g.router.EndSession(req.ProgramID)
+	id := req.ProgramID
+	if t != nil && !t.Admin {
+		id = tenant.Scope(t, id)
+		g.limits.EndSession(t, id)
+	}
+	g.router.EndSession(id)
 	w.Header().Set("Content-Type", "application/json")
 	b, _ := json.Marshal(struct {
 		ProgramID string `json:"program_id"`

@@ -11,6 +11,7 @@ type metrics struct {
 	translated      *prometheus.CounterVec // api
 	failures        *prometheus.CounterVec // api, kind
 	billingStripped prometheus.Counter
+	tenantRejected  *prometheus.CounterVec   // reason
 	duration        *prometheus.HistogramVec // api
 }
 
@@ -37,12 +38,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"api", "kind"}),
 		billingStripped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "billing_preamble_stripped_total",
 			Help: "Messages requests whose Claude Code billing preamble was removed from the system prompt."}),
+		tenantRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "tenant_rejected_total",
+			Help: "Requests refused by tenant checks (Config.Keys, TenantLimits), by reason: unauthorized (401), forbidden (403, an admin path), tenant_in_flight, tenant_sessions, tenant_fair_share (429)."},
+			[]string{"reason"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "request_duration_seconds",
 			Help: "End-to-end time of routed requests, by API.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)},
 			[]string{"api"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.responses, m.usage, m.tokenize, m.tokenizerChecks, m.translated, m.failures, m.billingStripped, m.duration} {
+		for _, c := range []prometheus.Collector{m.responses, m.usage, m.tokenize, m.tokenizerChecks, m.translated, m.failures, m.billingStripped, m.tenantRejected, m.duration} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -134,7 +134,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 		return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: %w", ErrConnect, err)}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	for _, k := range forwarded {
+	fwd := forwarded
+	if g.cfg.Keys != nil {
+		fwd = forwarded[2:] // the client's key is the gateway's, not the worker's
+	}
+	for _, k := range fwd {
 		if v := c.hdr.Get(k); v != "" {
 			req.Header.Set(k, v)
 		}
@@ -191,7 +195,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 // routedHeaders sets the X-Agentkv-* reply headers: the worker chosen,
 // the tokens it was expected to hold, the admission wait.
 func (g *Gateway) routedHeaders(h http.Header, wk *worker, d *agentkv.Decision) {
-	h.Set(HeaderWorker, wk.URL)
+	h.Set(HeaderWorker, g.workerName(wk))
 	h.Set(HeaderWorkerID, wk.idStr+"/"+strconv.FormatUint(uint64(d.Worker.DPRank), 10))
 	h.Set(HeaderCachedTokens, strconv.Itoa(d.Cached.Device+d.Cached.Host+d.Cached.Disk))
 	if d.SharedBlocks > 0 {
@@ -230,10 +234,40 @@ type streamSoFar struct {
 	chunks     int  // content deltas sent: an estimate of the tokens sent
 	noResume   bool // a tool call or reasoning began: no continuation
 	migrations int
+	// carried is how many completion tokens the client had been sent when
+	// the stream last migrated: the continuation's worker counts them as
+	// prompt, so its usage is moved back by that many (carry).
+	carried int
 	// continuation is the chat body of the next attempt after a cut.
 	continuation []byte
 	tr           translate.Translator
 	ew           *translate.EventWriter
+}
+
+// carry corrects a continuation's usage to the client's whole stream: the
+// tokens sent before the cut are completion, not prompt.
+func (sv *streamSoFar) carry(prompt, completion, cached *int) {
+	if sv.carried == 0 {
+		return
+	}
+	*prompt = max(0, *prompt-sv.carried)
+	*completion += sv.carried
+	*cached = min(*cached, *prompt)
+}
+
+// carryChunk applies carry to a chat chunk's usage.
+func (sv *streamSoFar) carryChunk(ch *apiwire.ChatChunk) {
+	if u := ch.Usage; u != nil && sv.carried > 0 {
+		var cached, cachedWas int
+		if u.PromptTokensDetails != nil {
+			cached = u.PromptTokensDetails.CachedTokens
+			cachedWas = cached
+		}
+		sv.carry(&u.PromptTokens, &u.CompletionTokens, &cached)
+		if cached != cachedWas {
+			u.PromptTokensDetails.CachedTokens = cached
+		}
+	}
 }
 
 // learn folds a chat chunk's content into what was sent.
@@ -410,6 +444,12 @@ func (r *relay) writeEvents(b []byte, write func([]byte)) {
 				continue
 			}
 			r.sv.learn(&ch)
+			if ch.Usage != nil && r.sv.carried > 0 {
+				r.sv.carryChunk(&ch)
+				if nb, err := json.Marshal(&ch); err == nil {
+					ev = append(append([]byte("data: "), nb...), "\n\n"...)
+				}
+			}
 		}
 		write(ev)
 	}
@@ -439,6 +479,7 @@ func (r *relay) translateStream() AttemptResult {
 	sse.On = func(_ string, data []byte) {
 		var ch apiwire.ChatChunk
 		if json.Unmarshal(data, &ch) == nil {
+			r.sv.carryChunk(&ch)
 			if translate.Learn(&ch, &u) {
 				finished = true
 			}

@@ -52,6 +52,7 @@ func (g *Gateway) moveOn(ctx context.Context, c *call, fw *forwarding, d *agentk
 		g.finish(c, d, res.Usage, fmt.Errorf("%w: %w", errMigrated, res.Err))
 		g.tracker.Migrated(wk.ID)
 		fw.sv.migrations++
+		fw.sv.carried = fw.sv.chunks
 		fw.tried = append(fw.tried, wk.ID)
 		fw.last, fw.lastWk = res, wk
 		return migrated

@@ -14,6 +14,7 @@ import (
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/gateway/tenant"
 	"github.com/agentkv/agentkv/gateway/translate"
 	"github.com/agentkv/agentkv/internal/apiwire"
 	"github.com/agentkv/agentkv/session"
@@ -43,7 +44,8 @@ type call struct {
 	custom map[string]bool // Responses custom tools
 
 	// identify
-	agent session.AgentContext
+	tenant *tenant.Tenant // nil without Config.Keys
+	agent  session.AgentContext
 
 	// tokenize
 	tokens []uint32
@@ -59,6 +61,10 @@ type call struct {
 // then forward (route, attempt, retry or migrate, finish).
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, a API) {
 	start := time.Now()
+	t, ok := g.authenticate(w, r, a)
+	if !ok {
+		return
+	}
 	body, ok := g.readBody(w, r, a)
 	if !ok {
 		return
@@ -68,11 +74,15 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, a API) {
 		g.reject(w, a, http.StatusBadRequest, err.Error())
 		return
 	}
-	c.hdr, c.start = r.Header, start
+	c.hdr, c.start, c.tenant = r.Header, start, t
 	if err := g.identify(c, r, body); err != nil {
 		g.reject(w, a, http.StatusBadRequest, err.Error())
 		return
 	}
+	if !g.admitTenant(w, c) {
+		return
+	}
+	defer g.limits.Release(c.tenant)
 	if len(g.order) == 0 {
 		g.reject(w, a, http.StatusServiceUnavailable, "agentkv gateway: no workers")
 		return
@@ -84,6 +94,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, a API) {
 	}
 	if a == CountTokens {
 		g.countTokens(w, c)
+		return
+	}
+	if err := salt(c); err != nil {
+		g.reject(w, a, http.StatusBadRequest, err.Error())
 		return
 	}
 	c.id = "gw" + strconv.FormatUint(g.reqSeq.Add(1), 10)
@@ -193,6 +207,7 @@ func (g *Gateway) parse(a API, body []byte) (*call, error) {
 func (g *Gateway) identify(c *call, r *http.Request, body []byte) error {
 	ac, err := g.sess.FromRequest(r, body)
 	c.agent = ac
+	scope(c)
 	return err
 }
 
@@ -344,6 +359,13 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, c *call) {
 		case stop:
 			return
 		}
+		if fw.sv.tr == nil {
+			// A migrated pass-through stream's usage event was corrected
+			// on its way (writeEvents), the sniffer's figures are the
+			// worker's: the router hears what the client did. (A
+			// translated stream's usage was learnt corrected.)
+			fw.sv.carry(&res.Usage.PromptTokens, &res.Usage.CompletionTokens, &res.Usage.CachedTokens)
+		}
 		g.respond(w, c, d, wk, &res, &fw.sv)
 		return
 	}
@@ -370,7 +392,11 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, c *call, fw 
 	if try > 1 {
 		reqID += "-" + strconv.Itoa(try)
 	}
-	d, err := route(ctx, &agentkv.Request{ID: reqID, Tokens: c.tokens, Agent: c.agent,
+	var cacheSalt string
+	if c.tenant != nil {
+		cacheSalt = c.tenant.Salt
+	}
+	d, err := route(ctx, &agentkv.Request{ID: reqID, Tokens: c.tokens, Agent: c.agent, CacheSalt: cacheSalt,
 		Override: &agentkv.Override{AllowedWorkers: fw.allowed}})
 	switch {
 	case err == nil:
@@ -434,7 +460,7 @@ func (g *Gateway) respond(w http.ResponseWriter, c *call, d *agentkv.Decision, w
 	case FailedBeforeFirstByte:
 		g.writeFailure(w, c, wk, res)
 	case CutMidStream:
-		abort = !g.endStream(w, c, sv, "agentkv gateway: the worker's stream broke off ("+ErrorKind(res.Err)+"): "+res.Err.Error())
+		abort = !g.endStream(w, c, sv, "agentkv gateway: the worker's stream broke off ("+ErrorKind(res.Err)+"): "+g.redact(res.Err.Error()))
 	case ClientGone:
 		g.log.Info("gateway: client went away", "status", 499, "api", c.api.String(), "request", c.id,
 			"worker", wk.URL, "session", c.agent.SessionID)
@@ -468,6 +494,7 @@ func (g *Gateway) finish(c *call, d *agentkv.Decision, u Usage, err error) {
 	}
 	if c.agent.Final && c.agent.Valid() {
 		g.router.EndSession(c.agent.SessionID)
+		g.limits.EndSession(c.tenant, c.agent.SessionID)
 	}
 }
 
@@ -517,9 +544,9 @@ func (g *Gateway) writeFailure(w http.ResponseWriter, c *call, wk *worker, res *
 		_, _ = w.Write(res.ErrBody)
 		return
 	}
-	msg := "agentkv gateway: worker " + wk.URL + " failed: " + res.Err.Error()
+	msg := "agentkv gateway: worker " + g.workerName(wk) + " failed: " + g.redact(res.Err.Error())
 	if res.ErrBody != nil {
-		msg = "agentkv gateway: worker " + wk.URL + " answered " + strconv.Itoa(res.Status) + ": " + res.upstreamMsg
+		msg = "agentkv gateway: worker " + g.workerName(wk) + " answered " + strconv.Itoa(res.Status) + ": " + g.redact(res.upstreamMsg)
 	}
 	writeError(w, c.api.Anthropic(), res.Status, msg)
 }
@@ -576,7 +603,7 @@ func (g *Gateway) giveUp(ctx context.Context, w http.ResponseWriter, c *call, fw
 		g.m.failures.WithLabelValues(c.api.String(), ErrorKind(ErrNoHealthyWorker)).Inc()
 		g.endWith(w, c, &fw.sv, http.StatusServiceUnavailable, ErrNoHealthyWorker.Error()+": every worker is down or ejected")
 	case fw.sv.started:
-		g.endWith(w, c, &fw.sv, http.StatusBadGateway, "agentkv gateway: no worker could continue the stream: "+fw.last.Err.Error())
+		g.endWith(w, c, &fw.sv, http.StatusBadGateway, "agentkv gateway: no worker could continue the stream: "+g.redact(fw.last.Err.Error()))
 	default:
 		g.writeFailure(w, c, fw.lastWk, fw.last)
 		g.m.responses.WithLabelValues(c.api.String(), strconv.Itoa(fw.last.Status)).Inc()

@@ -245,7 +245,18 @@ func (l *Limiter) read(w http.ResponseWriter, r *http.Request, reserved *int64) 
 	rc := http.NewResponseController(w)
 	deadline := time.Now().Add(l.cfg.BodyReadTimeout)
 	_ = rc.SetReadDeadline(deadline)
-	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	defer func() {
+		// A body read in full: the connection may serve more requests
+		// with no deadline. A refused body: the deadline stays passed,
+		// so net/http's post-handler drain of the unread rest fails at
+		// once and the connection closes, rather than waiting on a
+		// client that stalls (Connection: close alone does not stop it).
+		if code == 0 {
+			_ = rc.SetReadDeadline(time.Time{})
+		} else {
+			_ = rc.SetReadDeadline(time.Unix(1, 0))
+		}
+	}()
 	busy := func() (int, string, string) {
 		w.Header().Set("Retry-After", "1")
 		return http.StatusServiceUnavailable, "body_memory",

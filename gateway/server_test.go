@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -191,23 +193,25 @@ func TestLimiterBodyReadTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		start := time.Now()
 		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":", path)
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		took := time.Since(start)
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
 			t.Fatalf("%s: no reply: %v", path, err)
 		}
 		b, _ := io.ReadAll(resp.Body)
-		c.Close()
 		if resp.StatusCode != http.StatusRequestTimeout {
 			t.Fatalf("%s: %d %q", path, resp.StatusCode, b)
 		}
 		errorShape(t, path == "/v1/messages", b)
-		if took > 5*timeout {
-			t.Errorf("%s: answered after %v with a %v timeout", path, took, timeout)
+		// The server then closes the connection (#34): it used to clear
+		// the read deadline and block in net/http's post-handler drain
+		// for as long as the client kept the socket open.
+		if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !isReset(err) {
+			t.Fatalf("%s: after the 408 the connection is still open (read %d, %v)", path, n, err)
 		}
+		c.Close()
 	}
 	if got := testutil.ToFloat64(mustCounter(t, reg, "body_timeout")); got != 2 {
 		t.Fatalf("body_timeout counted %v", got)
@@ -336,3 +340,5 @@ func TestServerConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }

@@ -427,7 +427,11 @@ func (s *Stack) connect(ctx context.Context, w *stackWorker, bs int) error {
 	spec := w.spec
 	wc := vllm.WorkerConfig{ID: w.id, URL: spec.URL, HTTPClient: s.cfg.HTTPClient, DPRanks: spec.DPRanks, BlockSize: bs}
 	if spec.Events != "" {
-		wc.Events = &vllm.Config{Endpoint: spec.Events, ReplayEndpoint: spec.Replay, Sink: s.sink, Logger: s.log}
+		wc.Events = &vllm.Config{Endpoint: spec.Events, ReplayEndpoint: spec.Replay, Sink: s.sink, Logger: s.log,
+			// With tenants, blocks carry their cache salt as an extra key
+			// (vLLM's cache_salt), and the index must mix it in as the
+			// router does (Request.CacheSalt).
+			Decode: vllm.DecodeOptions{ExtraKeys: s.cfg.Gateway.Keys != nil}}
 	}
 	vw, err := vllm.NewWorker(ctx, wc)
 	if err != nil {
@@ -518,7 +522,7 @@ func (s *Stack) Handler(metricsPath string) http.Handler {
 		return s.gw
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET "+metricsPath, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET "+metricsPath, s.gw.RequireAdmin(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})))
 	mux.Handle("/", s.gw)
 	return mux
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/gateway"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/gateway/tenant"
 	"github.com/agentkv/agentkv/hftok"
 )
 
@@ -243,6 +244,9 @@ type proxyFlags struct {
 	stripBilling bool
 	tokenizer    string
 	modelAliases modelAliasFlags
+	apiKeys      string
+	tenantCap    int
+	hideWorkers  bool
 	nats         *natsFlags
 }
 
@@ -275,6 +279,9 @@ func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.stripBilling, "strip-billing-header", true, "remove Claude Code's per-request billing preamble from Messages system prompts")
 	fs.StringVar(&f.tokenizer, "tokenizer", "", "the served model's Hugging Face directory (tokenizer.json, tokenizer_config.json, chat_template.jinja): --worker prompts are tokenized in process, checked against the workers' /tokenize now and then, instead of a /tokenize call per request")
 	fs.Var(&f.modelAliases, "model-alias", "PATTERN=MODEL: requests for a model matching the glob PATTERN go to MODEL, the served model (repeatable; first match wins; listed in /v1/models), e.g. 'claude-*=Qwen/Qwen3-8B' for Claude Code's built-in model names")
+	fs.StringVar(&f.apiKeys, "api-keys", "", "file of API keys, one 'NAME KEY [admin] [weight=N] [max-in-flight=N] [max-sessions=N] [shared-cache]' a line (see gateway/tenant): every request needs a key (401 otherwise), tenants' sessions and cached prefixes are kept apart, /metrics needs an admin key; reloaded on SIGHUP")
+	fs.IntVar(&f.tenantCap, "tenant-capacity", 0, "with --api-keys: requests in flight, all tenants together, past which each tenant is held to its weighted share (429 beyond it; 0: no fair-share limit)")
+	fs.BoolVar(&f.hideWorkers, "hide-worker-addresses", false, "name workers to clients by their index (X-Agentkv-Worker: worker-N, error replies, /readyz) instead of their URL")
 	f.nats = addNATSFlags(fs)
 }
 
@@ -308,6 +315,14 @@ func (f *proxyFlags) config() (gateway.StackConfig, gateway.ServerConfig, error)
 		return cfg, sc, usagef("proxy: --shutdown-timeout must be > 0, got %v", f.grace)
 	case f.metrics != "" && !strings.HasPrefix(f.metrics, "/"):
 		return cfg, sc, usagef("proxy: --metrics must be a path starting with /, got %q", f.metrics)
+	case f.tenantCap < 0 || (f.tenantCap > 0 && f.apiKeys == ""):
+		return cfg, sc, usagef("proxy: --tenant-capacity needs --api-keys and must be ≥ 0")
+	}
+	var keys *tenant.Set
+	if f.apiKeys != "" {
+		if keys, err = tenant.Load(f.apiKeys); err != nil {
+			return cfg, sc, usagef("proxy: --api-keys: %v", err)
+		}
 	}
 	aff := gateway.DefaultAffinity
 	if pol == agentkv.GlobalLB {
@@ -324,7 +339,8 @@ func (f *proxyFlags) config() (gateway.StackConfig, gateway.ServerConfig, error)
 			Failover: failover.Config{MigrationLimit: int(f.migration), Probe: failover.ProbeConfig{Interval: f.probe},
 				Outlier: failover.OutlierConfig{FirstByteFactor: f.fbFactor, FirstByteFloor: f.fbFloor,
 					MaxEjectedShare: f.ejectShare, LatencyFactor: f.latencyEject}},
-			FirstByteTimeout: f.firstByte.value(), StreamIdleTimeout: f.streamIdle.value()}}
+			FirstByteTimeout: f.firstByte.value(), StreamIdleTimeout: f.streamIdle.value(),
+			Keys: keys, TenantLimits: tenant.LimitsConfig{Capacity: f.tenantCap}, HideWorkerAddresses: f.hideWorkers}}
 	if f.infer {
 		cfg.InferSessions = &agentkv.InferConfig{}
 	}
@@ -434,6 +450,13 @@ func runProxy(env *cmdEnv, args []string) error {
 	defer stop()
 	logger := slog.New(slog.NewTextHandler(env.stderr, nil))
 	cfg.Logger = logger
+	if keys := cfg.Gateway.Keys; keys != nil {
+		logger.Info("proxy: API keys required", "file", f.apiKeys, "keys", keys.Keys().Len(), "tenants", len(keys.Keys().Tenants()))
+		defer reloadOnHUP(ctx, keys, logger)()
+	} else if !loopback(f.listen) {
+		logger.Warn("proxy: listening beyond loopback without --api-keys: anyone who reaches "+f.listen+
+			" can use any session, end or release it, and read /metrics", "listen", f.listen)
+	}
 	for _, start := range starts {
 		specs, stopWorkers, err := start(ctx, logger)
 		if err != nil {
@@ -476,7 +499,11 @@ func runProxy(env *cmdEnv, args []string) error {
 	}
 	cfg.Registry = prometheus.NewRegistry()
 	cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	late := &lateHandler{starting: startingHandler(f.metrics, cfg.Registry)}
+	startMetrics := f.metrics
+	if cfg.Gateway.Keys != nil {
+		startMetrics = "" // /metrics needs an admin key, which the stack checks once it is up
+	}
+	late := &lateHandler{starting: startingHandler(startMetrics, cfg.Registry)}
 	sc.Logger, sc.Registerer = logger, cfg.Registry
 	srv, err := gateway.NewServer(late, sc)
 	if err != nil {

@@ -58,7 +58,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	g, err := s.generate(prompt, *req.MaxTokens, tool, cont)
+	g, err := s.generate(prompt, *req.MaxTokens, tool, cont, req.CacheSalt)
 	if err != nil {
 		s.replyError(w, r, true, err)
 		return

@@ -39,6 +39,7 @@ func (d *driver) progress(j *job) (gen int, done bool, cached int, err error) {
 // it is stored on. It is dropped when no job holds it and no tier does.
 type blockInfo struct {
 	tokens []uint32 // BlockSize tokens; a sub-slice of a job's tokens
+	salt   string   // the cache salt mixed into a sequence's first block ("" otherwise)
 	jobs   int
 	tiers  uint8 // bit per flashindex.Tier
 }
@@ -123,6 +124,16 @@ func (d *driver) apply(ev *flashindex.Event) error {
 				return fmt.Errorf("mock: stored block %x has no tokens", b.EngineHash)
 			}
 			info.tiers |= bit
+			if info.salt != "" {
+				// vLLM publishes a request's cache_salt as its first
+				// block's extra key.
+				if w.ExtraKeys == nil {
+					w.ExtraKeys = make([][]string, len(w.Hashes), len(ev.Blocks))
+				}
+				w.ExtraKeys = append(w.ExtraKeys, []string{info.salt})
+			} else if w.ExtraKeys != nil {
+				w.ExtraKeys = append(w.ExtraKeys, nil)
+			}
 			w.Hashes = append(w.Hashes, b.EngineHash)
 			w.Tokens = append(w.Tokens, info.tokens...)
 		}
@@ -164,14 +175,14 @@ func (d *driver) sweep() {
 // submit queues a request of prompt tokens followed by out generated
 // tokens (tokens holds both). It returns ErrTooLong when the sequence can
 // never fit the engine.
-func (d *driver) submit(tokens []uint32, prompt int) (*job, error) {
+func (d *driver) submit(tokens []uint32, prompt int, salt string) (*job, error) {
 	out := len(tokens) - prompt
 	bs := d.simCfg.BlockSize
 	full := (len(tokens) - 1) / bs
 	if out < 1 {
 		full = prompt / bs
 	}
-	local, seq := d.hasher.AppendHashes(nil, nil, tokens[:full*bs], 0, false)
+	local, seq := d.hasher.Salted(salt).AppendHashes(nil, nil, tokens[:full*bs], 0, false)
 	j := &job{tokens: tokens, prompt: prompt, notify: make(chan struct{}, 1)}
 	j.req = sim.Request{InputTokens: prompt, OutputTokens: out, LocalHashes: local, SeqHashes: seq, Worker: -1}
 	d.mu.Lock()
@@ -185,6 +196,9 @@ func (d *driver) submit(tokens []uint32, prompt int) (*job, error) {
 		info := d.blocks[h]
 		if info == nil {
 			info = &blockInfo{tokens: tokens[i*bs : (i+1)*bs : (i+1)*bs]}
+			if i == 0 {
+				info.salt = salt
+			}
 			d.blocks[h] = info
 		}
 		info.jobs++

@@ -43,13 +43,20 @@ func promptSeed(prompt []uint32) uint64 {
 	return h
 }
 
+// MaxCacheSaltLen bounds a request's cache_salt, in bytes.
+const MaxCacheSaltLen = 256
+
 // generate plans the reply to prompt and submits it to the engine: its
 // length is drawn from [MinOutput, MaxOutput] by a hash of the prompt, and
 // cut to maxTokens (0: no limit) when that is shorter; tool, when set,
-// makes the reply one call to it.
-func (s *Server) generate(prompt []uint32, maxTokens int, tool *wordtok.Tool, continuing bool) (*generation, error) {
+// makes the reply one call to it. salt is the request's cache_salt ("":
+// none): blocks cached under one salt are never a hit for another.
+func (s *Server) generate(prompt []uint32, maxTokens int, tool *wordtok.Tool, continuing bool, salt string) (*generation, error) {
 	if len(prompt) == 0 {
 		return nil, badRequest("the prompt is empty")
+	}
+	if len(salt) > MaxCacheSaltLen {
+		return nil, badRequest("cache_salt is %d bytes, more than %d", len(salt), MaxCacheSaltLen)
 	}
 	if maxTokens < 0 {
 		return nil, badRequest("max_tokens must be at least 1, got %d", maxTokens)
@@ -75,7 +82,7 @@ func (s *Server) generate(prompt []uint32, maxTokens int, tool *wordtok.Tool, co
 		}
 		tokens = wordtok.Generate(tokens, g.seed, g.n)
 	}
-	j, err := s.drv.submit(tokens, len(prompt))
+	j, err := s.drv.submit(tokens, len(prompt), salt)
 	if err != nil {
 		return nil, &errStatus{http.StatusBadRequest, err.Error()}
 	}

@@ -33,9 +33,12 @@ type tokenTurn struct {
 // ignoreEOS (a rollout's usual setting), else the mock's drawn length cut
 // to maxNew; the reply stops early, its stop token included, at the first
 // of stop it generates.
-func (s *Server) generateTokens(prompt []uint32, maxNew int, ignoreEOS bool, stop []int64) (*tokenTurn, error) {
+func (s *Server) generateTokens(prompt []uint32, maxNew int, ignoreEOS bool, stop []int64, salt string) (*tokenTurn, error) {
 	if len(prompt) == 0 {
 		return nil, badRequest("the prompt is empty")
+	}
+	if len(salt) > MaxCacheSaltLen {
+		return nil, badRequest("cache_salt is %d bytes, more than %d", len(salt), MaxCacheSaltLen)
 	}
 	if maxNew < 0 {
 		return nil, badRequest("max new tokens must not be negative, got %d", maxNew)
@@ -73,7 +76,7 @@ func (s *Server) generateTokens(prompt []uint32, maxNew int, ignoreEOS bool, sto
 		// max_new_tokens 0: the prompt is prefilled, nothing generated.
 		tokens = append(tokens, wordtok.Generate(nil, g.seed, 1)...)
 	}
-	j, err := s.drv.submit(tokens, len(prompt))
+	j, err := s.drv.submit(tokens, len(prompt), salt)
 	if err != nil {
 		return nil, &errStatus{http.StatusBadRequest, err.Error()}
 	}
@@ -214,7 +217,7 @@ func (s *Server) sglGenerate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t, err := s.generateTokens(prompt, maxNew, sp.IgnoreEOS, sp.StopTokenIDs)
+	t, err := s.generateTokens(prompt, maxNew, sp.IgnoreEOS, sp.StopTokenIDs, "") // SGLang's API has no cache_salt
 	if err != nil {
 		var es *errStatus
 		if errors.As(err, &es) {
@@ -406,7 +409,11 @@ func (s *Server) vllmGenerate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t, err := s.generateTokens(prompt, maxTokens, sp.IgnoreEOS, sp.StopTokenIDs)
+	var salt string
+	if req.CacheSalt != nil {
+		salt = *req.CacheSalt
+	}
+	t, err := s.generateTokens(prompt, maxTokens, sp.IgnoreEOS, sp.StopTokenIDs, salt)
 	if err != nil {
 		s.replyError(w, r, false, err)
 		return

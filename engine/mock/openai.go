@@ -73,7 +73,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	g, err := s.generate(prompt, req.MaxOutputTokens(), tool, req.ContinueFinalMessage)
+	g, err := s.generate(prompt, req.MaxOutputTokens(), tool, req.ContinueFinalMessage, req.CacheSalt)
 	if err != nil {
 		s.replyError(w, r, false, err)
 		return
@@ -203,7 +203,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	if req.MaxTokens != nil {
 		maxTokens = *req.MaxTokens
 	}
-	g, err := s.generate(prompt, maxTokens, nil, true) // the text continues the prompt
+	g, err := s.generate(prompt, maxTokens, nil, true, req.CacheSalt) // the text continues the prompt
 	if err != nil {
 		s.replyError(w, r, false, err)
 		return

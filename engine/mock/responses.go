@@ -37,7 +37,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	if req.MaxOutputTokens != nil {
 		maxTokens = *req.MaxOutputTokens
 	}
-	g, err := s.generate(prompt, maxTokens, tool, false)
+	g, err := s.generate(prompt, maxTokens, tool, false, req.CacheSalt)
 	if err != nil {
 		s.replyError(w, r, false, err)
 		return

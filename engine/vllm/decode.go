@@ -193,6 +193,7 @@ type rawEvent struct {
 	group     int64
 	hasGroup  bool
 	extra     [][]uint64 // per block, from extra_keys (only with ExtraKeys)
+	hasExtra  bool       // extra_keys was present (extra keeps its buffer across events)
 	salt      []byte     // SGLang metadata.cache_salt
 }
 
@@ -705,6 +706,7 @@ func (d *Decoder) extraKeys() error {
 		return fieldErr("extra_keys", ErrBadField)
 	}
 	d.extras = d.extras[:0]
+	e.hasExtra = true
 	type span struct{ lo, hi int }
 	var spans [64]span
 	sp := spans[:0]
@@ -822,7 +824,7 @@ func (d *Decoder) normalise() (*flashindex.Event, bool, error) {
 			ev.LoRA = "lora_id:" + strconv.FormatInt(e.loraID, 10)
 		}
 	}
-	if d.opts.ExtraKeys && e.extra != nil && len(e.extra) != len(e.hashes) {
+	if d.opts.ExtraKeys && e.hasExtra && len(e.extra) != len(e.hashes) {
 		return nil, false, &EventError{Field: "extra_keys", Err: ErrBadField}
 	}
 	var salt uint64
@@ -833,7 +835,7 @@ func (d *Decoder) normalise() (*flashindex.Event, bool, error) {
 	for i, h := range e.hashes {
 		sb := flashindex.StoredBlock{EngineHash: h, Tokens: e.tokens[i*bs : (i+1)*bs : (i+1)*bs]}
 		if d.opts.ExtraKeys {
-			if e.extra != nil && len(e.extra[i]) > 0 {
+			if e.hasExtra && len(e.extra[i]) > 0 {
 				sb.ExtraKeys = e.extra[i]
 			}
 			if e.salt != nil {

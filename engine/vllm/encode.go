@@ -23,6 +23,10 @@ type WireEvent struct {
 	BlockSize int
 	Medium    string // "" writes nil
 	LoRAName  string // "" writes nil
+	// ExtraKeys holds each block's extra keys as strings (vLLM writes a
+	// request's cache_salt as the first block's); nil writes nil, a nil
+	// entry an empty list.
+	ExtraKeys [][]string
 	LoRAID    int64
 	HasLoRAID bool
 	Group     int
@@ -140,6 +144,8 @@ func (ev *WireEvent) has(f Field) bool {
 		return ev.Medium != ""
 	case FieldLoRAName:
 		return ev.LoRAName != ""
+	case FieldExtraKeys:
+		return ev.ExtraKeys != nil
 	case FieldGroupIdx:
 		return ev.HasGroup
 	}
@@ -243,6 +249,21 @@ func (c Encoding) field(e *msgpack.Encoder, ev *WireEvent, f Field) error {
 		return e.EncodeString(ev.Medium)
 	case FieldLoRAName:
 		return e.EncodeString(ev.LoRAName)
+	case FieldExtraKeys:
+		if err := e.EncodeArrayLen(len(ev.ExtraKeys)); err != nil {
+			return err
+		}
+		for _, ks := range ev.ExtraKeys {
+			if err := e.EncodeArrayLen(len(ks)); err != nil {
+				return err
+			}
+			for _, k := range ks {
+				if err := e.EncodeString(k); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	case FieldGroupIdx:
 		return e.EncodeInt(int64(ev.Group))
 	}

@@ -37,6 +37,7 @@ type MessagesRequest struct {
 	TopK          *int                 `json:"top_k,omitempty"`
 	Thinking      json.RawMessage      `json:"thinking,omitempty"`
 	ServiceTier   string               `json:"service_tier,omitempty"`
+	CacheSalt     string               `json:"cache_salt,omitempty"` // as ChatRequest.CacheSalt (an agentkv and vLLM extension)
 }
 
 // SystemText returns the system prompt's text (text blocks joined with

@@ -55,6 +55,9 @@ type ChatRequest struct {
 	MinTokens            *int            `json:"min_tokens,omitempty"`
 	IgnoreEOS            bool            `json:"ignore_eos,omitempty"`
 	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs,omitempty"`
+	// CacheSalt is vLLM's cache_salt: the engine mixes it into the
+	// prompt's first block hash, isolating its prefix cache (a tenant's).
+	CacheSalt string `json:"cache_salt,omitempty"`
 }
 
 // MaxOutputTokens returns max_completion_tokens, else max_tokens, else 0
@@ -338,6 +341,7 @@ type CompletionRequest struct {
 	Suffix        string          `json:"suffix,omitempty"`
 	User          string          `json:"user,omitempty"`
 	Logprobs      *int            `json:"logprobs,omitempty"`
+	CacheSalt     string          `json:"cache_salt,omitempty"` // as ChatRequest.CacheSalt
 	MinTokens     *int            `json:"min_tokens,omitempty"`
 	IgnoreEOS     bool            `json:"ignore_eos,omitempty"`
 	Metadata      json.RawMessage `json:"metadata,omitempty"`

@@ -28,6 +28,7 @@ type ResponsesRequest struct {
 	User               string                   `json:"user,omitempty"`
 	Truncation         string                   `json:"truncation,omitempty"`
 	ServiceTier        string                   `json:"service_tier,omitempty"`
+	CacheSalt          string                   `json:"cache_salt,omitempty"` // as ChatRequest.CacheSalt
 }
 
 // InstructionsText returns the instructions' text (text parts joined
