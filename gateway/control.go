@@ -79,10 +79,14 @@ func (p *pauseGate) paused() bool {
 	return p.resume != nil
 }
 
-// adminOK is where an admin check belongs: the control endpoints (engine
-// controls, router pause, the worker registry) call it first. Today every
-// caller may (no admin key is configured); false means it has answered.
-func (g *Gateway) adminOK(w http.ResponseWriter, r *http.Request) bool { return true }
+// adminOK guards the control endpoints (engine controls, router pause,
+// the worker registry): with Config.Keys only an admin key passes (401
+// without a valid key, 403 with a tenant's); false means it has answered.
+func (g *Gateway) adminOK(w http.ResponseWriter, r *http.Request) bool {
+	ok := false
+	g.RequireAdmin(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ok = true })).ServeHTTP(w, r)
+	return ok
+}
 
 // controlReply is one worker's answer to a fanned-out control call.
 type controlReply struct {

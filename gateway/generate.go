@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/engine/vllm"
+	"github.com/agentkv/agentkv/gateway/tenant"
 	"github.com/agentkv/agentkv/internal/tokenapi"
 )
 
@@ -130,6 +131,11 @@ func (g *Gateway) serveTokens(w http.ResponseWriter, r *http.Request, sglang boo
 	if sglang {
 		path = GeneratePath
 	}
+	tn, err := g.authenticateKey(r)
+	if err != nil {
+		tokenError(w, sglang, http.StatusUnauthorized, err.Error())
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
 	if err != nil {
 		tokenError(w, sglang, http.StatusRequestEntityTooLarge, "reading the request body: "+err.Error())
@@ -145,6 +151,30 @@ func (g *Gateway) serveTokens(w http.ResponseWriter, r *http.Request, sglang boo
 		tokenError(w, sglang, http.StatusBadRequest, err.Error())
 		return
 	}
+	// A tenant's sessions and rids are its own. The vLLM token API takes
+	// the tenant's cache_salt; SGLang's /generate has no cache salt, so
+	// tenants' prefixes are not isolated on SGLang engines (README).
+	var cacheSalt string
+	if tn != nil {
+		agent.SessionID, agent.ParentSessionID = tenant.Scope(tn, agent.SessionID), tenant.Scope(tn, agent.ParentSessionID)
+		if tc.rid != "" {
+			tc.rid = tenant.Scope(tn, tc.rid)
+		}
+		if ref := g.limits.Acquire(tn, agent.SessionID); ref != tenant.OK {
+			g.m.tenantRejected.WithLabelValues(ref.String()).Inc()
+			w.Header().Set("Retry-After", "1")
+			tokenError(w, sglang, http.StatusTooManyRequests, "agentkv gateway: tenant "+tn.Name+" is past its limit ("+ref.String()+"); retry shortly")
+			return
+		}
+		defer g.limits.Release(tn)
+		if !sglang {
+			cacheSalt = tn.Salt
+			if body, err = setCacheSalt(body, cacheSalt); err != nil {
+				tokenError(w, sglang, http.StatusBadRequest, err.Error())
+				return
+			}
+		}
+	}
 	if len(g.order) == 0 {
 		tokenError(w, sglang, http.StatusServiceUnavailable, "agentkv gateway: no workers")
 		return
@@ -154,7 +184,7 @@ func (g *Gateway) serveTokens(w http.ResponseWriter, r *http.Request, sglang boo
 		return // the client left while the router was paused
 	}
 	id := "gw" + strconv.FormatUint(g.reqSeq.Add(1), 10)
-	d, err := g.router.Route(ctx, &agentkv.Request{ID: id, Tokens: tc.tokens, Agent: agent,
+	d, err := g.router.Route(ctx, &agentkv.Request{ID: id, Tokens: tc.tokens, Agent: agent, CacheSalt: cacheSalt,
 		Override: &agentkv.Override{AllowedWorkers: g.tracker.Allowed(nil, nil)}})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -294,6 +324,11 @@ func tokenUsage(b []byte) agentkv.Usage {
 // request's end releases its admission turn); {"abort_all": true} goes to
 // every worker. An unknown rid is a 400 in SGLang's shape.
 func (g *Gateway) abortRequest(w http.ResponseWriter, r *http.Request) {
+	tn, err := g.authenticateKey(r)
+	if err != nil {
+		tokenapi.WriteSGLangError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
 	if err != nil {
 		tokenapi.WriteSGLangError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
@@ -307,12 +342,16 @@ func (g *Gateway) abortRequest(w http.ResponseWriter, r *http.Request) {
 	var targets []*worker
 	switch {
 	case req.AbortAll:
+		if tn != nil && !tn.Admin {
+			tokenapi.WriteSGLangError(w, http.StatusForbidden, "abort_request: abort_all needs an admin key")
+			return
+		}
 		targets = g.order
 	case req.RID == "":
 		tokenapi.WriteSGLangError(w, http.StatusBadRequest, "abort_request: give rid or abort_all")
 		return
 	default:
-		wk := g.rids.get(req.RID)
+		wk := g.rids.get(tenant.Scope(tn, req.RID))
 		if wk == nil {
 			tokenapi.WriteSGLangError(w, http.StatusBadRequest, "abort_request: unknown rid "+strconv.Quote(req.RID))
 			return

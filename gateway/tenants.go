@@ -31,6 +31,20 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request, a API) (*
 	return t, true
 }
 
+// authenticateKey is authenticate for the paths with their own error
+// shapes (the token APIs): on failure it returns the error to answer 401
+// with.
+func (g *Gateway) authenticateKey(r *http.Request) (*tenant.Tenant, error) {
+	if g.cfg.Keys == nil {
+		return nil, nil
+	}
+	t, err := g.cfg.Keys.Authenticate(r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"))
+	if err != nil {
+		g.m.tenantRejected.WithLabelValues("unauthorized").Inc()
+	}
+	return t, err
+}
+
 // RequireAdmin wraps h so that, with keys configured, only an admin key
 // reaches it (401 without a valid key, 403 with a tenant's): for /metrics,
 // the worker registry, pause and resume. Without keys it returns h.

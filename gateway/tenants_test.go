@@ -278,3 +278,28 @@ func TestHideWorkerAddresses(t *testing.T) {
 	require.NotContains(t, body, host, "the error names the worker's address")
 	require.NotContains(t, body, "127.0.0.1")
 }
+
+// TestTenantTokenAPIs: the RL token APIs and control endpoints ask for a
+// key too: 401 in SGLang's shape without one, a tenant's rid is its own,
+// and engine controls and abort_all need the admin key.
+func TestTenantTokenAPIs(t *testing.T) {
+	c := startTenants(t, 1)
+	body := `{"rid":"r1","input_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17],"sampling_params":{"max_new_tokens":2}}`
+	resp, b := postJSON(t, c.srv.URL+GeneratePath, nil, body)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, string(b))
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(b, &e), string(b))
+	require.NotEmpty(t, e.Error.Message)
+	resp, b = postJSON(t, c.srv.URL+GeneratePath, map[string]string{"Authorization": "Bearer " + keyAlice}, body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	resp, _ = postJSON(t, c.srv.URL+AbortPath, map[string]string{"Authorization": "Bearer " + keyBob}, `{"abort_all":true}`)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	resp, _ = postJSON(t, c.srv.URL+"/flush_cache", map[string]string{"Authorization": "Bearer " + keyAlice}, `{}`)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	resp, b = postJSON(t, c.srv.URL+"/flush_cache", map[string]string{"Authorization": "Bearer " + keyOps}, `{}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+}
