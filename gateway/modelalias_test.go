@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -53,4 +54,32 @@ func TestModelAlias(t *testing.T) {
 	require.Equal(t, "claude-haiku-*", l.Data[1].ID)
 	require.Equal(t, "small", l.Data[1].Root)
 	require.Equal(t, "claude-*", l.Data[2].ID)
+}
+
+// FuzzModelAlias: any --model-alias value parses or is refused with an
+// error, never a panic; a parsed alias matches its own pattern's literal
+// names and rewrites a request body's model.
+func FuzzModelAlias(f *testing.F) {
+	for _, s := range []string{"claude-*=Qwen/Qwen3-8B", "a=b", "[=x", "=", "*=*", "claude-\\*=m"} {
+		f.Add(s, "claude-sonnet-4-5")
+	}
+	f.Fuzz(func(t *testing.T, spec, name string) {
+		a, err := ParseModelAlias(spec)
+		if err != nil {
+			return
+		}
+		got, ok := aliasModel([]ModelAlias{a}, name)
+		if ok {
+			require.Equal(t, a.Model, got)
+			body, err := withModel([]byte(`{"model":"x"}`), got)
+			require.NoError(t, err)
+			var m map[string]string
+			require.NoError(t, json.Unmarshal(body, &m))
+			if utf8.ValidString(got) { // JSON carries invalid UTF-8 as U+FFFD
+				require.Equal(t, got, m["model"])
+			}
+		} else {
+			require.Equal(t, name, got)
+		}
+	})
 }
