@@ -57,7 +57,10 @@
 // session: Claude Code, Codex, OpenCode, Dynamo's x-dynamo-*, ThunderAgent's
 // program_id); the prompt is tokenized for routing through its chat form,
 // by a worker's in-process Tokenizer (for real models, package hftok: the
-// model's tokenizer.json and chat template; its answers are compared with
+// model's tokenizer.json and chat template; a SessionTokenizer, as
+// hftok.Chat is, tokenizes a session's turn incrementally, reusing the ids
+// of the prompt's unchanged prefix from the session's previous turn; its
+// answers are compared with
 // the worker's /tokenize in the background, the first and every
 // Config.TokenizerCheckEvery-th, and a mismatch turns it off for that
 // worker), else a routable worker's /tokenize (the chat template applied
