@@ -22,6 +22,7 @@ import (
 	"github.com/agentkv/agentkv/gateway"
 	"github.com/agentkv/agentkv/gateway/failover"
 	"github.com/agentkv/agentkv/hftok"
+	"github.com/agentkv/agentkv/kvhint"
 )
 
 func init() {
@@ -214,7 +215,7 @@ func runProxy(env *cmdEnv, args []string) error {
 	fs := newFlags(env, c)
 	var workers workerFlags
 	listen := fs.String("listen", defaultProxyListen, "address to serve the APIs on")
-	fs.Var(&workers, "worker", "vLLM base URL[,events=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,dp=N][,apis=chat+responses+...] (repeatable)")
+	fs.Var(&workers, "worker", "vLLM base URL[,events=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,dp=N][,apis=chat+responses+...][,hints=inline|control|off] (repeatable)")
 	blockSize := fs.Int("block-size", 0, "KV block size in tokens (0: read from the workers' /metrics; must match the engines)")
 	policy := fs.String("policy", "kv", "worker selection: kv, round-robin or random")
 	affinity := fs.String("affinity", "auto", "session affinity: auto (soft: a session stays on its worker unless that one is busy), off, soft or hard")
@@ -233,6 +234,7 @@ func runProxy(env *cmdEnv, args []string) error {
 	firstByte := fs.Duration("first-byte-timeout", gateway.DefaultFirstByteTimeout, "longest wait for a stream's first byte from a worker before trying another (0: none)")
 	stripBilling := fs.Bool("strip-billing-header", true, "remove Claude Code's per-request billing preamble from Messages system prompts")
 	tokDir := fs.String("tokenizer", "", "the served model's Hugging Face directory (tokenizer.json, tokenizer_config.json, chat_template.jinja): --worker prompts are tokenized in process, checked against the workers' /tokenize now and then, instead of a /tokenize call per request")
+	hints := fs.String("hints", "off", "KV hint policies, comma-separated: share, tail, pin, release, all or off; sent to workers whose spec says hints=inline|control (--mock-workers: inline)")
 	nf := addNATSFlags(fs)
 	var starts []func(ctx context.Context, log *slog.Logger) ([]gateway.WorkerSpec, func(), error)
 	for _, h := range proxyHooks {
@@ -247,6 +249,10 @@ func runProxy(env *cmdEnv, args []string) error {
 	pol, err := agentkv.ParsePolicy(*policy)
 	if err != nil {
 		return usagef("proxy: --policy: %v", err)
+	}
+	hintPolicies, err := kvhint.NamedPolicies(*hints)
+	if err != nil {
+		return usagef("proxy: --hints: %v", err)
 	}
 	switch {
 	case *blockSize < 0:
@@ -307,7 +313,7 @@ func runProxy(env *cmdEnv, args []string) error {
 		aff, _ = parseAffinity(*affinity)
 	}
 	cfg := gateway.StackConfig{Workers: workers, BlockSize: *blockSize, Policy: pol, Affinity: aff,
-		Admission: *adm, Tick: *tick, Refresh: *refresh, Logger: logger,
+		Admission: *adm, Tick: *tick, Refresh: *refresh, Logger: logger, Hints: hintPolicies,
 		Gateway: gateway.Config{MaxBodyBytes: *maxBody, StripBillingHeader: *stripBilling,
 			Failover:         failover.Config{MigrationLimit: *migration, Probe: failover.ProbeConfig{Interval: *probe}},
 			FirstByteTimeout: *firstByte}}
