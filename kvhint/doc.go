@@ -132,6 +132,17 @@
 // everything, and Close(ctx) drains, or gives up when ctx ends and cancels
 // the delivery in flight.
 //
+// # Delivery to engines over HTTP
+//
+// NamedPolicies builds the built-ins from a flag ("share,tail,pin,release").
+// AppendToBody adds an envelope to a request body as its "kv_hints" field,
+// where vLLM (PR #53423) and SGLang read it. A proxy keeps route-time hints
+// in a Mailbox until the worker's request takes them, and Split sends
+// between-request actions (BetweenRequests: demote, release) to a control
+// channel instead, such as an HTTPSink behind a Queue. Envelope.SignedHashes
+// writes block hashes as signed int64, the way SGLang names blocks
+// (engine/sglang.Names translates the router's hashes to SGLang's).
+//
 // # Thread safety and ownership
 //
 // Envelope, Action, Reply, Input and Session are plain values: any number of

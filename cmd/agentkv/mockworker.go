@@ -148,7 +148,7 @@ func mockWorkersHook(fs flagSet) func(ctx context.Context, log *slog.Logger) ([]
 			}
 			servers = append(servers, s)
 			specs = append(specs, gateway.WorkerSpec{URL: s.URL(), Events: s.EventsEndpoint(), Replay: s.ReplayEndpoint(),
-				Native: native, Tokenizer: s})
+				Native: native, Tokenizer: s, Hints: gateway.HintsInline})
 			log.Info("mock worker started", "mock", i, "url", s.URL(), "events", s.EventsEndpoint(), "replay", s.ReplayEndpoint(), "model", s.Model())
 		}
 		return specs, stop, nil

@@ -25,6 +25,7 @@ import (
 	"github.com/agentkv/agentkv/gateway/failover"
 	"github.com/agentkv/agentkv/gateway/tenant"
 	"github.com/agentkv/agentkv/hftok"
+	"github.com/agentkv/agentkv/kvhint"
 )
 
 func init() {
@@ -223,6 +224,7 @@ type proxyFlags struct {
 	policy       string
 	affinity     string
 	infer        bool
+	hints        string
 	admission    bool
 	metrics      string
 	maxBody      int64
@@ -253,10 +255,11 @@ type proxyFlags struct {
 // register adds the flags to fs with their defaults.
 func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", defaultProxyListen, "address to serve the APIs on")
-	fs.Var(&f.workers, "worker", "vLLM base URL[,events=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,dp=N][,apis=chat+responses+...] (repeatable)")
+	fs.Var(&f.workers, "worker", "vLLM base URL[,events=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,dp=N][,apis=chat+responses+...][,hints=inline|control|off] (repeatable)")
 	fs.IntVar(&f.blockSize, "block-size", 0, "KV block size in tokens (0: read from the workers' /metrics; must match the engines)")
 	fs.StringVar(&f.policy, "policy", "kv", "worker selection: kv, round-robin, random or global-lb (VERL's default rollout balancer: sticky per session, else the fewest requests in flight)")
 	fs.StringVar(&f.affinity, "affinity", "auto", "session affinity: auto (soft: a session stays on its worker unless that one is busy; off with --policy global-lb, which is sticky itself), off, soft or hard")
+	fs.StringVar(&f.hints, "hints", "off", "KV hint policies, comma-separated: share, tail, pin, release, all or off; sent to workers whose spec says hints=inline|control (--mock-workers: inline)")
 	fs.BoolVar(&f.infer, "infer-sessions", false, "infer the session of a request that names none from its prompt (README: How agentkv recognises sessions)")
 	fs.BoolVar(&f.admission, "admission", false, "enable program-aware admission control (admission.Agentic: ThunderAgent with bounded waits, growth-sized placement and home-first resumes)")
 	fs.StringVar(&f.metrics, "metrics", "/metrics", "path serving Prometheus metrics (empty: none)")
@@ -318,6 +321,10 @@ func (f *proxyFlags) config() (gateway.StackConfig, gateway.ServerConfig, error)
 	case f.tenantCap < 0 || (f.tenantCap > 0 && f.apiKeys == ""):
 		return cfg, sc, usagef("proxy: --tenant-capacity needs --api-keys and must be ≥ 0")
 	}
+	hintPolicies, err := kvhint.NamedPolicies(f.hints)
+	if err != nil {
+		return cfg, sc, usagef("proxy: --hints: %v", err)
+	}
 	var keys *tenant.Set
 	if f.apiKeys != "" {
 		if keys, err = tenant.Load(f.apiKeys); err != nil {
@@ -334,7 +341,7 @@ func (f *proxyFlags) config() (gateway.StackConfig, gateway.ServerConfig, error)
 		}
 	}
 	cfg = gateway.StackConfig{Workers: append([]gateway.WorkerSpec(nil), f.workers...), BlockSize: f.blockSize, Policy: pol, Affinity: aff,
-		Admission: f.admission, Tick: f.tick, Refresh: f.refresh.value(),
+		Admission: f.admission, Tick: f.tick, Refresh: f.refresh.value(), Hints: hintPolicies,
 		Gateway: gateway.Config{MaxBodyBytes: f.maxBody, StripBillingHeader: f.stripBilling, ModelAliases: f.modelAliases,
 			Failover: failover.Config{MigrationLimit: int(f.migration), Probe: failover.ProbeConfig{Interval: f.probe},
 				Outlier: failover.OutlierConfig{FirstByteFactor: f.fbFactor, FirstByteFloor: f.fbFloor,

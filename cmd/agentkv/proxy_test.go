@@ -773,6 +773,8 @@ func TestProxyCLIUsageErrors(t *testing.T) {
 		{"bad-worker", []string{"proxy", "--worker", "localhost:8000"}, 2, "http:// or https://"},
 		{"bad-policy", []string{"proxy", "--worker", f.URL(), "--policy", "best"}, 2, "unknown policy"},
 		{"bad-affinity", []string{"proxy", "--worker", f.URL(), "--affinity", "sticky"}, 2, "unknown mode"},
+		{"bad-hints", []string{"proxy", "--worker", f.URL(), "--hints", "share,gossip"}, 2, "unknown hint policy"},
+		{"bad-worker-hints", []string{"proxy", "--worker", f.URL() + ",hints=sometimes"}, 2, "hints="},
 		{"negative-block", []string{"proxy", "--worker", f.URL(), "--block-size", "-1"}, 2, "--block-size"},
 		{"bad-metrics", []string{"proxy", "--worker", f.URL(), "--metrics", "m"}, 2, "--metrics"},
 		{"zero-tick", []string{"proxy", "--worker", f.URL(), "--tick", "0s"}, 2, "--tick"},

@@ -71,6 +71,22 @@
 //     it is refused (400) while requests are in flight, as SGLang does,
 //     and so are weight updates: pause generation first. While paused no
 //     engine step runs and new requests wait.
+//   - KV hints (hints.go; Config.Hints): a generation request's "kv_hints"
+//     body field (vLLM's and SGLang's) is executed before the request is
+//     queued and answered in the X-Kv-Hints-Reply header (a kvhint.Reply,
+//     one outcome per action: accepted, clipped, deferred, rejected,
+//     missing); POST /kv/hints takes an envelope between requests and
+//     answers the Reply. kv.fetch pulls the named blocks from the peer at
+//     its source_control_endpoint (the peer's base URL) with POST
+//     /kv/blocks, over HTTP, counted and timed; kv.prefetch and kv.demote
+//     move blocks between the device and host tiers, kv.pin, kv.retain and
+//     kv.deref change eviction (engine/sim's hint machinery), and the KV
+//     events show every move. Unknown actions are ignored; a malformed,
+//     oversized (Config.Hints.MaxBytes, 1 MiB) or invalid envelope is
+//     refused whole and changes nothing; a block or session the worker
+//     does not hold is "missing". /metrics adds
+//     agentkv_mock_kv_hint_actions_total{kind,outcome} and the
+//     agentkv_mock_kv_fetch_* transfer counters.
 //
 // Bad input gets the API's own error shape (OpenAI {"error":{...}},
 // Anthropic {"type":"error",...}, SGLang {"error":{"message"}}): malformed

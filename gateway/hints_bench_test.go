@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentkv/agentkv"
+	"github.com/agentkv/agentkv/flashindex"
+	"github.com/agentkv/agentkv/internal/cputime"
+	"github.com/agentkv/agentkv/kvhint"
+	"github.com/agentkv/agentkv/session"
+)
+
+// benchWorker is a router adapter with a hint channel.
+type benchWorker struct {
+	id uint64
+	h  *HintChannel
+}
+
+func (w *benchWorker) Info() agentkv.WorkerInfo {
+	return agentkv.WorkerInfo{ID: w.id, BlockSize: 16, KVCapacityTokens: 1 << 22, Endpoint: "http://127.0.0.1:9/w" + strconv.FormatUint(w.id, 10)}
+}
+
+func (w *benchWorker) HintSink() kvhint.Sink {
+	if w.h == nil {
+		return nil
+	}
+	return w.h.Sink()
+}
+
+// hintBench is a router over 4 workers; worker 0 holds every session's
+// 8K-token context (from KV events), and each turn is placed on worker 1,
+// so the share policy names worker 0 on every call.
+type hintBench struct {
+	r       *agentkv.Router
+	ws      []*benchWorker
+	prompts [][]uint32
+	body    []byte
+}
+
+func newHintBench(b *testing.B, policies string) *hintBench {
+	ps, err := kvhint.NamedPolicies(policies)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := agentkv.New(agentkv.Config{BlockSize: 16, Seed: 1, Hints: ps})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hb := &hintBench{r: r, body: []byte(`{"model":"m","max_tokens":64,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 6000) + `"}]}`)}
+	for i := range 4 {
+		w := &benchWorker{id: uint64(i)}
+		if policies != "off" {
+			if w.h, err = NewHintChannel(HintsInline, "http://127.0.0.1:9", nil); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { w.h.Close(context.Background()) })
+		}
+		hb.ws = append(hb.ws, w)
+		if err := r.AddWorker(w); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var evID uint64
+	for s := range 64 {
+		toks := make([]uint32, 8192)
+		for i := range toks {
+			toks[i] = uint32(s*100003 + i*7 + 1)
+		}
+		copy(toks, hb.promptOrNil(0)) // a shared 8-block system prompt
+		hb.prompts = append(hb.prompts, toks)
+		ev := flashindex.Event{Worker: flashindex.Worker{ID: 0}, Kind: flashindex.Stored}
+		var parent uint64
+		for i := 0; i+16 <= len(toks); i += 16 {
+			evID++
+			ev.EventID = evID
+			ev.Blocks = []flashindex.StoredBlock{{EngineHash: uint64(s)<<32 | uint64(i/16+1), Tokens: toks[i : i+16]}}
+			ev.Parent, ev.HasParent = parent, i > 0
+			if err := r.ApplyEvent(&ev); err != nil {
+				b.Fatal(err)
+			}
+			parent = ev.Blocks[0].EngineHash
+		}
+	}
+	return hb
+}
+
+func (hb *hintBench) promptOrNil(i int) []uint32 {
+	if i < len(hb.prompts) {
+		return hb.prompts[i][:128]
+	}
+	return nil
+}
+
+// turn routes session s's next turn to worker 1, encodes the waiting
+// hints into the forwarded body and finishes the request.
+func (hb *hintBench) turn(ctx context.Context, s, n int) time.Duration {
+	req := &agentkv.Request{ID: "r" + strconv.Itoa(n), Tokens: hb.prompts[s],
+		Agent:    session.AgentContext{SessionID: "s" + strconv.Itoa(s)},
+		Override: &agentkv.Override{AllowedWorkers: []uint64{1}}}
+	start := cputime.Thread()
+	d, err := hb.r.Route(ctx, req)
+	if err != nil {
+		panic(err)
+	}
+	body := hb.ws[d.Worker.ID].h.Body(hb.body)
+	el := cputime.Thread() - start
+	_ = body
+	d.Done(agentkv.Usage{PromptTokens: len(req.Tokens)})
+	return el
+}
+
+// BenchmarkHintOverhead measures what hint evaluation (every built-in
+// policy; share fires on every call) and encoding into the forwarded body
+// add to a routed 8K-token turn: the same turns are routed by a router
+// without hints and one with, interleaved in one run, and the p99s and
+// their difference and ratio are reported. Times are the thread's CPU
+// time (the goroutine locked to its thread), which leaves out the time
+// the OS ran other jobs on these shared machines.
+func BenchmarkHintOverhead(b *testing.B) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	off, on := newHintBench(b, "off"), newHintBench(b, "all")
+	ctx := context.Background()
+	var tOff, tOn []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s := i % 64
+		if i%2 == 0 { // alternate which router goes first
+			tOff = append(tOff, off.turn(ctx, s, i))
+			tOn = append(tOn, on.turn(ctx, s, i))
+		} else {
+			tOn = append(tOn, on.turn(ctx, s, i))
+			tOff = append(tOff, off.turn(ctx, s, i))
+		}
+	}
+	b.StopTimer()
+	p := func(ts []time.Duration, q float64) float64 {
+		slices.Sort(ts)
+		return float64(ts[min(len(ts)-1, int(q*float64(len(ts))))].Nanoseconds()) / 1e3
+	}
+	p50off, p50on := p(tOff, 0.5), p(tOn, 0.5)
+	p99off, p99on := p(tOff, 0.99), p(tOn, 0.99)
+	b.ReportMetric(p50off, "p50-off-us")
+	b.ReportMetric(p50on, "p50-hints-us")
+	b.ReportMetric(p99off, "p99-off-us")
+	b.ReportMetric(p99on, "p99-hints-us")
+	b.ReportMetric(p99on-p99off, "p99-added-us")
+	b.ReportMetric(p99on/p99off, "p99-ratio")
+	if st := on.ws[1].h.Stats(); st.AttachedActions == 0 && b.N > 1 {
+		b.Fatal(fmt.Sprintf("no hints were attached: %+v", st))
+	}
+}
