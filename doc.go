@@ -55,7 +55,11 @@
 // uniform ties; above 0 a softmax over min-max normalised costs. Session
 // affinity (soft or hard, with a TTL), per-request overrides (weights,
 // allowed workers) and a busy filter adjust the candidates. RoundRobin and
-// Random ignore the cache and exist for comparison.
+// Random ignore the cache and exist for comparison; so does GlobalLB,
+// VERL's default rollout balancer and the baseline of RL rollouts: a
+// session stays on the worker it was first sent to (an LRU of
+// GlobalLBSessions sessions), anything else goes to the fewest requests in
+// flight.
 //
 // What the index knows comes from KV events (ApplyEvent). A worker whose
 // engine publishes none is invisible to it, so by default (Config.Index's
