@@ -399,7 +399,9 @@ func (r *Router) Close() error {
 	var rel []release
 	for id, h := range r.held {
 		h.dropped = true
-		rel = append(rel, release{id: id, h: h, dropped: true})
+		// A released request's ready channel is closed already (its
+		// caller has not come back for it yet): do not close it twice.
+		rel = append(rel, release{id: id, h: h, dropped: true, woken: h.released})
 	}
 	clear(r.held)
 	clear(r.heldByPg)

@@ -708,3 +708,24 @@ func TestRebalanceMargin(t *testing.T) {
 	require.Equal(t, uint64(1), run(1024, 64), "a backlog under the margin keeps the program home")
 	require.Equal(t, uint64(2), run(1024, 4096), "a backlog over the margin moves it")
 }
+
+// TestCloseAfterARelease: Close with a held request that admission has
+// released but its TryRoute caller has not come back for (its ready
+// channel closed already) does not close that channel again (it panicked
+// with "close of closed channel" in a Stack's Close).
+func TestCloseAfterARelease(t *testing.T) {
+	clk := newFakeClock()
+	r, err := New(Config{BlockSize: testBS, Now: clk.Now, Admission: &admission.Config{}})
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(worker(1, 1000)))
+	da, err := r.TryRoute(&Request{ID: "a1", Tokens: tokens(600, 1), Agent: session.AgentContext{SessionID: "a"}})
+	require.NoError(t, err)
+	_, err = r.TryRoute(&Request{ID: "b1", Tokens: tokens(600, 2), Agent: session.AgentContext{SessionID: "b"}})
+	require.ErrorIs(t, err, ErrHeld)
+	clk.Advance(time.Second)
+	da.Done(Usage{PromptTokens: 600, CompletionTokens: 10})
+	r.EndSession("a")
+	clk.Advance(5 * time.Second)
+	require.Equal(t, []string{"b1"}, r.Tick().Released)
+	require.NotPanics(t, func() { require.NoError(t, r.Close()) })
+}
