@@ -487,7 +487,11 @@ func TestFailoverKilledWorker(t *testing.T) {
 	}
 	require.False(t, f.routable(0))
 	st := f.stack.gw.Tracker().Status()[0]
-	require.Equal(t, uint64(1), st.BreakerOpens, "ejected on the first failure, not after five")
+	// Ejected on the first failure, not after five: its breaker opened
+	// once, or never when a health probe saw it dead before any request
+	// reached it (a loaded machine's timing); the retried count below
+	// says no more than one request met it.
+	require.LessOrEqual(t, st.BreakerOpens, uint64(1), "ejected on the first failure, not after five")
 	connectFailures := testutil.ToFloat64(f.stack.gw.m.failures.WithLabelValues("chat", "retried"))
 	require.LessOrEqual(t, connectFailures, 1.0, "after the first failure no request was sent to the dead worker (%.0f retried in %v)",
 		connectFailures, time.Since(start))
