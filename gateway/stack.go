@@ -500,6 +500,11 @@ func (s *Stack) onHealth(id uint64, from, to failover.Health) {
 	case to == failover.Down:
 		s.router.RemoveWorker(id)
 	case to == failover.Up && from == failover.Down:
+		for _, st := range s.gw.tracker.Status() {
+			if st.ID == id && st.Ejected && st.EjectReason != failover.ReasonConnect {
+				return // an outlier ejection: onEject adds it back when it ends
+			}
+		}
 		if err := s.router.AddWorker(w); err != nil {
 			s.log.Warn("gateway: returning worker refused", "worker", w.spec.URL, "err", err)
 		}
