@@ -118,12 +118,18 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, a API) ([]byt
 	var err error
 	if !ok || int64(len(body)) > g.cfg.MaxBodyBytes {
 		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+		if err == nil { // a Limiter decodes a compressed body itself
+			body, err = decodeBody(r.Header.Get("Content-Encoding"), body, g.cfg.MaxBodyBytes)
+		}
 	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		switch {
+		case errors.As(err, &tooBig):
 			g.reject(w, a, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", g.cfg.MaxBodyBytes))
-		} else {
+		case errors.Is(err, errEncoding):
+			g.reject(w, a, http.StatusUnsupportedMediaType, err.Error())
+		default:
 			g.reject(w, a, http.StatusBadRequest, "reading request body: "+err.Error())
 		}
 		return nil, false

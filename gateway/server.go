@@ -232,10 +232,44 @@ func (l *Limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.reject(w, r, code, reason, msg)
 		return
 	}
+	var enc string
+	if enc = r.Header.Get("Content-Encoding"); enc != "" {
+		if body, code, reason, msg = l.decode(enc, body, &reserved); code != 0 {
+			l.reject(w, r, code, reason, msg)
+			return
+		}
+	}
 	r2 := r.WithContext(context.WithValue(r.Context(), bodyKey{}, body))
 	r2.Body = io.NopCloser(bytes.NewReader(body))
 	r2.ContentLength = int64(len(body))
+	if enc != "" {
+		r2.Header = r.Header.Clone()
+		r2.Header.Del("Content-Encoding")
+	}
 	l.next.ServeHTTP(w, r2)
+}
+
+// decode decodes a compressed body (decodeBody), reserving its decoded
+// bytes in the in-flight budget too; code is non-zero on refusal.
+func (l *Limiter) decode(enc string, body []byte, reserved *int64) ([]byte, int, string, string) {
+	out, err := decodeBody(enc, body, l.cfg.MaxBodyBytes)
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes once decoded", l.cfg.MaxBodyBytes)
+	case errors.Is(err, errEncoding):
+		return nil, http.StatusUnsupportedMediaType, "body_encoding", err.Error()
+	case err != nil:
+		return nil, http.StatusBadRequest, "body_unreadable", err.Error()
+	}
+	if len(out) != len(body) || &out[0] != &body[0] {
+		if !l.reserve(int64(len(out))) {
+			return nil, http.StatusServiceUnavailable, "body_memory",
+				fmt.Sprintf("the gateway holds %d bytes of request bodies, its limit; retry shortly", l.cfg.MaxBodyBytesInFlight)
+		}
+		*reserved += int64(len(out))
+	}
+	return out, 0, "", ""
 }
 
 // read reads r's body within the limits, reserving its bytes as it goes

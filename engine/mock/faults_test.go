@@ -2,6 +2,7 @@ package mock
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -100,10 +101,13 @@ func TestWedge(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	r := apiwire.NewSSEReader(resp.Body, 0)
+	var before []string
 	for range 3 { // role chunk + 2 tokens
-		if _, err := r.Next(); err != nil {
+		ev, err := r.Next()
+		if err != nil {
 			t.Fatalf("before the wedge: %v", err)
 		}
+		before = append(before, string(ev.Data))
 	}
 	waitWedged(t, s, 1)
 	// A whole reply is not held by wedge_after.
@@ -111,19 +115,30 @@ func TestWedge(t *testing.T) {
 		t.Fatalf("whole reply under wedge_after: %d", st)
 	}
 	admin(`{"clear":true}`)
-	n := 0
+	// The stream goes on to its end: the rest of the reply (if any: its
+	// length is drawn from the prompt), its finish reason and [DONE], in
+	// however many chunks the engine had them ready.
+	finished := false
 	for {
 		ev, err := r.Next()
 		if err != nil {
-			t.Fatalf("after clearing: %v", err)
+			t.Fatalf("after clearing: %v (before: %q)", err, before)
 		}
 		if strings.TrimSpace(string(ev.Data)) == "[DONE]" {
 			break
 		}
-		n++
+		var ch apiwire.ChatChunk
+		if err := json.Unmarshal(ev.Data, &ch); err != nil {
+			t.Fatalf("chunk %q: %v", ev.Data, err)
+		}
+		for _, c := range ch.Choices {
+			if c.FinishReason != nil && *c.FinishReason != "" {
+				finished = true
+			}
+		}
 	}
-	if n < 4 { // the 4 other tokens (and the usage chunk)
-		t.Fatalf("after clearing: %d more chunks", n)
+	if !finished {
+		t.Fatalf("after clearing: the stream ended without a finish reason (before: %q)", before)
 	}
 	// Bad switches are refused.
 	if st, _ := post(t, s.URL()+"/admin/fault", `{"wedge_after":-1}`); st != 400 {
