@@ -52,8 +52,12 @@ func TestStackReportsEngineUsage(t *testing.T) {
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	_, err = resp.Body.Read(make([]byte, 64)) // decoding
+	_, err = resp.Body.Read(make([]byte, 64))
 	require.NoError(t, err)
+	// The first bytes may come before the engine's next step has placed
+	// the request (a loaded machine): wait until it holds blocks.
+	require.Eventually(t, func() bool { return metricOn(t, m.URL(), "vllm:kv_cache_usage_perc") > 0 }, 2*time.Minute, 5*time.Millisecond,
+		"the running request holds KV blocks")
 	before := metricOn(t, m.URL(), "vllm:kv_cache_usage_perc")
 	got := reported()
 	after := metricOn(t, m.URL(), "vllm:kv_cache_usage_perc")
@@ -64,7 +68,7 @@ func TestStackReportsEngineUsage(t *testing.T) {
 
 	_, err = io.Copy(io.Discard, resp.Body)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return runningOn(t, m.URL()) == 0 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return runningOn(t, m.URL()) == 0 }, 2*time.Minute, 5*time.Millisecond)
 	require.Zero(t, reported(), "the request ended: its blocks are only cached")
 
 	// A worker that stops answering mid-request: its report is cleared,
@@ -76,7 +80,7 @@ func TestStackReportsEngineUsage(t *testing.T) {
 	defer resp2.Body.Close()
 	_, err = resp2.Body.Read(make([]byte, 64))
 	require.NoError(t, err)
-	require.Positive(t, reported())
+	require.Eventually(t, func() bool { return reported() > 0 }, 2*time.Minute, 5*time.Millisecond, "the second request's blocks are reported")
 	require.NoError(t, m.Close())
 	require.Zero(t, reported(), "a worker that cannot be read has no report")
 }

@@ -480,7 +480,9 @@ func TestReplicaProcessesSurviveAKill(t *testing.T) {
 		return applied(1)() >= want && want > 0
 	})
 	caughtUp := time.Since(t0)
-	require.Contains(t, procs[1].stderr.String(), "starting warm from snapshot")
+	eventually(t, "the restarted replica to log its warm start", func() bool {
+		return strings.Contains(procs[1].stderr.String(), "starting warm from snapshot")
+	})
 	require.Equal(t, float64(len(keys)), poolAtStart, "the shared pool came with the snapshot, before any new pool event")
 
 	// It routes as the others do: every session's last prompt, sent
@@ -587,9 +589,12 @@ func TestRelayWaitsForNATSAndWorker(t *testing.T) {
 	})
 	startProcess(t, "mock-worker", "--listen", fmt.Sprintf("127.0.0.1:%d", workerPort), "--events", ev, "--speedup", "1000")
 	relay.line(t, "agentkv relay: worker 0 ("+workerURL)
-	log := relay.stderr.String()
-	require.NotContains(t, log, "outbound buffer limit exceeded", "start-up warnings name their cause")
-	require.Contains(t, log, "relay: worker "+workerURL+" answered")
+	// stderr reaches the buffer through exec's copying goroutine, which
+	// may trail the stdout line read above: wait for the log line.
+	eventually(t, "the relay to log that the worker answered", func() bool {
+		return strings.Contains(relay.stderr.String(), "relay: worker "+workerURL+" answered")
+	})
+	require.NotContains(t, relay.stderr.String(), "outbound buffer limit exceeded", "start-up warnings name their cause")
 
 	// No worker and a short --wait: the relay gives up, saying why.
 	gone := fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t))
