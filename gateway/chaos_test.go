@@ -159,7 +159,7 @@ func chatStreamResult(body string) (string, int, Usage) {
 // near a run without faults. AGENTKV_CHAOS_FULL=1 runs the issue's
 // figure: 200 sessions, a kill every 20 s, two minutes.
 func TestFailoverChaos(t *testing.T) {
-	sessions, period, dur := 100, 2*time.Second, 10*time.Second
+	sessions, period, dur := 100, 1500*time.Millisecond, 6*time.Second
 	if os.Getenv("AGENTKV_CHAOS_FULL") != "" {
 		sessions, period, dur = 200, 20*time.Second, 2*time.Minute
 	}

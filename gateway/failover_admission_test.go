@@ -57,7 +57,7 @@ func TestStackAdmissionIsAgentic(t *testing.T) {
 	require.Equal(t, want.DecayHalfLife, cfg.DecayHalfLife)
 	require.Equal(t, want.Moves, cfg.Moves)
 	require.Equal(t, want.Door, cfg.Door)
-	require.Equal(t, DefaultTick, cfg.Interval)
+	require.Equal(t, f.stack.cfg.Tick, cfg.Interval, "admission ticks at the Stack's Tick")
 
 	_, on = newFleet(t, 1, nil, Config{}, false).stack.Router().AdmissionConfig()
 	require.False(t, on)

@@ -80,7 +80,10 @@ func newFleet(t *testing.T, n int, apis []mock.API, gc Config, admission bool) *
 	if gc.FirstByteTimeout == 0 {
 		gc.FirstByteTimeout = 5 * time.Second
 	}
-	f.stack, f.srv = testStack(t, StackConfig{Gateway: gc, Admission: admission, Registry: prometheus.NewRegistry()}, specs...)
+	// A short admission tick: a turn held at the door (its worker died and
+	// the live one is full) waits for the tick that pauses an idle program,
+	// 5 s by default.
+	f.stack, f.srv = testStack(t, StackConfig{Gateway: gc, Admission: admission, Tick: 200 * time.Millisecond, Registry: prometheus.NewRegistry()}, specs...)
 	return f
 }
 
