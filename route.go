@@ -68,23 +68,25 @@ type Override struct {
 // ctx.Err() if ctx ends first, with the held turn withdrawn. The caller
 // must call Decision.Done when the request finishes.
 func (r *Router) Route(ctx context.Context, req *Request) (*Decision, error) {
-	d, h, err := r.route(req, true)
-	if !errors.Is(err, ErrHeld) {
-		return d, err
+	for {
+		// A released turn is held again when the worker it was released
+		// to left before this call came back for it (releasedToGoneLocked).
+		d, h, err := r.route(req, true)
+		if !errors.Is(err, ErrHeld) {
+			return d, err
+		}
+		select {
+		case <-h.ready:
+		case <-ctx.Done():
+			// Cancel withdraws the held turn, or ends it if its release
+			// raced with the cancellation.
+			r.Cancel(req.ID)
+			return nil, ctx.Err()
+		}
+		if h.dropped {
+			return nil, ErrDropped
+		}
 	}
-	select {
-	case <-h.ready:
-	case <-ctx.Done():
-		// Cancel withdraws the held turn, or ends it if its release raced
-		// with the cancellation.
-		r.Cancel(req.ID)
-		return nil, ctx.Err()
-	}
-	if h.dropped {
-		return nil, ErrDropped
-	}
-	d, _, err = r.route(req, true)
-	return d, err
 }
 
 // TryRoute routes req without blocking. When admission holds it, TryRoute
@@ -334,6 +336,11 @@ func (r *Router) admitLocked(rt *routing, req *Request, sc *scratch, hold bool) 
 		}
 		rt.adm, rt.waited, rt.wasHeld = h.adm, rt.start.Sub(h.since), true
 		delete(r.held, id)
+		if _, ok := r.byAdm[h.adm.Worker]; !ok {
+			if held, again, err := r.releasedToGoneLocked(rt, req, sc, hold); !again {
+				return held, err
+			}
+		}
 	} else {
 		var prefer []admission.WorkerID
 		st := r.adm.Status(rt.program)
@@ -357,6 +364,30 @@ func (r *Router) admitLocked(rt *routing, req *Request, sc *scratch, hold bool) 
 	}
 	rt.admitted = true
 	return nil, r.keepAdmissionWorkerLocked(rt, sc)
+}
+
+// releasedToGoneLocked handles a held turn released to a worker that left
+// (RemoveWorker) before its caller came back for it. Where the removal
+// paused the program, the release is void: the turn counted as running
+// ends, and starts again (it runs on a worker admission has room on, or is
+// held until the program resumes). Where admission has the program running
+// elsewhere already, the turn goes there (again: carry on admitting).
+func (r *Router) releasedToGoneLocked(rt *routing, req *Request, sc *scratch, hold bool) (held *heldRequest, again bool, err error) {
+	if p, _ := r.adm.Program(rt.start, rt.program); p.Lifecycle == admission.Active && p.HasWorker {
+		rt.adm.Worker = p.Worker
+		return nil, true, nil
+	}
+	_ = r.adm.EndRequest(rt.start, rt.program, 0, 0)
+	a, err := r.startTurnLocked(rt, req, r.preferenceLocked(sc.cands))
+	if err != nil {
+		return nil, false, err
+	}
+	if !a.Run {
+		held, err = r.holdLocked(rt, req, hold)
+		return held, false, err
+	}
+	rt.adm = a
+	return nil, true, nil
 }
 
 // startTurnLocked asks admission to start the request's turn. A

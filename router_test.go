@@ -729,3 +729,46 @@ func TestCloseAfterARelease(t *testing.T) {
 	require.Equal(t, []string{"b1"}, r.Tick().Released)
 	require.NotPanics(t, func() { require.NoError(t, r.Close()) })
 }
+
+// TestReleasedToAWorkerThatLeft: a held turn released to a worker that is
+// removed before its TryRoute caller comes back is not refused (it was,
+// with ErrNoWorkers: the removal had paused its program, so it could not
+// be relocated). It waits for the program to resume, then runs on a worker
+// that is still there.
+func TestReleasedToAWorkerThatLeft(t *testing.T) {
+	clk := newFakeClock()
+	r, err := New(Config{BlockSize: testBS, Now: clk.Now, Admission: &admission.Config{}})
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(worker(1, 1000)))
+	require.NoError(t, r.AddWorker(worker(2, 1000)))
+	route := func(id, sess string, seed uint32) (*Decision, error) {
+		return r.TryRoute(&Request{ID: id, Tokens: tokens(600, seed), Agent: session.AgentContext{SessionID: sess}})
+	}
+	da, err := route("a1", "a", 1)
+	require.NoError(t, err)
+	dc, err := route("c1", "c", 3)
+	require.NoError(t, err)
+	require.NotEqual(t, da.Worker.ID, dc.Worker.ID)
+	_, err = route("b1", "b", 2)
+	require.ErrorIs(t, err, ErrHeld)
+
+	clk.Advance(time.Second)
+	da.Done(Usage{PromptTokens: 600, CompletionTokens: 10})
+	r.EndSession("a")
+	clk.Advance(5 * time.Second)
+	require.Equal(t, []string{"b1"}, r.Tick().Released, "b1 is released to a's worker")
+	r.RemoveWorker(da.Worker.ID) // before b1's caller comes back
+
+	_, err = route("b1", "b", 2)
+	require.ErrorIs(t, err, ErrHeld, "the release is void: b waits for room on the worker left")
+	clk.Advance(time.Second)
+	dc.Done(Usage{PromptTokens: 600, CompletionTokens: 10})
+	r.EndSession("c")
+	clk.Advance(5 * time.Second)
+	require.Equal(t, []string{"b1"}, r.Tick().Released)
+	db, err := route("b1", "b", 2)
+	require.NoError(t, err)
+	require.Equal(t, dc.Worker.ID, db.Worker.ID)
+	db.Done(Usage{PromptTokens: 600, CompletionTokens: 10})
+	require.NoError(t, r.Close())
+}

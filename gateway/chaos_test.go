@@ -60,8 +60,23 @@ func runChaos(t *testing.T, sessions, turns int, kill, admission bool, period, d
 	for i := range 3 {
 		f.waitRoutable(i, true)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), dur)
+	// The run lasts dur and until every session has made minTurns turns
+	// (or ended), within two minutes: a loaded machine that managed only
+	// first turns in dur would leave nothing to measure the cache on.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	const minTurns = 3
+	var progressed atomic.Int64 // sessions past minTurns turns, or ended
+	go func() {
+		end := time.Now().Add(dur)
+		for ctx.Err() == nil {
+			if time.Now().After(end) && progressed.Load() == int64(sessions) {
+				cancel()
+				return
+			}
+			sleepCtx(ctx, 20*time.Millisecond)
+		}
+	}()
 	var res chaosResult
 	stop := make(chan struct{})
 	var chaos sync.WaitGroup
@@ -89,6 +104,14 @@ func runChaos(t *testing.T, sessions, turns int, kill, admission bool, period, d
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			counted := false
+			progress := func() {
+				if !counted {
+					counted = true
+					progressed.Add(1)
+				}
+			}
+			defer progress()
 			msgs := []map[string]string{{"role": "system", "content": longPrompt(-1)},
 				{"role": "user", "content": longPrompt(s)}}
 			prev := 0 // the previous turn's prompt and reply tokens
@@ -118,6 +141,9 @@ func runChaos(t *testing.T, sessions, turns int, kill, admission bool, period, d
 				prev = u.PromptTokens + u.CompletionTokens
 				msgs = append(msgs, map[string]string{"role": "assistant", "content": reply},
 					map[string]string{"role": "user", "content": fmt.Sprintf("tool output %d %d ok", s, turn)})
+				if turn+1 >= minTurns {
+					progress()
+				}
 			}
 			atomic.AddInt64(&res.sessionsDone, 1)
 		}()
