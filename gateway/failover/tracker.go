@@ -222,7 +222,19 @@ type tracked struct {
 	reason     string // why the breaker last opened (Reason*)
 	notified   bool   // OnEject was told of an ejection whose end it was not yet told
 	lat        latency
+	// pending is the prefill work (short-prompt tokens) of the attempts
+	// in held: sent, no first byte yet.
+	pending float64
+	held    map[*Attempt]struct{}
+	// snap is the progress read taken at the first timeout of a run
+	// (zero: none); snapping: it is being read; confirming: a wedge is
+	// being confirmed (confirmWedge).
+	snap                 progressSnap
+	snapping, confirming bool
 }
+
+// touts is the breaker's count of timeouts in a row.
+func (w *tracked) touts() int { return w.br.touts }
 
 // New returns a Tracker with no workers.
 func New(cfg Config) (*Tracker, error) {
@@ -461,11 +473,27 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 		return
 	}
 	before, opens := w.br.State(now), w.br.Opens()
-	mayOpen, capped := true, false
-	if o.WorkerFailure() && o.Kind != Connect && w.br.Tripping(now, o.Kind) && !t.mayEjectLocked(now, w) {
+	mayOpen, capped, confirm := true, false, false
+	switch {
+	case o.silent() && t.confirms() && w.br.timeoutTrip(now):
+		// Timeouts alone would eject it: confirm the wedge first from its
+		// progress counters (confirmWedge), its count held meanwhile.
+		mayOpen = false
+		if !w.confirming {
+			w.confirming, confirm = true, true
+		}
+	case o.WorkerFailure() && o.Kind != Connect && w.br.Tripping(now, o.Kind) && !t.mayEjectLocked(now, w):
 		mayOpen, capped = false, true
 	}
 	w.br.record(now, o, mayOpen)
+	switch {
+	case confirm:
+		t.goLocked(func(ctx context.Context) { t.confirmWedge(ctx, w) })
+	case o.silent() && t.confirms() && w.br.State(now) == Closed:
+		t.snapshotLocked(w)
+	case o.Kind == OK:
+		w.snap = progressSnap{}
+	}
 	after := w.br.State(now)
 	if o.Err != nil && o.Kind != ClientGone {
 		w.lastErr = o.Err.Error()
@@ -474,6 +502,10 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 	}
 	opened := w.br.Opens() != opens
 	var evs []ejectEvent
+	var cancels []func(error)
+	if opened && o.silent() {
+		cancels = w.heldCancelsLocked() // a silent worker will not answer them
+	}
 	if opened {
 		w.byConnect = o.Kind == Connect
 		reason := ReasonErrors
@@ -521,6 +553,7 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 		t.log.Info("failover: breaker state changed", "worker", id, "from", before.String(), "to", after.String())
 	}
 	t.fire(evs)
+	cancelAll(cancels)
 }
 
 // Retried counts a retry away from worker id (the attempt on it failed
