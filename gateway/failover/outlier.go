@@ -84,14 +84,17 @@ type OutlierConfig struct {
 	// ContextTokens − its prompt, and its deadline allows for that.
 	ContextTokens int
 	// ProgressPath is the worker's Prometheus metrics path (default
-	// "/metrics") whose progress counters (ParseProgress) confirm a wedge:
-	// before a worker is ejected for timeouts alone, the path is read
-	// twice, ConfirmWait apart (real time; the first read is taken at the
-	// worker's first timeout in a row, so the wait has usually passed
-	// when the threshold is reached); counters that advanced mean the
-	// worker is busy, not wedged, and it is not ejected. A worker whose
-	// counters cannot be read is ejected on its timeouts alone.
-	// ConfirmWait defaults to 1 s; negative turns confirmation off.
+	// "/metrics") whose progress counters (ParseProgress) confirm a wedge.
+	// A timeout of a worker that sent nothing starts a check: the path is
+	// read twice, ConfirmWait apart (real time). Counters that advanced
+	// mean the worker is busy, not wedged: timeouts alone do not eject it.
+	// Counters that stood still eject it (ReasonTimeout) if it still
+	// holds a request sent before the first read that it sent nothing of,
+	// or its timeouts reached TimeoutThreshold: a wedged worker is out
+	// about ConfirmWait after its first timeout. A worker whose counters
+	// cannot be read is ejected at TimeoutThreshold timeouts in a row.
+	// ConfirmWait defaults to 1 s; negative turns confirmation off (then
+	// TimeoutThreshold timeouts eject).
 	ProgressPath string
 	ConfirmWait  time.Duration
 	// PrefillRate (tokens/s) and TokenTime (per output token) are assumed

@@ -107,7 +107,7 @@ func labelsEnd(b []byte) (int, bool) {
 type progressSnap struct {
 	v  float64
 	ok bool      // the counters were read
-	at time.Time // real time of the read (zero: none)
+	at time.Time // real time of the read
 }
 
 // readProgress reads w's progress counters.
@@ -147,40 +147,20 @@ func (t *Tracker) goLocked(f func(ctx context.Context)) {
 	}()
 }
 
-// snapshotLocked takes w's first progress read of a run of timeouts, in
-// the background; t.mu held.
-func (t *Tracker) snapshotLocked(w *tracked) {
-	if w.snapping || !w.snap.at.IsZero() {
-		return
-	}
-	w.snapping = true
-	t.goLocked(func(ctx context.Context) {
-		s := t.readProgress(ctx, w)
-		t.mu.Lock()
-		w.snapping = false
-		if ctx.Err() == nil && w.touts() > 0 {
-			w.snap = s
-		}
-		t.mu.Unlock()
-	})
-}
-
-// confirmWedge decides, in the background, whether w, whose timeouts just
-// reached TimeoutThreshold, is wedged: its progress counters read
-// ConfirmWait apart (from the run's first read, or two reads now) did
-// not advance, or could not be read. A wedged worker is ejected
-// (ReasonTimeout, subject to MaxEjectedShare) and the attempts it holds
-// are cancelled (ErrEjected); a busy one is left in, its timeouts held at
-// the threshold so the next one checks again.
+// confirmWedge decides, in the background, whether w, which just timed
+// out having sent nothing, is wedged: its progress counters read
+// ConfirmWait apart did not advance (or could not be read) while it held
+// requests. It is then ejected (ReasonTimeout, subject to
+// MaxEjectedShare) and the attempts it holds are cancelled (ErrEjected)
+// when its timeouts reached TimeoutThreshold or it still holds an attempt,
+// sent before the first read, that it sent nothing of (a stalled engine
+// with work it does not do); an unreadable /metrics needs the threshold.
+// A worker whose counters advanced is busy, not wedged, and stays in, its
+// timeouts held below the threshold so the next one checks again.
 func (t *Tracker) confirmWedge(ctx context.Context, w *tracked) {
-	t.mu.Lock()
-	s0 := w.snap
-	t.mu.Unlock()
-	if s0.at.IsZero() {
-		s0 = t.readProgress(ctx, w)
-	}
-	if wait := t.cfg.Outlier.ConfirmWait - time.Since(s0.at); s0.ok && wait > 0 {
-		tm := time.NewTimer(wait)
+	s0 := t.readProgress(ctx, w)
+	if s0.ok {
+		tm := time.NewTimer(t.cfg.Outlier.ConfirmWait)
 		select {
 		case <-ctx.Done():
 			tm.Stop()
@@ -197,24 +177,26 @@ func (t *Tracker) confirmWedge(ctx context.Context, w *tracked) {
 	if s0.ok {
 		s1 = t.readProgress(ctx, w)
 	}
-	wedged := !s0.ok || !s1.ok || s1.v <= s0.v
+	still := !s0.ok || !s1.ok || s1.v <= s0.v
 	now := t.cfg.Now()
 	var evs []ejectEvent
 	var cancels []func(error)
-	capped, opened := false, false
+	capped, opened, wedged := false, false, false
 	t.mu.Lock()
 	w.confirming = false
+	if still && t.workers[w.id] == w && w.br.State(now) == Closed {
+		atThreshold := w.touts() >= t.cfg.Breaker.TimeoutThreshold-1
+		wedged = atThreshold || (s0.ok && s1.ok && w.heldSilentSince(s0.at))
+	}
 	switch {
-	case t.workers[w.id] != w:
 	case !wedged:
-		w.snap = s1 // the next timeout compares with this read
 	case !t.mayEjectLocked(now, w):
 		capped = true
 	case w.br.Eject(now):
 		opened = true
-		w.lastErr = fmt.Sprintf("%d timeouts in a row, no progress in %s", t.cfg.Breaker.TimeoutThreshold,
-			t.cfg.Outlier.ProgressPath)
-		if !s0.ok {
+		w.lastErr = fmt.Sprintf("timed out, no progress in %s for %v while it held requests", t.cfg.Outlier.ProgressPath,
+			t.cfg.Outlier.ConfirmWait)
+		if !s0.ok || !s1.ok {
 			w.lastErr = fmt.Sprintf("%d timeouts in a row, %s unreadable", t.cfg.Breaker.TimeoutThreshold,
 				t.cfg.Outlier.ProgressPath)
 		}
@@ -223,17 +205,29 @@ func (t *Tracker) confirmWedge(ctx context.Context, w *tracked) {
 		t.notifyLocked()
 	}
 	t.mu.Unlock()
-	t.afterConfirm(w, wedged, capped, opened, s0, s1)
+	t.afterConfirm(w, still, wedged, capped, opened, s0, s1)
 	t.fire(evs)
 	cancelAll(cancels)
 }
 
+// heldSilentSince reports whether w holds an attempt sent before at that
+// it sent nothing of; t.mu held.
+func (w *tracked) heldSilentSince(at time.Time) bool {
+	for a := range w.held {
+		if !a.sent.Load() && a.start.Before(at) {
+			return true
+		}
+	}
+	return false
+}
+
 // afterConfirm logs and counts a wedge confirmation's result.
-func (t *Tracker) afterConfirm(w *tracked, wedged, capped, opened bool, s0, s1 progressSnap) {
+func (t *Tracker) afterConfirm(w *tracked, still, wedged, capped, opened bool, s0, s1 progressSnap) {
 	switch {
-	case !wedged:
+	case !still:
 		t.log.Info("failover: worker timed out but its engine makes progress: not ejected", "worker", w.id,
 			"progress_from", s0.v, "progress_to", s1.v)
+	case !wedged:
 	case capped:
 		if t.m != nil {
 			t.m.capped.WithLabelValues(w.label).Inc()

@@ -226,11 +226,8 @@ type tracked struct {
 	// in held: sent, no first byte yet.
 	pending float64
 	held    map[*Attempt]struct{}
-	// snap is the progress read taken at the first timeout of a run
-	// (zero: none); snapping: it is being read; confirming: a wedge is
-	// being confirmed (confirmWedge).
-	snap                 progressSnap
-	snapping, confirming bool
+	// confirming: a wedge is being confirmed (confirmWedge).
+	confirming bool
 }
 
 // touts is the breaker's count of timeouts in a row.
@@ -475,10 +472,10 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 	before, opens := w.br.State(now), w.br.Opens()
 	mayOpen, capped, confirm := true, false, false
 	switch {
-	case o.silent() && t.confirms() && w.br.timeoutTrip(now):
-		// Timeouts alone would eject it: confirm the wedge first from its
-		// progress counters (confirmWedge), its count held meanwhile.
-		mayOpen = false
+	case o.silent() && t.confirms() && w.br.State(now) == Closed:
+		// A silent worker: is its engine stuck? Its progress counters
+		// tell (confirmWedge); timeouts alone do not eject it meanwhile.
+		mayOpen = !w.br.timeoutTrip(now)
 		if !w.confirming {
 			w.confirming, confirm = true, true
 		}
@@ -486,13 +483,8 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 		mayOpen, capped = false, true
 	}
 	w.br.record(now, o, mayOpen)
-	switch {
-	case confirm:
+	if confirm {
 		t.goLocked(func(ctx context.Context) { t.confirmWedge(ctx, w) })
-	case o.silent() && t.confirms() && w.br.State(now) == Closed:
-		t.snapshotLocked(w)
-	case o.Kind == OK:
-		w.snap = progressSnap{}
 	}
 	after := w.br.State(now)
 	if o.Err != nil && o.Kind != ClientGone {
@@ -533,8 +525,11 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 		t.notifyLocked()
 	}
 	evs = t.sweepLocked(now, evs)
-	label := w.label
+	label, touts := w.label, w.touts()
 	t.mu.Unlock()
+	if o.silent() {
+		t.log.Info("failover: worker sent nothing before the deadline", "worker", id, "timeouts_in_a_row", touts)
+	}
 	if t.m != nil && o.Kind != OK {
 		t.m.failures.WithLabelValues(label, o.Kind.String()).Inc()
 	}
