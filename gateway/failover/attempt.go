@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,10 @@ import (
 // first byte: a wedged worker will not answer it, so it is retried on
 // another worker at once rather than at its own deadline.
 var ErrEjected = errors.New("failover: worker ejected for timeouts while the attempt waited")
+
+// suspectQuiet × ConfirmWait is how long after a check found progress a
+// slow whole reply does not start another (a timeout always does).
+const suspectQuiet = 5
 
 // Request describes one attempt for Send.
 type Request struct {
@@ -42,6 +47,7 @@ type Attempt struct {
 	start    time.Time
 	cancel   func(error)
 	sent     atomic.Bool
+	suspect  *time.Timer // a whole reply past its prefill deadline starts a wedge check
 	// Guarded by Tracker.mu:
 	first   time.Time // its first byte (zero: not yet)
 	pending bool      // counted in w.pending and w.held
@@ -75,8 +81,29 @@ func (t *Tracker) Send(id uint64, r Request, cancel func(error)) *Attempt {
 		w.held[a] = struct{}{}
 	}
 	a.deadline = t.deadlineLocked(w, own+a.ahead, out)
+	if w != nil && !r.Stream && t.confirms() {
+		// A whole reply's first byte comes at its end, but a worker that
+		// is not wedged shows progress long before: past its prefill's
+		// deadline, with nothing sent, check the worker's counters.
+		a.suspect = time.AfterFunc(t.deadlineLocked(w, own+a.ahead, 0), func() { t.suspect(a) })
+	}
 	t.mu.Unlock()
 	return a
+}
+
+// suspect starts a wedge check of a's worker if a is still held with
+// nothing sent, no check runs, and none found progress lately.
+func (t *Tracker) suspect(a *Attempt) {
+	now := t.cfg.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := a.w
+	if !a.pending || a.sent.Load() || w.confirming || t.workers[w.id] != w || w.br.State(now) != Closed ||
+		time.Since(w.lastProgress) < suspectQuiet*t.cfg.Outlier.ConfirmWait {
+		return
+	}
+	w.confirming = true
+	t.goLocked(func(ctx context.Context) { t.confirmWedge(ctx, w) })
 }
 
 // Deadline is how long the attempt may wait for its first byte.
@@ -88,6 +115,9 @@ func (a *Attempt) Queued() float64 { return a.ahead }
 
 // unhold takes the attempt out of its worker's queue; t.mu held.
 func (a *Attempt) unholdLocked() {
+	if a.suspect != nil {
+		a.suspect.Stop()
+	}
 	if a.pending {
 		a.pending = false
 		a.w.pending = max(a.w.pending-a.work, 0)

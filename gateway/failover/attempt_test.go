@@ -250,3 +250,62 @@ func FuzzParseProgress(f *testing.F) {
 		}
 	})
 }
+
+// TestHeldWholeReplyStartsWedgeCheck: a whole reply (whose first byte
+// comes at its end) held past its prefill's deadline with nothing sent
+// starts a wedge check with no timeout at all: a worker whose counters
+// stand still is ejected and the reply cancelled; one whose counters
+// advance is left alone.
+func TestHeldWholeReplyStartsWedgeCheck(t *testing.T) {
+	var busy, wedged atomic.Int64
+	busySrv, wedgedSrv := progressServer(t, &busy), progressServer(t, &wedged)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+				busy.Add(1)
+			}
+		}
+	}()
+	tr, _, _, ejections := newFleetTracker(t, 0, Config{Outlier: OutlierConfig{ConfirmWait: 50 * time.Millisecond,
+		FirstByteFloor: 20 * time.Millisecond, MaxEjectedShare: 1}})
+	for i, u := range []string{busySrv.URL, wedgedSrv.URL} {
+		if err := tr.Add(uint64(i), u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var cancelled [2]atomic.Bool
+	var held []*Attempt
+	for id := range uint64(2) {
+		held = append(held, tr.Send(id, Request{Prompt: 100}, func(error) { cancelled[id].Store(true) }))
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for ejections(ReasonTimeout, 1) == 0 || !cancelled[1].Load() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the silent worker was not ejected: %+v", tr.Status())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for {
+		tr.mu.Lock()
+		done := !tr.workers[0].lastProgress.IsZero()
+		tr.mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the busy worker was never checked")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !tr.Routable(0) || cancelled[0].Load() {
+		t.Fatal("the busy worker was ejected or its reply cancelled")
+	}
+	for _, a := range held {
+		a.End()
+	}
+}

@@ -148,7 +148,8 @@ func (t *Tracker) goLocked(f func(ctx context.Context)) {
 }
 
 // confirmWedge decides, in the background, whether w, which just timed
-// out having sent nothing, is wedged: its progress counters read
+// out having sent nothing (or holds a whole reply past its prefill's
+// deadline with nothing sent: Tracker.suspect), is wedged: its progress counters read
 // ConfirmWait apart did not advance (or could not be read) while it held
 // requests. It is then ejected (ReasonTimeout, subject to
 // MaxEjectedShare) and the attempts it holds are cancelled (ErrEjected)
@@ -184,6 +185,9 @@ func (t *Tracker) confirmWedge(ctx context.Context, w *tracked) {
 	capped, opened, wedged := false, false, false
 	t.mu.Lock()
 	w.confirming = false
+	if !still {
+		w.lastProgress = time.Now()
+	}
 	if still && t.workers[w.id] == w && w.br.State(now) == Closed {
 		atThreshold := w.touts() >= t.cfg.Breaker.TimeoutThreshold-1
 		wedged = atThreshold || (s0.ok && s1.ok && w.heldSilentSince(s0.at))

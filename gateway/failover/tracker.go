@@ -226,8 +226,10 @@ type tracked struct {
 	// in held: sent, no first byte yet.
 	pending float64
 	held    map[*Attempt]struct{}
-	// confirming: a wedge is being confirmed (confirmWedge).
-	confirming bool
+	// confirming: a wedge is being confirmed (confirmWedge);
+	// lastProgress: when a check last found progress (real time).
+	confirming   bool
+	lastProgress time.Time
 }
 
 // touts is the breaker's count of timeouts in a row.
