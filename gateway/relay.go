@@ -123,35 +123,14 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	at := g.send(c, wk, d, cancel) // cancelled (failover.ErrEjected) if wk is ejected for timeouts
-	defer at.End()
-	defer func() { res.sent = at.Sent() }()
-	var dog *watchdog
-	fb := g.firstByteDeadline(c, at) // scaled by the prompt and the queue (see outlier.go)
-	if fb > 0 {
-		dog = &watchdog{}
-		if c.stream {
-			dog.idle = g.cfg.StreamIdleTimeout
-		}
-		dog.t = time.AfterFunc(fb, func() { cancel(ErrTimeout) })
-		defer dog.t.Stop()
-	}
+	defer func() { res.sent = at.Sent(); at.End() }()
+	dog, fb := g.watch(c, at, cancel)
+	defer dog.stop()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, wk.client.URL(path), bytes.NewReader(body))
 	if err != nil {
 		return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: %w", ErrConnect, err)}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	fwd := forwarded
-	if g.cfg.Keys != nil {
-		fwd = forwarded[2:] // the client's key is the gateway's, not the worker's
-	}
-	for _, k := range fwd {
-		if v := c.hdr.Get(k); v != "" {
-			req.Header.Set(k, v)
-		}
-	}
-	if wk.DPRanks > 1 {
-		req.Header.Set(HeaderDPRank, strconv.FormatUint(uint64(d.Worker.DPRank), 10))
-	}
+	g.upstreamHeaders(req.Header, c, wk, d)
 	resp, err := g.cfg.HTTPClient.Do(req)
 	if err != nil {
 		switch {
@@ -200,6 +179,24 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 	}
 }
 
+// upstreamHeaders sets the worker request's headers: its content type,
+// those forwarded from the client, and the DP rank the router chose.
+func (g *Gateway) upstreamHeaders(h http.Header, c *call, wk *worker, d *agentkv.Decision) {
+	h.Set("Content-Type", "application/json")
+	fwd := forwarded
+	if g.cfg.Keys != nil {
+		fwd = forwarded[2:] // the client's key is the gateway's, not the worker's
+	}
+	for _, k := range fwd {
+		if v := c.hdr.Get(k); v != "" {
+			h.Set(k, v)
+		}
+	}
+	if wk.DPRanks > 1 {
+		h.Set(HeaderDPRank, strconv.FormatUint(uint64(d.Worker.DPRank), 10))
+	}
+}
+
 // receiving tells the attempt when the worker sends body bytes (it is not
 // silent).
 type receiving struct {
@@ -233,6 +230,29 @@ func (g *Gateway) routedHeaders(h http.Header, wk *worker, d *agentkv.Decision) 
 type watchdog struct {
 	t    *time.Timer
 	idle time.Duration
+}
+
+// watch starts the attempt's watchdog (nil when it has no deadline): it
+// cancels the attempt with ErrTimeout at its first-byte deadline (scaled
+// by the prompt and the worker's queue, see outlier.go), which it returns,
+// and for a stream after StreamIdleTimeout of silence.
+func (g *Gateway) watch(c *call, at *failover.Attempt, cancel context.CancelCauseFunc) (*watchdog, time.Duration) {
+	fb := g.firstByteDeadline(c, at)
+	if fb <= 0 {
+		return nil, 0
+	}
+	dog := &watchdog{}
+	if c.stream {
+		dog.idle = g.cfg.StreamIdleTimeout
+	}
+	dog.t = time.AfterFunc(fb, func() { cancel(ErrTimeout) })
+	return dog, fb
+}
+
+func (d *watchdog) stop() {
+	if d != nil {
+		d.t.Stop()
+	}
 }
 
 func (d *watchdog) kick() {

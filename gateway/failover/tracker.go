@@ -472,22 +472,8 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 		return
 	}
 	before, opens := w.br.State(now), w.br.Opens()
-	mayOpen, capped, confirm := true, false, false
-	switch {
-	case o.silent() && t.confirms() && w.br.State(now) == Closed:
-		// A silent worker: is its engine stuck? Its progress counters
-		// tell (confirmWedge); timeouts alone do not eject it meanwhile.
-		mayOpen = !w.br.timeoutTrip(now)
-		if !w.confirming {
-			w.confirming, confirm = true, true
-		}
-	case o.WorkerFailure() && o.Kind != Connect && w.br.Tripping(now, o.Kind) && !t.mayEjectLocked(now, w):
-		mayOpen, capped = false, true
-	}
+	mayOpen, capped := t.mayOpenLocked(now, w, o)
 	w.br.record(now, o, mayOpen)
-	if confirm {
-		t.goLocked(func(ctx context.Context) { t.confirmWedge(ctx, w) })
-	}
 	after := w.br.State(now)
 	if o.Err != nil && o.Kind != ClientGone {
 		w.lastErr = o.Err.Error()
@@ -551,6 +537,24 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 	}
 	t.fire(evs)
 	cancelAll(cancels)
+}
+
+// mayOpenLocked decides whether o may open w's breaker (false, capped
+// true: the share of workers ejected is at its cap). A silent timeout
+// starts a wedge check (confirmWedge) instead of opening it on timeouts
+// alone.
+func (t *Tracker) mayOpenLocked(now time.Time, w *tracked, o Outcome) (mayOpen, capped bool) {
+	switch {
+	case o.silent() && t.confirms() && w.br.State(now) == Closed:
+		if !w.confirming {
+			w.confirming = true
+			t.goLocked(func(ctx context.Context) { t.confirmWedge(ctx, w) })
+		}
+		return !w.br.timeoutTrip(now), false
+	case o.WorkerFailure() && o.Kind != Connect && w.br.Tripping(now, o.Kind) && !t.mayEjectLocked(now, w):
+		return false, true
+	}
+	return true, false
 }
 
 // Retried counts a retry away from worker id (the attempt on it failed
