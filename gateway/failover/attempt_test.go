@@ -224,12 +224,14 @@ vllm:prompt_tokens_total 30 1700000000
 vllm:request_success_total{finished_reason="stop"} 2
 vllm:request_success_total{finished_reason="length"} 1
 vllm:num_requests_running{engine="0"} 5
+vllm:iteration_tokens_total_count{engine="0"} 100
+vllm:iteration_tokens_total_sum{engine="0"} 9999
 vllm:prompt_tokens_total_bogus 1000
 vllm:prompt_tokens_total{broken 1000
 vllm:prompt_tokens_total NaN
 `
 	sum, found, err := ParseProgress(strings.NewReader(in))
-	if err != nil || !found || sum != 45 {
+	if err != nil || !found || sum != 145 {
 		t.Fatalf("sum %v found %v err %v", sum, found, err)
 	}
 	if _, found, _ := ParseProgress(strings.NewReader("up 1\n")); found {

@@ -17,10 +17,13 @@ import (
 // advance) is busy, not wedged.
 
 // ProgressCounters are the metrics ParseProgress sums: the engines'
-// cumulative prefill and generation token counters and finished
-// requests (vLLM's and SGLang's names).
+// cumulative prefill and generation token counters, finished requests,
+// and vLLM's engine steps (the count of its iteration_tokens histogram,
+// which advances through a long chunked prefill, before the prompt's
+// tokens are counted at its first token), by vLLM's and SGLang's names.
 var ProgressCounters = []string{
 	"vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
+	"vllm:iteration_tokens_total_count",
 	"sglang:prompt_tokens_total", "sglang:generation_tokens_total", "sglang:num_requests_total",
 }
 
