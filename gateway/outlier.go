@@ -16,29 +16,38 @@ import (
 // the Stack's answer to an ejection, and what /readyz says of ejected
 // workers.
 
-// firstByteDeadline is how long an attempt of c on wk may wait for its
-// first byte (0: no bound): the tracker's deadline scaled by the prompt
-// (and, for a whole reply, by its output budget: max_tokens, or
-// failover.DefaultOutputBudget), capped by FirstByteTimeout for a stream.
-// With FirstByteTimeout disabled there is none.
-func (g *Gateway) firstByteDeadline(c *call, wk *worker) time.Duration {
-	if g.cfg.FirstByteTimeout <= 0 {
-		return 0
+// send starts the tracker's attempt of c on wk (see failover.Tracker.Send):
+// its first-byte deadline allows for the prompt's size, the work queued
+// on the worker and, for a whole reply, its output budget (max_tokens, or
+// the context left after the prompt); cancel is called with
+// failover.ErrEjected if the worker is ejected for timeouts first.
+func (g *Gateway) send(c *call, wk *worker, d *agentkv.Decision, cancel func(error)) *failover.Attempt {
+	cached := d.Cached.Device + d.Cached.Host + d.Cached.Disk
+	r := failover.Request{Prompt: len(c.tokens), Uncached: max(len(c.tokens)-cached, 0), Stream: c.stream}
+	if !c.stream {
+		r.MaxTokens = maxTokens(c)
 	}
-	if c.stream {
-		return min(g.cfg.FirstByteTimeout, g.tracker.FirstByteDeadline(wk.ID, len(c.tokens), 0))
-	}
-	return g.tracker.FirstByteDeadline(wk.ID, len(c.tokens), outputBudget(c))
+	return g.tracker.Send(wk.ID, r, cancel)
 }
 
-// outputBudget is the most tokens a whole reply of c may generate, as the
-// request says, or failover.DefaultOutputBudget.
-func outputBudget(c *call) int {
+// firstByteDeadline is how long attempt at may wait for its first byte (0:
+// no bound): the tracker's deadline, capped by FirstByteTimeout for a
+// stream. With FirstByteTimeout disabled there is none.
+func (g *Gateway) firstByteDeadline(c *call, at *failover.Attempt) time.Duration {
+	switch {
+	case g.cfg.FirstByteTimeout <= 0:
+		return 0
+	case c.stream:
+		return min(g.cfg.FirstByteTimeout, at.Deadline())
+	}
+	return at.Deadline()
+}
+
+// maxTokens is the most tokens a whole reply of c may generate as the
+// request says (0: it does not say).
+func maxTokens(c *call) int {
 	if c.chat != nil {
-		if n := c.chat.MaxOutputTokens(); n > 0 {
-			return n
-		}
-		return failover.DefaultOutputBudget
+		return max(c.chat.MaxOutputTokens(), 0)
 	}
 	var m struct {
 		MaxTokens           *int `json:"max_tokens"`
@@ -52,42 +61,14 @@ func outputBudget(c *call) int {
 			return *m.MaxTokens
 		}
 	}
-	return failover.DefaultOutputBudget
+	return 0
 }
 
-// speed follows one streamed attempt for the tracker: its time to first
-// token (by the prompt tokens the worker had to prefill) and its time per
-// output token after.
-type speed struct {
-	worker   uint64
-	uncached int
-	start    time.Time // the request went to the worker
-	first    time.Time // its first byte came back (zero: not yet)
-}
-
-func newSpeed(c *call, wk *worker, d *agentkv.Decision) *speed {
-	if !c.stream {
-		return nil // a whole reply's first byte is its last
+// decoded tells the tracker how fast a stream that finished generated.
+func decoded(at *failover.Attempt, res *AttemptResult) {
+	if res.Outcome == OK && res.Usage.CompletionTokens >= 2 {
+		at.Decoded(res.Usage.CompletionTokens - 1)
 	}
-	cached := d.Cached.Device + d.Cached.Host + d.Cached.Disk
-	return &speed{worker: wk.ID, uncached: max(len(c.tokens)-cached, 0), start: time.Now()}
-}
-
-// firstByte records the first byte of the worker's stream.
-func (s *speed) firstByte(t *failover.Tracker) {
-	if s == nil || !s.first.IsZero() {
-		return
-	}
-	s.first = time.Now()
-	t.ObserveFirstToken(s.worker, s.uncached, s.first.Sub(s.start))
-}
-
-// done records a stream that finished with completion tokens.
-func (s *speed) done(t *failover.Tracker, res *AttemptResult) {
-	if s == nil || s.first.IsZero() || res.Outcome != OK || res.Usage.CompletionTokens < 2 {
-		return
-	}
-	t.ObserveDecode(s.worker, res.Usage.CompletionTokens-1, time.Since(s.first))
 }
 
 // onEject follows outlier ejections as onHealth follows the probes: an

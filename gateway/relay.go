@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentkv/agentkv"
+	"github.com/agentkv/agentkv/gateway/failover"
 	"github.com/agentkv/agentkv/gateway/translate"
 	"github.com/agentkv/agentkv/internal/apiwire"
 )
@@ -84,6 +85,9 @@ type AttemptResult struct {
 	upstreamMsg string
 	// Usage is what the reply said about usage (partial for cut streams).
 	Usage Usage
+	// sent: the worker sent body bytes (a timeout then is slowness, not
+	// silence: failover.Outcome.Sent).
+	sent bool
 }
 
 // maxErrBody bounds a worker's error reply kept for the client.
@@ -118,34 +122,15 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 	body = wk.Hints.Body(body)
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var dog *watchdog
-	fb := g.firstByteDeadline(c, wk) // scaled by the prompt (see outlier.go)
-	if fb > 0 {
-		dog = &watchdog{}
-		if c.stream {
-			dog.idle = g.cfg.StreamIdleTimeout
-		}
-		dog.t = time.AfterFunc(fb, func() { cancel(ErrTimeout) })
-		defer dog.t.Stop()
-	}
-	sp := newSpeed(c, wk, d)
+	at := g.send(c, wk, d, cancel) // cancelled (failover.ErrEjected) if wk is ejected for timeouts
+	defer func() { res.sent = at.Sent(); at.End() }()
+	dog, fb := g.watch(c, at, cancel)
+	defer dog.stop()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, wk.client.URL(path), bytes.NewReader(body))
 	if err != nil {
 		return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: %w", ErrConnect, err)}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	fwd := forwarded
-	if g.cfg.Keys != nil {
-		fwd = forwarded[2:] // the client's key is the gateway's, not the worker's
-	}
-	for _, k := range fwd {
-		if v := c.hdr.Get(k); v != "" {
-			req.Header.Set(k, v)
-		}
-	}
-	if wk.DPRanks > 1 {
-		req.Header.Set(HeaderDPRank, strconv.FormatUint(uint64(d.Worker.DPRank), 10))
-	}
+	g.upstreamHeaders(req.Header, c, wk, d)
 	resp, err := g.cfg.HTTPClient.Do(req)
 	if err != nil {
 		switch {
@@ -153,6 +138,8 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 			return AttemptResult{Outcome: ClientGone, Status: 499, Err: fmt.Errorf("%w: %w", ErrClientGone, ctx.Err())}
 		case context.Cause(actx) == ErrTimeout:
 			return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: no reply within %v: %w", ErrTimeout, fb, context.DeadlineExceeded)}
+		case context.Cause(actx) == failover.ErrEjected:
+			return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: %w", ErrTimeout, failover.ErrEjected)}
 		}
 		return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: %w", ErrConnect, err)}
 	}
@@ -170,9 +157,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 		g.routedHeaders(w.Header(), wk, d)
 	}
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-	r := relay{g: g, ctx: ctx, actx: actx, w: w, d: d, body: resp.Body, upstreamCT: resp.Header.Get("Content-Type"),
-		sv: sv, dog: dog, track: g.migrationLimit > 0 && c.api == Chat && stream, sp: sp}
-	defer func() { sp.done(g.tracker, &res) }()
+	r := relay{g: g, ctx: ctx, actx: actx, w: w, d: d, body: receiving{resp.Body, at}, upstreamCT: resp.Header.Get("Content-Type"),
+		sv: sv, dog: dog, track: g.migrationLimit > 0 && c.api == Chat && stream, at: at}
+	defer func() { decoded(at, &res) }()
 	switch {
 	case native:
 		return r.passThrough(translate.NewSniffer(c.api, stream))
@@ -190,6 +177,39 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 	default:
 		return r.translateWhole(c)
 	}
+}
+
+// upstreamHeaders sets the worker request's headers: its content type,
+// those forwarded from the client, and the DP rank the router chose.
+func (g *Gateway) upstreamHeaders(h http.Header, c *call, wk *worker, d *agentkv.Decision) {
+	h.Set("Content-Type", "application/json")
+	fwd := forwarded
+	if g.cfg.Keys != nil {
+		fwd = forwarded[2:] // the client's key is the gateway's, not the worker's
+	}
+	for _, k := range fwd {
+		if v := c.hdr.Get(k); v != "" {
+			h.Set(k, v)
+		}
+	}
+	if wk.DPRanks > 1 {
+		h.Set(HeaderDPRank, strconv.FormatUint(uint64(d.Worker.DPRank), 10))
+	}
+}
+
+// receiving tells the attempt when the worker sends body bytes (it is not
+// silent).
+type receiving struct {
+	r  io.Reader
+	at *failover.Attempt
+}
+
+func (b receiving) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if n > 0 {
+		b.at.Received()
+	}
+	return n, err
 }
 
 // routedHeaders sets the X-Agentkv-* reply headers: the worker chosen,
@@ -210,6 +230,29 @@ func (g *Gateway) routedHeaders(h http.Header, wk *worker, d *agentkv.Decision) 
 type watchdog struct {
 	t    *time.Timer
 	idle time.Duration
+}
+
+// watch starts the attempt's watchdog (nil when it has no deadline): it
+// cancels the attempt with ErrTimeout at its first-byte deadline (scaled
+// by the prompt and the worker's queue, see outlier.go), which it returns,
+// and for a stream after StreamIdleTimeout of silence.
+func (g *Gateway) watch(c *call, at *failover.Attempt, cancel context.CancelCauseFunc) (*watchdog, time.Duration) {
+	fb := g.firstByteDeadline(c, at)
+	if fb <= 0 {
+		return nil, 0
+	}
+	dog := &watchdog{}
+	if c.stream {
+		dog.idle = g.cfg.StreamIdleTimeout
+	}
+	dog.t = time.AfterFunc(fb, func() { cancel(ErrTimeout) })
+	return dog, fb
+}
+
+func (d *watchdog) stop() {
+	if d != nil {
+		d.t.Stop()
+	}
 }
 
 func (d *watchdog) kick() {
@@ -297,9 +340,9 @@ type relay struct {
 	upstreamCT string
 	sv         *streamSoFar
 	dog        *watchdog
-	track      bool   // follow chat content in sv (migration is on)
-	sp         *speed // the stream's speed, for the tracker (nil: a whole reply)
-	started    bool   // this attempt's first byte reached the client
+	track      bool              // follow chat content in sv (migration is on)
+	at         *failover.Attempt // the tracker's attempt (first byte, speed)
+	started    bool              // this attempt's first byte reached the client
 	lastProg   time.Time
 }
 
@@ -319,7 +362,7 @@ func (r *relay) progress() {
 		r.started, r.lastProg = true, now
 		r.sv.started = true
 		r.d.FirstToken()
-		r.sp.firstByte(r.g.tracker)
+		r.at.FirstByte()
 		return
 	}
 	if now.Sub(r.lastProg) >= time.Second {
@@ -334,8 +377,11 @@ func (r *relay) broke(status int, u Usage, cause error) AttemptResult {
 		return AttemptResult{Outcome: ClientGone, Status: 499, Usage: u, Err: fmt.Errorf("%w: %w", ErrClientGone, r.ctx.Err())}
 	}
 	kind := ErrCut
-	if context.Cause(r.actx) == ErrTimeout {
+	switch context.Cause(r.actx) {
+	case ErrTimeout:
 		kind, cause = ErrTimeout, fmt.Errorf("stalled: %w", context.DeadlineExceeded)
+	case failover.ErrEjected:
+		kind, cause = ErrTimeout, failover.ErrEjected
 	}
 	if !r.started && !r.sv.started {
 		return AttemptResult{Outcome: FailedBeforeFirstByte, Usage: u, Err: fmt.Errorf("%w: %w", kind, cause)}

@@ -92,7 +92,7 @@ func (res *AttemptResult) retryable() bool {
 // failoverOutcome is what the attempt says about its worker, for the
 // worker's circuit breaker.
 func (res *AttemptResult) failoverOutcome() failover.Outcome {
-	o := failover.Outcome{Status: res.Status, Started: res.Outcome == CutMidStream, Err: res.Err}
+	o := failover.Outcome{Status: res.Status, Started: res.Outcome == CutMidStream, Sent: res.sent, Err: res.Err}
 	switch {
 	case res.Outcome == OK:
 		o.Kind = failover.OK

@@ -241,6 +241,8 @@ type proxyFlags struct {
 	fbFactor     float64
 	fbFloor      time.Duration
 	streamIdle   offDuration
+	ejectionTime time.Duration
+	contextToks  int
 	ejectShare   float64
 	latencyEject float64
 	stripBilling bool
@@ -277,6 +279,8 @@ func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.fbFactor, "first-byte-factor", failover.DefaultFirstByteFactor, "a request's first-byte deadline is --first-byte-floor + this × its expected time (its prompt at the worker's observed prefill speed; for a whole reply, its output budget too)")
 	fs.DurationVar(&f.fbFloor, "first-byte-floor", failover.DefaultFirstByteFloor, "the fixed part of a request's first-byte deadline")
 	fs.Var(&f.streamIdle, "stream-idle-timeout", fmt.Sprintf("longest silence in a worker's stream before it counts as stalled (retried, migrated or ended like a cut stream; 0: the default, %v; off: none)", gateway.DefaultStreamIdleTimeout))
+	fs.DurationVar(&f.ejectionTime, "ejection-time", failover.DefaultOpenFor, "how long a worker ejected for timeouts, errors or latency stays out the first time (the n-th ejection lasts n × this, up to 10 ×; then it is on trial)")
+	fs.IntVar(&f.contextToks, "context-tokens", failover.DefaultContextTokens, "the served model's context length: a whole (not streamed) reply with no max_tokens may generate up to this less its prompt, and its first-byte deadline allows for that")
 	fs.Float64Var(&f.ejectShare, "max-ejected-share", failover.DefaultMaxEjectedShare, "most of the workers ejected at once for timeouts, errors or latency (at least one)")
 	fs.Float64Var(&f.latencyEject, "latency-eject-factor", failover.DefaultLatencyFactor, "eject a worker whose time to first token per prompt token is over this × its peers' median (0: off)")
 	fs.BoolVar(&f.stripBilling, "strip-billing-header", true, "remove Claude Code's per-request billing preamble from Messages system prompts")
@@ -312,6 +316,8 @@ func (f *proxyFlags) config() (gateway.StackConfig, gateway.ServerConfig, error)
 		return cfg, sc, usagef("proxy: --probe-interval must be > 0, got %v", f.probe)
 	case !(f.fbFactor > 0) || f.fbFloor < 0:
 		return cfg, sc, usagef("proxy: --first-byte-factor must be > 0, --first-byte-floor ≥ 0")
+	case f.ejectionTime <= 0 || f.contextToks <= 0:
+		return cfg, sc, usagef("proxy: --ejection-time and --context-tokens must be > 0")
 	case !(f.ejectShare >= 0 && f.ejectShare <= 1) || f.latencyEject < 0 || (f.latencyEject > 0 && f.latencyEject < 1):
 		return cfg, sc, usagef("proxy: --max-ejected-share must be in [0, 1], --latency-eject-factor 0 (off) or ≥ 1")
 	case f.grace <= 0:
@@ -344,8 +350,9 @@ func (f *proxyFlags) config() (gateway.StackConfig, gateway.ServerConfig, error)
 		Admission: f.admission, Tick: f.tick, Refresh: f.refresh.value(), Hints: hintPolicies,
 		Gateway: gateway.Config{MaxBodyBytes: f.maxBody, StripBillingHeader: f.stripBilling, ModelAliases: f.modelAliases,
 			Failover: failover.Config{MigrationLimit: int(f.migration), Probe: failover.ProbeConfig{Interval: f.probe},
+				Breaker: failover.BreakerConfig{OpenFor: f.ejectionTime},
 				Outlier: failover.OutlierConfig{FirstByteFactor: f.fbFactor, FirstByteFloor: f.fbFloor,
-					MaxEjectedShare: f.ejectShare, LatencyFactor: f.latencyEject}},
+					MaxEjectedShare: f.ejectShare, LatencyFactor: f.latencyEject, ContextTokens: f.contextToks}},
 			FirstByteTimeout: f.firstByte.value(), StreamIdleTimeout: f.streamIdle.value(),
 			Keys: keys, TenantLimits: tenant.LimitsConfig{Capacity: f.tenantCap}, HideWorkerAddresses: f.hideWorkers}}
 	if f.infer {

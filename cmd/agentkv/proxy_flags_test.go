@@ -46,6 +46,13 @@ func TestProxyFlagsConfig(t *testing.T) {
 				require.Equal(t, "tcp://a:5557", cfg.Workers[0].Events)
 				require.Equal(t, "http://b:2", cfg.Workers[1].URL)
 			}},
+		{name: "ejection time and context", args: []string{"--ejection-time", "7s", "--context-tokens", "32768"},
+			check: func(t *testing.T, cfg gateway.StackConfig, _ gateway.ServerConfig) {
+				require.Equal(t, 7*time.Second, cfg.Gateway.Failover.Breaker.OpenFor)
+				require.Equal(t, 32768, cfg.Gateway.Failover.Outlier.ContextTokens)
+			}},
+		{name: "ejection time 0", args: []string{"--ejection-time", "0"}, err: "--ejection-time"},
+		{name: "context tokens negative", args: []string{"--context-tokens", "-1"}, err: "--context-tokens"},
 		{name: "refresh off", args: []string{"--refresh", "off"}, check: func(t *testing.T, cfg gateway.StackConfig, _ gateway.ServerConfig) {
 			require.Negative(t, cfg.Refresh)
 		}},

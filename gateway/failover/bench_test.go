@@ -19,7 +19,8 @@ func BenchmarkRequestPath(b *testing.B) {
 	}{{"tracker=before", false, false}, {"tracker=outlier", true, false}, {"tracker=outlier,ejected=1", true, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			clk := newStepClock()
-			tr, err := New(Config{Probe: ProbeConfig{Interval: -1}, Now: clk.Now, OnEject: func(uint64, bool, string) {}})
+			tr, err := New(Config{Probe: ProbeConfig{Interval: -1}, Now: clk.Now, OnEject: func(uint64, bool, string) {},
+				Outlier: OutlierConfig{ConfirmWait: -1}}) // these workers serve no /metrics
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -42,9 +43,12 @@ func BenchmarkRequestPath(b *testing.B) {
 				allowed := tr.Allowed(buf[:0], nil)
 				id := allowed[i%len(allowed)]
 				if c.outlier {
-					_ = tr.FirstByteDeadline(id, 8000, 0)
-					tr.ObserveFirstToken(id, 8000, 30*time.Millisecond)
-					tr.ObserveDecode(id, 100, time.Second)
+					a := tr.Send(id, Request{Prompt: 8000, Uncached: 8000, Stream: true}, nil)
+					_ = a.Deadline()
+					a.Received()
+					a.FirstByte()
+					a.Decoded(100)
+					a.End()
 				}
 				tr.Report(id, Outcome{Kind: OK})
 			}

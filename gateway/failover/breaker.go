@@ -264,14 +264,23 @@ func (b *Breaker) Tripping(now time.Time, k Kind) bool {
 	return false
 }
 
+// timeoutTrip reports whether one more timeout now would open a closed
+// breaker by TimeoutThreshold alone (not by FailureThreshold).
+func (b *Breaker) timeoutTrip(now time.Time) bool {
+	return b.State(now) == Closed && b.touts+1 >= b.cfg.TimeoutThreshold && b.fails+1 < b.cfg.FailureThreshold
+}
+
 // Record records an attempt's outcome: WorkerFailure outcomes as failures
-// (Connect as a connect failure, Timeout towards TimeoutThreshold too),
-// ClientGone not at all, the rest as successes.
+// (Connect as a connect failure, a Timeout of a worker that sent nothing
+// towards TimeoutThreshold too), ClientGone and a Timeout after the worker
+// sent part of its reply not at all, the rest as successes.
 func (b *Breaker) Record(now time.Time, o Outcome) { b.record(now, o, true) }
 
 func (b *Breaker) record(now time.Time, o Outcome, mayOpen bool) bool {
 	switch {
-	case o.Kind == ClientGone:
+	case o.Kind == ClientGone, o.Kind == Timeout && o.Sent:
+		// Not the worker's failure, and not a success either: a slow
+		// worker that sent part of its reply.
 	case o.WorkerFailure():
 		return b.fail(now, o.Kind, mayOpen)
 	default:

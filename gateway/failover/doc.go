@@ -51,7 +51,22 @@
 // multiplier n goes down by one for each OpenFor the breaker then stays
 // closed. TimeoutThreshold (3) timeouts in a row open it before
 // FailureThreshold failures do: a wedged worker, which answers /health
-// but never a generation, times out every request.
+// but never a generation, times out every request. Only timeouts of a
+// worker that sent nothing count (Outcome.Sent false): one that streamed
+// and then was slow is not silent.
+//
+// # Wedges confirmed from progress counters
+//
+// A silent timeout, or a whole reply held past its prefill's deadline with
+// nothing sent, starts a check of the worker's engine: its
+// OutlierConfig.ProgressPath (/metrics) is read twice, ConfirmWait (1 s)
+// apart, and its token counters summed (ParseProgress). Counters that
+// advanced mean a busy worker: timeouts alone do not eject it. Counters
+// that stood still while it held a request sent before the first read
+// eject it (ReasonTimeout) at once, without waiting for TimeoutThreshold;
+// a /metrics that cannot be read leaves TimeoutThreshold to decide. A
+// timeout ejection cancels the attempts the worker still holds with
+// nothing sent (ErrEjected), so they are retried elsewhere at once.
 //
 // # Outlier ejection from live traffic
 //
@@ -82,14 +97,19 @@
 //
 // # Deadlines
 //
-// Tracker.FirstByteDeadline(worker, prompt tokens, output tokens) is how
-// long a request may wait for its first byte: FirstByteFloor (10 s) +
-// FirstByteFactor (3) × the expected time, the prompt (at least
-// MinPromptTokens, with the same attention allowance) at the worker's
-// observed prefill speed plus the output
-// tokens (0 for a stream, whose first byte is its first token; the output
-// budget for a whole reply, whose first byte is its last) at its observed
-// time per token (ObserveDecode). A worker not yet observed is taken to be
+// Tracker.Send(worker, Request, cancel) starts an Attempt, whose Deadline
+// is how long it may wait for its first byte: FirstByteFloor (2 s) +
+// FirstByteFactor (3) × the expected time: the prompt (at least
+// MinPromptTokens, with the same attention allowance) and the prefill of
+// the attempts on that worker still waiting for their first byte (the
+// queue it waits behind), at the worker's observed prefill speed, plus the
+// output tokens (0 for a stream, whose first byte is its first token; for
+// a whole reply, whose first byte is its last, max_tokens or
+// ContextTokens (131,072) less the prompt) at its observed time per token.
+// The Attempt's FirstByte feeds the prefill speed and latency ejection
+// with its TTFT divided by its own prefill and the queue ahead of it, so a
+// busy worker is not taken for a slow one. FirstByteDeadline is the same
+// deadline with nothing queued. A worker not yet observed is taken to be
 // as fast as the median observed one, or PrefillRate (2,000 tokens/s) and
 // TokenTime (50 ms).
 //

@@ -58,6 +58,12 @@ type Outcome struct {
 	// Started reports that the reply's first byte was sent to the client;
 	// from then on the attempt can be migrated but not retried.
 	Started bool
+	// Sent reports that the worker sent any byte of its reply's body (a
+	// token), whether or not it reached the client yet. A Timeout counts
+	// against the worker only when Sent is false: a worker that sent
+	// nothing is silent (wedged), one that streamed and then was slow is
+	// not, and its timeout is recorded as neither failure nor success.
+	Sent bool
 	// Err is the transport error, if any.
 	Err error
 }
@@ -80,18 +86,23 @@ func (o Outcome) Retryable() bool {
 }
 
 // WorkerFailure reports whether the outcome counts against the worker's
-// circuit breaker: connect errors, timeouts, cut streams, and statuses
-// CountsAsFailure names. A client that left and a 4xx reply say nothing
+// circuit breaker: connect errors, timeouts of a worker that sent nothing
+// (Sent false), cut streams, and statuses CountsAsFailure names. A client that left and a 4xx reply say nothing
 // against the worker.
 func (o Outcome) WorkerFailure() bool {
 	switch o.Kind {
-	case Connect, Timeout, Cut, Other:
+	case Connect, Cut, Other:
 		return true
+	case Timeout:
+		return !o.Sent
 	case Status:
 		return CountsAsFailure(o.Status)
 	}
 	return false
 }
+
+// silent reports a timeout of a worker that sent nothing.
+func (o Outcome) silent() bool { return o.Kind == Timeout && !o.Sent }
 
 // RetryableStatus reports whether a worker's status, seen before any byte
 // was sent on, is worth retrying on another worker: 408, 429, 500, 502, 503

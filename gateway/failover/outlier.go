@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -15,10 +16,12 @@ const (
 	DefaultMinPromptTokens    = 256
 	DefaultAttentionTokens    = 32 << 10
 	DefaultFirstByteFactor    = 3.0
-	DefaultFirstByteFloor     = 10 * time.Second
+	DefaultFirstByteFloor     = 2 * time.Second
 	DefaultPrefillRate        = 2000.0 // tokens per second, before any is observed
 	DefaultTokenTime          = 50 * time.Millisecond
-	DefaultOutputBudget       = 1024
+	DefaultContextTokens      = 131072
+	DefaultProgressPath       = "/metrics"
+	DefaultConfirmWait        = time.Second
 	latencyAlpha              = 0.2 // EWMA weight of a new sample
 	latencyRefresh            = 16  // samples between refreshes of the fleet's median
 	defaultMinPeersForLatency = 2
@@ -71,10 +74,29 @@ type OutlierConfig struct {
 	// (default 32,768; negative: linear).
 	AttentionTokens int
 	// FirstByteFactor and FirstByteFloor make a request's first-byte
-	// deadline (FirstByteDeadline): FirstByteFloor + FirstByteFactor ×
-	// the expected time (defaults 3 and 10 s; a negative floor is none).
+	// deadline (FirstByteDeadline, Send): FirstByteFloor +
+	// FirstByteFactor × the expected time (defaults 3 and 2 s; a negative
+	// floor is none).
 	FirstByteFactor float64
 	FirstByteFloor  time.Duration
+	// ContextTokens is the model's context length (default 131,072): a
+	// whole (not streamed) reply with no max_tokens may generate up to
+	// ContextTokens − its prompt, and its deadline allows for that.
+	ContextTokens int
+	// ProgressPath is the worker's Prometheus metrics path (default
+	// "/metrics") whose progress counters (ParseProgress) confirm a wedge.
+	// A timeout of a worker that sent nothing starts a check: the path is
+	// read twice, ConfirmWait apart (real time). Counters that advanced
+	// mean the worker is busy, not wedged: timeouts alone do not eject it.
+	// Counters that stood still eject it (ReasonTimeout) if it still
+	// holds a request sent before the first read that it sent nothing of,
+	// or its timeouts reached TimeoutThreshold: a wedged worker is out
+	// about ConfirmWait after its first timeout. A worker whose counters
+	// cannot be read is ejected at TimeoutThreshold timeouts in a row.
+	// ConfirmWait defaults to 1 s; negative turns confirmation off (then
+	// TimeoutThreshold timeouts eject).
+	ProgressPath string
+	ConfirmWait  time.Duration
 	// PrefillRate (tokens/s) and TokenTime (per output token) are assumed
 	// for a worker until its own are observed and no peer's are (defaults
 	// 2,000 tokens/s and 50 ms).
@@ -112,6 +134,15 @@ func (c *OutlierConfig) withDefaults() (OutlierConfig, error) {
 	if o.TokenTime == 0 {
 		o.TokenTime = DefaultTokenTime
 	}
+	if o.ContextTokens == 0 {
+		o.ContextTokens = DefaultContextTokens
+	}
+	if o.ProgressPath == "" {
+		o.ProgressPath = DefaultProgressPath
+	}
+	if o.ConfirmWait == 0 {
+		o.ConfirmWait = DefaultConfirmWait
+	}
 	switch {
 	case o.MaxEjectedShare < 0 || o.MaxEjectedShare > 1 || math.IsNaN(o.MaxEjectedShare):
 		return o, fmt.Errorf("%w: MaxEjectedShare %v outside [0, 1]", ErrConfig, o.MaxEjectedShare)
@@ -123,6 +154,10 @@ func (c *OutlierConfig) withDefaults() (OutlierConfig, error) {
 		return o, fmt.Errorf("%w: FirstByteFactor %v must be > 0", ErrConfig, o.FirstByteFactor)
 	case !(o.PrefillRate > 0) || o.TokenTime < 0:
 		return o, fmt.Errorf("%w: PrefillRate %v must be > 0, TokenTime ≥ 0", ErrConfig, o.PrefillRate)
+	case o.ContextTokens < 0:
+		return o, fmt.Errorf("%w: ContextTokens %d < 0", ErrConfig, o.ContextTokens)
+	case !strings.HasPrefix(o.ProgressPath, "/"):
+		return o, fmt.Errorf("%w: ProgressPath %q must start with /", ErrConfig, o.ProgressPath)
 	}
 	return o, nil
 }
@@ -143,16 +178,24 @@ func ewma(old, x float64, first bool) float64 {
 }
 
 // ObserveFirstToken records a streamed request's time to first token on
-// worker id, for a prompt with uncached tokens the worker had to prefill:
-// it feeds the worker's prefill speed (for FirstByteDeadline) and latency
-// ejection, which it may trigger (ReasonLatency). Whole replies, whose
-// first byte comes after the whole generation, must not be reported.
+// worker id, for a prompt with uncached tokens the worker had to prefill
+// and nothing queued ahead of it (Attempt.FirstByte also counts the work
+// queued ahead): it feeds the worker's prefill speed (for the first-byte
+// deadlines) and latency ejection, which it may trigger (ReasonLatency).
+// Whole replies, whose first byte comes after the whole generation, must
+// not be reported.
 func (t *Tracker) ObserveFirstToken(id uint64, uncached int, ttft time.Duration) {
-	if ttft <= 0 {
+	t.observeFirst(id, t.promptWork(uncached), ttft)
+}
+
+// observeFirst records a TTFT for work short-prompt tokens of prefill
+// (the request's own and those queued ahead of it).
+func (t *Tracker) observeFirst(id uint64, work float64, ttft time.Duration) {
+	if ttft <= 0 || !(work > 0) {
 		return
 	}
 	now := t.cfg.Now()
-	x := ttft.Seconds() / t.promptWork(uncached)
+	x := ttft.Seconds() / work
 	t.mu.Lock()
 	w := t.workers[id]
 	if w == nil {
@@ -224,21 +267,30 @@ func median(xs []float64) float64 {
 }
 
 // FirstByteDeadline returns how long a request to worker id may wait for
-// its reply's first byte: FirstByteFloor + FirstByteFactor × (the time to
+// its reply's first byte with nothing queued ahead of it (Send adds the
+// work queued ahead): FirstByteFloor + FirstByteFactor × (the time to
 // prefill max(promptTokens, MinPromptTokens) × (1 + promptTokens /
 // AttentionTokens) at the worker's observed speed + outputTokens × its
-// observed time per output token). Pass
-// outputTokens 0 for a stream (its first byte comes with the first token)
-// and the output budget for a whole reply (whose first byte comes at the
-// end). A worker with no observation yet is assumed as fast as the median
-// of those with one, or PrefillRate and TokenTime. The deadline scales
-// with the prompt: a 128K-token prompt on a slow worker gets the time it
-// needs.
+// observed time per output token). Pass outputTokens 0 for a stream (its
+// first byte comes with the first token) and the output budget for a
+// whole reply (whose first byte comes at the end). A worker with no
+// observation yet is assumed as fast as the median of those with one, or
+// PrefillRate and TokenTime. The deadline scales with the prompt: a
+// 128K-token prompt on a slow worker gets the time it needs.
 func (t *Tracker) FirstByteDeadline(id uint64, promptTokens, outputTokens int) time.Duration {
+	work := t.promptWork(promptTokens)
+	t.mu.Lock()
+	d := t.deadlineLocked(t.workers[id], work, outputTokens)
+	t.mu.Unlock()
+	return d
+}
+
+// deadlineLocked is the first-byte deadline on w (nil: a worker with no
+// observation) for work short-prompt tokens of prefill and outputTokens
+// generated before the first byte.
+func (t *Tracker) deadlineLocked(w *tracked, work float64, outputTokens int) time.Duration {
 	oc := &t.cfg.Outlier
 	spt, tpot := 1/oc.PrefillRate, oc.TokenTime.Seconds()
-	t.mu.Lock()
-	w := t.workers[id]
 	if w != nil && w.lat.any {
 		spt = w.lat.spt
 	} else if m, ok := t.medianLocked(func(l *latency) (float64, bool) { return l.spt, l.any }); ok {
@@ -249,10 +301,9 @@ func (t *Tracker) FirstByteDeadline(id uint64, promptTokens, outputTokens int) t
 	} else if m, ok := t.medianLocked(func(l *latency) (float64, bool) { return l.tpot, l.tpot > 0 }); ok {
 		tpot = m
 	}
-	t.mu.Unlock()
-	exp := t.promptWork(promptTokens)*spt + float64(max(outputTokens, 0))*tpot
+	exp := work*spt + float64(max(outputTokens, 0))*tpot
 	d := float64(oc.FirstByteFloor) + oc.FirstByteFactor*exp*float64(time.Second)
-	if d > float64(math.MaxInt64/2) {
+	if !(d < float64(math.MaxInt64/2)) {
 		return math.MaxInt64 / 2
 	}
 	return time.Duration(d)

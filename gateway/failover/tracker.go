@@ -222,7 +222,18 @@ type tracked struct {
 	reason     string // why the breaker last opened (Reason*)
 	notified   bool   // OnEject was told of an ejection whose end it was not yet told
 	lat        latency
+	// pending is the prefill work (short-prompt tokens) of the attempts
+	// in held: sent, no first byte yet.
+	pending float64
+	held    map[*Attempt]struct{}
+	// confirming: a wedge is being confirmed (confirmWedge);
+	// lastProgress: when a check last found progress (real time).
+	confirming   bool
+	lastProgress time.Time
 }
+
+// touts is the breaker's count of timeouts in a row.
+func (w *tracked) touts() int { return w.br.touts }
 
 // New returns a Tracker with no workers.
 func New(cfg Config) (*Tracker, error) {
@@ -461,10 +472,7 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 		return
 	}
 	before, opens := w.br.State(now), w.br.Opens()
-	mayOpen, capped := true, false
-	if o.WorkerFailure() && o.Kind != Connect && w.br.Tripping(now, o.Kind) && !t.mayEjectLocked(now, w) {
-		mayOpen, capped = false, true
-	}
+	mayOpen, capped := t.mayOpenLocked(now, w, o)
 	w.br.record(now, o, mayOpen)
 	after := w.br.State(now)
 	if o.Err != nil && o.Kind != ClientGone {
@@ -474,6 +482,10 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 	}
 	opened := w.br.Opens() != opens
 	var evs []ejectEvent
+	var cancels []func(error)
+	if opened && o.silent() {
+		cancels = w.heldCancelsLocked() // a silent worker will not answer them
+	}
 	if opened {
 		w.byConnect = o.Kind == Connect
 		reason := ReasonErrors
@@ -501,8 +513,11 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 		t.notifyLocked()
 	}
 	evs = t.sweepLocked(now, evs)
-	label := w.label
+	label, touts := w.label, w.touts()
 	t.mu.Unlock()
+	if o.silent() {
+		t.log.Info("failover: worker sent nothing before the deadline", "worker", id, "timeouts_in_a_row", touts)
+	}
 	if t.m != nil && o.Kind != OK {
 		t.m.failures.WithLabelValues(label, o.Kind.String()).Inc()
 	}
@@ -521,6 +536,25 @@ func (t *Tracker) Report(id uint64, o Outcome) {
 		t.log.Info("failover: breaker state changed", "worker", id, "from", before.String(), "to", after.String())
 	}
 	t.fire(evs)
+	cancelAll(cancels)
+}
+
+// mayOpenLocked decides whether o may open w's breaker (false, capped
+// true: the share of workers ejected is at its cap). A silent timeout
+// starts a wedge check (confirmWedge) instead of opening it on timeouts
+// alone.
+func (t *Tracker) mayOpenLocked(now time.Time, w *tracked, o Outcome) (mayOpen, capped bool) {
+	switch {
+	case o.silent() && t.confirms() && w.br.State(now) == Closed:
+		if !w.confirming {
+			w.confirming = true
+			t.goLocked(func(ctx context.Context) { t.confirmWedge(ctx, w) })
+		}
+		return !w.br.timeoutTrip(now), false
+	case o.WorkerFailure() && o.Kind != Connect && w.br.Tripping(now, o.Kind) && !t.mayEjectLocked(now, w):
+		return false, true
+	}
+	return true, false
 }
 
 // Retried counts a retry away from worker id (the attempt on it failed

@@ -19,6 +19,9 @@ func newTracker(t *testing.T, clk *stepClock, cfg Config) (*Tracker, *prometheus
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.Now, cfg.After, cfg.Registerer = clk.Now, clk.After, reg
+	if cfg.Outlier.ConfirmWait == 0 {
+		cfg.Outlier.ConfirmWait = -1 // these workers serve no /metrics (TestWedgeConfirmed confirms)
+	}
 	tr, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
