@@ -113,13 +113,17 @@
 // names them in metrics and traces). Every attempt reports to its worker's
 // breaker and is one router decision, Done before the next attempt.
 //
-// Every attempt has a first-byte deadline scaled by its prompt (and, for a
-// whole reply, its output budget) from its worker's observed speed
-// (failover.Tracker.FirstByteDeadline); streamed attempts teach the
-// tracker that speed, and a worker whose time to first token is far
-// outside its peers', or that times out (a wedged worker answers /health
-// but no generation), is ejected; a Stack takes an ejected worker out of
-// its router until its ejection ends, and /readyz lists ejected workers.
+// Every attempt is sent through the tracker (failover.Tracker.Send) and
+// has a first-byte deadline scaled by its prompt and the prefill queued
+// ahead of it on that worker (and, for a whole reply, its output budget:
+// the context left after the prompt) from the worker's observed speed;
+// streamed attempts teach the tracker that speed, and a worker whose time
+// to first token (normalised by its queue) is far outside its peers', or
+// that times out having sent nothing while its /metrics progress counters
+// stand still (a wedged worker answers /health but no generation), is
+// ejected, and the attempts it still holds retry elsewhere at once; a
+// Stack takes an ejected worker out of its router until its ejection ends,
+// and /readyz lists ejected workers.
 //
 // Before the first byte a retryable failure (connect, timeout, a reply
 // broken before its first byte, 408/429/5xx) goes to the next-best worker,
