@@ -291,7 +291,7 @@ func Run(w *trace.Workload, opt Options) (*Result, error) {
 	}
 	if opt.InferSessions {
 		rcfg.InferSessions = &agentkv.InferConfig{ScopeParent: true}
-		g.client, g.users = map[string]string{}, map[string]map[string]bool{}
+		g.client, g.users, g.in = map[string]string{}, map[string]map[string]bool{}, map[string][]string{}
 		for _, s := range w.Sessions {
 			root := s.ID
 			for p := s.Parent; p != ""; {
@@ -418,7 +418,10 @@ type glue struct {
 	// users holds, per inferred session, the true sessions routed into it
 	// and whether each has finished: it ends when all have.
 	users map[string]map[string]bool
-	err   error
+	// in holds, per true session, the inferred sessions it was routed
+	// into: its last turn finishing marks it done in every one of them.
+	in  map[string][]string
+	err error
 	// engines report their KV in use to admission before each Tick, as
 	// the proxy reads it from each worker's /metrics.
 	engines   []*sim.Engine
@@ -504,6 +507,7 @@ func (g *glue) Route(now time.Duration, req *sim.Request) (sim.Decision, error) 
 		}
 		if _, ok := g.users[a.SessionID][req.Session]; !ok {
 			g.users[a.SessionID][req.Session] = false
+			g.in[req.Session] = append(g.in[req.Session], a.SessionID)
 		}
 	}
 	req.Priority = -int(math.Round(d.Admission.Priority))
@@ -539,18 +543,39 @@ func (g *glue) Finished(now time.Duration, req *sim.Request) []uint64 {
 		}
 	}
 	if last, ok := g.lastTurn[req.Session]; ok && req.Turn >= last && id != "" {
-		if u := g.users[id]; u != nil {
-			u[req.Session] = true
-			for _, done := range u {
-				if !done {
-					return g.takeReleased() // another true session still runs in it
-				}
-			}
-			delete(g.users, id)
+		if g.users == nil {
+			g.r.EndSession(id)
+			return g.takeReleased()
 		}
-		g.r.EndSession(id)
+		// The true session is over in every inferred session it was routed
+		// into (its turns may have been split between some), not only in
+		// its last turn's: one left waiting for it would run forever.
+		for _, inf := range g.in[req.Session] {
+			g.userDone(inf, req.Session)
+		}
+		delete(g.in, req.Session)
+		if id != req.Session {
+			g.userDone(id, req.Session)
+		}
 	}
 	return g.takeReleased()
+}
+
+// userDone marks true session user finished in inferred session id, and
+// ends id once every true session routed into it has finished.
+func (g *glue) userDone(id, user string) {
+	u := g.users[id]
+	if u == nil {
+		return
+	}
+	u[user] = true
+	for _, done := range u {
+		if !done {
+			return // another true session still runs in it
+		}
+	}
+	delete(g.users, id)
+	g.r.EndSession(id)
 }
 
 // Tick implements sim.Router.
