@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"strings"
@@ -88,7 +89,9 @@ func (c *regCluster) awaitStatus(id uint64, want WorkerState) {
 }
 
 func (c *regCluster) generate(session string, prompt, maxNew int) (int, string, string, error) {
-	body := `{"input_ids":` + idsJSON(prompt, 1000) + `,"sampling_params":{"max_new_tokens":` + fmt.Sprint(maxNew) + `,"ignore_eos":true},"return_logprob":true}`
+	h := fnv.New32a()
+	h.Write([]byte(session))
+	body := `{"input_ids":` + idsJSON(prompt, 1000+int(h.Sum32()%100000)*64) + `,"sampling_params":{"max_new_tokens":` + fmt.Sprint(maxNew) + `,"ignore_eos":true},"return_logprob":true}`
 	req, _ := http.NewRequest(http.MethodPost, c.url+GeneratePath, strings.NewReader(body))
 	req.Header.Set("X-SMG-Routing-Key", session)
 	resp, err := http.DefaultClient.Do(req)
