@@ -232,7 +232,7 @@ func EncodeTokenRequest(api TokenAPI, tr *TokenRequest) ([]byte, error) {
 	for k, v := range tr.Sampling {
 		sp[k] = v
 	}
-	ids := json.RawMessage(appendIDs(nil, tr.Tokens))
+	idsKey := "token_ids"
 	if tr.Stream {
 		out["stream"] = true
 	}
@@ -244,7 +244,7 @@ func EncodeTokenRequest(api TokenAPI, tr *TokenRequest) ([]byte, error) {
 				sp[from] = v
 			}
 		}
-		out["input_ids"], out["sampling_params"] = ids, sp
+		idsKey, out["sampling_params"] = "input_ids", sp
 		if tr.RID != "" {
 			out["rid"] = tr.RID
 		}
@@ -258,7 +258,7 @@ func EncodeTokenRequest(api TokenAPI, tr *TokenRequest) ([]byte, error) {
 		if tr.Logprobs {
 			sp["logprobs"] = json.RawMessage(strconv.Itoa(tr.TopLogprobs))
 		}
-		out["token_ids"], out["sampling_params"] = ids, sp
+		out["sampling_params"] = sp
 		if tr.RID != "" {
 			out["request_id"] = tr.RID
 		}
@@ -269,7 +269,7 @@ func EncodeTokenRequest(api TokenAPI, tr *TokenRequest) ([]byte, error) {
 		for k, v := range sp {
 			out[k] = v // vLLM's completions API takes its sampling parameters at the top level
 		}
-		out["prompt"], out["return_tokens_as_token_ids"], out["logprobs"] = ids, true, tr.TopLogprobs
+		idsKey, out["return_tokens_as_token_ids"], out["logprobs"] = "prompt", true, tr.TopLogprobs
 		if tr.Stream {
 			out["stream_options"] = map[string]bool{"include_usage": true}
 		}
@@ -284,7 +284,18 @@ func EncodeTokenRequest(api TokenAPI, tr *TokenRequest) ([]byte, error) {
 			out["cache_salt"] = *tr.CacheSalt
 		}
 	}
-	return json.Marshal(out)
+	rest, err := json.Marshal(out)
+	if err != nil {
+		return nil, err
+	}
+	// The ids are written directly: json.Marshal would scan them again.
+	b := make([]byte, 0, len(rest)+len(idsKey)+4+11*len(tr.Tokens))
+	b = append(append(append(b, `{"`...), idsKey...), `":`...)
+	b = appendIDs(b, tr.Tokens)
+	if len(rest) > 2 {
+		b = append(b, ',')
+	}
+	return append(b, rest[1:]...), nil
 }
 
 func appendIDs(b []byte, ids []uint32) []byte {
