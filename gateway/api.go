@@ -112,3 +112,6 @@ const (
 	TokenInference   = translate.TokenInference
 	TokenCompletions = translate.TokenCompletions
 )
+
+// TokenAPISet returns the set of the given token APIs.
+func TokenAPISet(as ...TokenAPI) TokenAPIs { return translate.TokenAPISet(as...) }

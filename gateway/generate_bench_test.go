@@ -106,7 +106,7 @@ func BenchmarkGenerateTranslated32K(b *testing.B) {
 	defer up.Close()
 	all, _ := ParseAPIs("all")
 	gws := map[TokenAPIs]string{}
-	for _, ta := range []TokenAPIs{tokenAPISet(TokenGenerate), tokenAPISet(TokenCompletions)} {
+	for _, ta := range []TokenAPIs{TokenAPISet(TokenGenerate), TokenAPISet(TokenCompletions)} {
 		s, err := NewStack(context.Background(), StackConfig{Workers: []WorkerSpec{{URL: up.URL, Native: all, TokenAPIs: ta}}, Refresh: -1,
 			Registry: prometheus.NewRegistry()})
 		if err != nil {
@@ -137,7 +137,7 @@ func BenchmarkGenerateTranslated32K(b *testing.B) {
 		}
 		return time.Since(t0)
 	}
-	native, translated := gws[tokenAPISet(TokenGenerate)], gws[tokenAPISet(TokenCompletions)]
+	native, translated := gws[TokenAPISet(TokenGenerate)], gws[TokenAPISet(TokenCompletions)]
 	var tn, tt, tc time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

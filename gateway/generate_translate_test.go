@@ -116,9 +116,9 @@ func TestGenerateTranslated(t *testing.T) {
 		serves   []mock.TokenAPI
 		declared TokenAPIs
 	}{
-		{"inference-only", []mock.TokenAPI{mock.TokenInference}, tokenAPISet(TokenInference)},
-		{"generate-only", []mock.TokenAPI{mock.TokenGenerate}, tokenAPISet(TokenGenerate)},
-		{"completions-only", []mock.TokenAPI{}, tokenAPISet(TokenCompletions)},
+		{"inference-only", []mock.TokenAPI{mock.TokenInference}, TokenAPISet(TokenInference)},
+		{"generate-only", []mock.TokenAPI{mock.TokenGenerate}, TokenAPISet(TokenGenerate)},
+		{"completions-only", []mock.TokenAPI{}, TokenAPISet(TokenCompletions)},
 	} {
 		_, url := tokenStack(t, w.serves, w.declared, 1000)
 		for _, api := range []TokenAPI{TokenGenerate, TokenInference} {
@@ -142,18 +142,10 @@ func TestGenerateTranslated(t *testing.T) {
 		}
 	}
 	// A text prompt cannot be translated: 400 in SGLang's shape.
-	_, url := tokenStack(t, []mock.TokenAPI{mock.TokenInference}, tokenAPISet(TokenInference), 1000)
+	_, url := tokenStack(t, []mock.TokenAPI{mock.TokenInference}, TokenAPISet(TokenInference), 1000)
 	r, b := postJSON(t, url+GeneratePath, nil, `{"text":"hello there"}`)
 	require.Equal(t, http.StatusBadRequest, r.StatusCode, string(b))
 	require.Contains(t, string(b), `{"error":{"message":`)
-}
-
-func tokenAPISet(as ...TokenAPI) TokenAPIs {
-	var s TokenAPIs
-	for _, a := range as {
-		s |= 1 << a
-	}
-	return s
 }
 
 // TestGenerateTranslatedAbort: an abort by rid ends a translated stream
@@ -162,7 +154,7 @@ func tokenAPISet(as ...TokenAPI) TokenAPIs {
 // (here at the router's pause), which ends at once with finish reason
 // abort.
 func TestGenerateTranslatedAbort(t *testing.T) {
-	s, url := tokenStack(t, []mock.TokenAPI{mock.TokenInference}, tokenAPISet(TokenInference), 1000)
+	s, url := tokenStack(t, []mock.TokenAPI{mock.TokenInference}, TokenAPISet(TokenInference), 1000)
 	body := tokenBody(TokenGenerate, "tr-1", 40, 500, 120000, true)
 	resp, err := http.Post(url+GeneratePath, "application/json", strings.NewReader(body))
 	require.NoError(t, err)
