@@ -371,8 +371,10 @@ func (s *Stack) start(bg context.Context) {
 			// probes could find it up before await connects it, and /readyz
 			// would say 200 with no worker to route to.
 			s.gw.tracker.Remove(w.id)
+			jctx, stop := context.WithCancel(bg)
+			w.stop = stop // before the registry can drain it
 			s.wg.Add(1)
-			go s.await(bg, w, true)
+			go s.await(jctx, w, true)
 		}
 	}
 	s.wg.Add(1)
