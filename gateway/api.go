@@ -96,3 +96,22 @@ func writeError(w http.ResponseWriter, anthropic bool, code int, msg string) {
 func wantsAnthropic(r *http.Request) bool {
 	return strings.HasPrefix(r.URL.Path, MessagesPath) || r.Header.Get("Anthropic-Version") != ""
 }
+
+// Token APIs (translate's).
+type (
+	// TokenAPI is translate.TokenAPI.
+	TokenAPI = translate.TokenAPI
+	// TokenAPIs is translate.TokenAPIs: the token APIs a worker serves
+	// (zero: all).
+	TokenAPIs = translate.TokenAPIs
+)
+
+// The token APIs (translate's).
+const (
+	TokenGenerate    = translate.TokenGenerate
+	TokenInference   = translate.TokenInference
+	TokenCompletions = translate.TokenCompletions
+)
+
+// TokenAPISet returns the set of the given token APIs.
+func TokenAPISet(as ...TokenAPI) TokenAPIs { return translate.TokenAPISet(as...) }

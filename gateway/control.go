@@ -109,9 +109,10 @@ func (g *Gateway) engineControl(w http.ResponseWriter, r *http.Request) {
 		writeError(w, false, http.StatusBadRequest, "reading the request body: "+err.Error())
 		return
 	}
-	replies := make([]controlReply, len(g.order))
+	order := g.set().order
+	replies := make([]controlReply, len(order))
 	var wg sync.WaitGroup
-	for i, wk := range g.order {
+	for i, wk := range order {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -196,6 +197,7 @@ func (g *Gateway) listWorkers(w http.ResponseWriter, r *http.Request) {
 		URL     string `json:"url"`
 		Healthy bool   `json:"healthy"`
 		DPSize  int    `json:"dp_size"`
+		Status  string `json:"status,omitempty"` // with a Stack: WorkerState
 	}
 	st := map[uint64]bool{}
 	for _, s := range g.tracker.Status() {
@@ -207,8 +209,13 @@ func (g *Gateway) listWorkers(w http.ResponseWriter, r *http.Request) {
 		Healthy int    `json:"healthy"`
 		Paused  bool   `json:"router_paused"`
 	}{Workers: []item{}, Paused: g.pause.paused()}
-	for _, wk := range g.order {
+	for _, wk := range g.set().order {
 		it := item{ID: wk.ID, URL: wk.URL, Healthy: st[wk.ID], DPSize: max(wk.DPRanks, 1)}
+		if g.registry != nil {
+			if ws, ok := g.registry.WorkerStatus(wk.ID); ok {
+				it.Status = string(ws.Status)
+			}
+		}
 		if it.Healthy {
 			out.Healthy++
 		}

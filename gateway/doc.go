@@ -141,6 +141,36 @@
 // connection. With no routable worker a request waits up to ReadyWait, then
 // gets 503. /healthz is liveness, /readyz readiness (Gateway.Ready).
 //
+// # RL rollout frameworks
+
+// SGLang's POST /generate and vLLM's POST /inference/v1/generate are
+// routed on the token ids sent (exact block hashes, no tokenizer) and
+// passed through byte for byte to a worker that serves the API
+// (Worker.TokenAPIs; zero: all). To a worker that does not they are
+// translated (package gateway/translate, tokens.go): to the other engine's
+// token API, or to /v1/completions with a token-id prompt,
+// return_tokens_as_token_ids and logprobs, the reply written back in the
+// client's shape with the worker's token ids and logprobs exactly, whole or
+// streamed. POST /abort_request reaches a passed-through request's worker;
+// a request still waiting for its turn, or translated, the gateway ends
+// itself (its worker connection closes) with finish reason abort. The rid
+// is registered before routing, so an abort finds a waiting request.
+// Engine controls (pause, flush, weight updates) fan out to every worker
+// (control.go).
+//
+// The worker registry (registry.go, with a Stack) is SMG's: POST /workers
+// {"url", "events", "dp_size", "apis", "token_apis", "hints"} answers 202
+// with Location /workers/{id}; GET /workers/{id} reports joining, ready,
+// failed, draining or removed; DELETE /workers/{id} drains (the worker
+// leaves the health tracker, so no new request goes to it; once the
+// router counts none of its requests in flight it leaves the router, the
+// index and admission). POST /add_worker?url= and /remove_worker?url= are
+// the SGLang router's older aliases. worker_type other than regular and
+// api_key are refused (400: agentkv holds no worker secrets); a URL
+// registered twice is 409. An admin key is needed once keys are
+// configured. The worker set is copy-on-write: the request path loads it
+// without a lock.
+//
 // # Traces
 //
 // The gateway reports each attempt's end to the router with its usage,

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -86,6 +87,9 @@ type Worker struct {
 	// through byte for byte, the others are translated to chat
 	// completions. Zero means Baseline (chat and text completions).
 	Native APIs
+	// TokenAPIs are the token APIs the engine serves (0: all of them); a
+	// token-API request for one it does not is translated (generate.go).
+	TokenAPIs TokenAPIs
 	// Tokenizer, if set, tokenizes for routing in process instead of the
 	// engine's /tokenize.
 	Tokenizer Tokenizer
@@ -195,12 +199,15 @@ var ErrConfig = errors.New("gateway: invalid config")
 // Anthropic APIs over a Router and its workers. It is safe for concurrent
 // use.
 type Gateway struct {
-	cfg     Config
-	log     *slog.Logger
-	router  *agentkv.Router
-	sess    *session.Extractor
-	workers map[uint64]*worker
-	order   []*worker // as configured, for /tokenize and /v1/models
+	cfg    Config
+	log    *slog.Logger
+	router *agentkv.Router
+	sess   *session.Extractor
+	// ws is the worker set, copy-on-write (registry.go): the request path
+	// loads it without a lock; setMu serializes the writers.
+	ws      atomic.Pointer[workerSet]
+	setMu   sync.Mutex
+	dropped []uint64 // removed workers still in ws.byID, oldest first; guarded by setMu
 	m       *metrics
 	mux     *http.ServeMux
 	tokIdx  atomic.Uint64 // the worker tried first for /tokenize
@@ -209,6 +216,9 @@ type Gateway struct {
 	pause   pauseGate // the router-level pause (control.go)
 	tracker *failover.Tracker
 	limits  *tenant.Limits // with Config.Keys
+	// registry is the Stack that adds and drains workers at run time
+	// (registry.go); nil for a Gateway built alone.
+	registry *Stack
 	// migrationLimit is Config.Failover.MigrationLimit.
 	migrationLimit int
 	background
@@ -244,7 +254,7 @@ func New(cfg Config) (*Gateway, error) {
 	cfg.ReadyWait = orDefault(cfg.ReadyWait, DefaultReadyWait)
 	cfg.FirstByteTimeout = orDefault(cfg.FirstByteTimeout, DefaultFirstByteTimeout)
 	cfg.StreamIdleTimeout = orDefault(cfg.StreamIdleTimeout, DefaultStreamIdleTimeout)
-	g := &Gateway{cfg: cfg, log: cfg.Logger, router: cfg.Router, sess: cfg.Sessions, workers: map[uint64]*worker{}}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, router: cfg.Router, sess: cfg.Sessions}
 	g.bgCtx, g.bgCancel = context.WithCancel(context.Background())
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -252,24 +262,19 @@ func New(cfg Config) (*Gateway, error) {
 	if g.sess == nil {
 		g.sess = session.Default
 	}
+	set := &workerSet{byID: map[uint64]*worker{}}
 	for _, w := range cfg.Workers {
-		if _, dup := g.workers[w.ID]; dup {
+		if _, dup := set.byID[w.ID]; dup {
 			return nil, fmt.Errorf("%w: worker ID %d twice", ErrConfig, w.ID)
 		}
-		if w.DPRanks < 0 {
-			return nil, fmt.Errorf("%w: worker %d: negative DPRanks", ErrConfig, w.ID)
-		}
-		c, err := vllm.NewClient(w.URL, cfg.HTTPClient)
+		wk, err := newWorker(w, cfg.HTTPClient)
 		if err != nil {
-			return nil, fmt.Errorf("%w: worker %d: %v", ErrConfig, w.ID, err)
+			return nil, err
 		}
-		if w.Native == 0 {
-			w.Native = Baseline
-		}
-		wk := &worker{Worker: w, client: c, idStr: strconv.FormatUint(w.ID, 10)}
-		g.workers[w.ID] = wk
-		g.order = append(g.order, wk)
+		set.byID[w.ID] = wk
+		set.order = append(set.order, wk)
 	}
+	g.ws.Store(set)
 	var err error
 	if g.m, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
@@ -288,7 +293,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	g.migrationLimit = g.tracker.MigrationLimit()
-	for _, wk := range g.order {
+	for _, wk := range set.order {
 		if err := g.tracker.Add(wk.ID, wk.URL); err != nil {
 			_ = g.tracker.Close()
 			return nil, err
@@ -333,7 +338,7 @@ func (g *Gateway) Ready() error {
 	for _, st := range g.tracker.Status() {
 		tracked[st.ID] = st
 	}
-	for i, wk := range g.order {
+	for i, wk := range g.set().order {
 		if i > 0 {
 			b.WriteString("; ")
 		}
@@ -369,7 +374,7 @@ func (g *Gateway) redact(msg string) string {
 	if !g.cfg.HideWorkerAddresses {
 		return msg
 	}
-	for _, wk := range g.order {
+	for _, wk := range g.set().order {
 		name := "worker-" + wk.idStr
 		msg = strings.ReplaceAll(msg, strings.TrimRight(wk.URL, "/"), name)
 		if u, err := url.Parse(wk.URL); err == nil && u.Host != "" {
@@ -402,6 +407,7 @@ func (g *Gateway) routes() *http.ServeMux {
 	mux.HandleFunc("POST "+PausePath, g.routerPause(true))
 	mux.HandleFunc("POST "+ResumePath, g.routerPause(false))
 	mux.HandleFunc("GET "+WorkersPath, g.listWorkers)
+	g.registryRoutes(mux)
 	mux.HandleFunc("POST "+ReleasePath, g.release)
 	// /healthz is liveness: the process serves. /readyz is readiness: at
 	// least one worker can take a request (503 when none).
@@ -412,7 +418,7 @@ func (g *Gateway) routes() *http.ServeMux {
 				routable++
 			}
 		}
-		fmt.Fprintf(w, "ok: live; %d of %d workers routable\n", routable, len(g.order))
+		fmt.Fprintf(w, "ok: live; %d of %d workers routable\n", routable, len(g.set().order))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := g.Ready(); err != nil {
@@ -448,7 +454,7 @@ func (g *Gateway) countTokens(w http.ResponseWriter, c *call) {
 // Anthropic's shape when the request carries anthropic-version.
 func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	anth := r.Header.Get("Anthropic-Version") != ""
-	for _, wk := range g.order {
+	for _, wk := range g.set().order {
 		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, wk.client.URL(ModelsPath), nil)
 		if err != nil {
 			continue
@@ -569,7 +575,7 @@ func (g *Gateway) release(w http.ResponseWriter, r *http.Request) {
 
 // WorkerURL returns the base URL of the worker with this router ID.
 func (g *Gateway) WorkerURL(id uint64) (string, bool) {
-	if wk := g.workers[id]; wk != nil {
+	if wk := g.set().byID[id]; wk != nil {
 		return wk.URL, true
 	}
 	return "", false

@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/gateway/tenant"
 	"github.com/agentkv/agentkv/internal/tokenapi"
+	"github.com/agentkv/agentkv/session"
 )
 
 // This file serves the token-in, token-out APIs of RL rollout frameworks:
@@ -33,23 +35,60 @@ const (
 )
 
 // rids maps the rid (or request_id) of each token-API request in flight
-// to its worker, for /abort_request.
+// to its entry, from before it is routed (an abort reaches a request
+// still waiting for its admission turn) to its end, for /abort_request.
 type rids struct {
 	mu sync.Mutex // guards m
-	m  map[string]*worker
+	m  map[string]*ridEntry
 }
 
-func (r *rids) add(rid string, wk *worker) bool {
+// ridEntry is one token-API request in flight.
+type ridEntry struct {
+	cancel  context.CancelFunc // ends its routing wait or its translated reply
+	aborted atomic.Bool
+	mu      sync.Mutex // guards wk, native
+	wk      *worker    // nil until routed
+	native  bool       // passed through: the worker itself takes the abort
+}
+
+// routed records where the request went.
+func (e *ridEntry) routed(wk *worker, native bool) {
+	e.mu.Lock()
+	e.wk, e.native = wk, native
+	e.mu.Unlock()
+}
+
+// target returns the worker to pass an abort to, nil when the gateway
+// aborts the request itself (waiting, or translated).
+func (e *ridEntry) target() *worker {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.native {
+		return e.wk
+	}
+	return nil
+}
+
+// abort ends a request the gateway holds: its wait for a turn, or its
+// translated reply (the worker's connection closes: vLLM and SGLang abort
+// a request whose client left), which then ends with finish reason abort.
+func (e *ridEntry) abort() {
+	e.aborted.Store(true)
+	e.cancel()
+}
+
+func (r *rids) add(rid string, cancel context.CancelFunc) (*ridEntry, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
-		r.m = map[string]*worker{}
+		r.m = map[string]*ridEntry{}
 	}
 	if _, ok := r.m[rid]; ok {
-		return false
+		return nil, false
 	}
-	r.m[rid] = wk
-	return true
+	e := &ridEntry{cancel: cancel}
+	r.m[rid] = e
+	return e, true
 }
 
 func (r *rids) del(rid string) {
@@ -58,18 +97,32 @@ func (r *rids) del(rid string) {
 	r.mu.Unlock()
 }
 
-func (r *rids) get(rid string) *worker {
+func (r *rids) get(rid string) *ridEntry {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.m[rid]
 }
 
+// abortHeld aborts every request the gateway holds itself (abort_all).
+func (r *rids) abortHeld() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.m {
+		if e.target() == nil {
+			e.abort()
+		}
+	}
+}
+
 // tokenCall is one token-API request as the gateway reads it.
 type tokenCall struct {
 	sglang bool
+	api    TokenAPI
 	rid    string
 	tokens []uint32
+	text   bool // the prompt was text (SGLang's "text"): tokens approximate
 	stream bool
+	body   []byte
 }
 
 // readTokenCall decodes a token-API body: its rid and its token ids, with
@@ -77,7 +130,10 @@ type tokenCall struct {
 // vocabulary, at most tokenapi.MaxIDs). A text prompt (SGLang's "text") is
 // routed on approximate tokens.
 func readTokenCall(sglang bool, body []byte) (*tokenCall, error) {
-	tc := &tokenCall{sglang: sglang}
+	tc := &tokenCall{sglang: sglang, api: TokenInference, body: body}
+	if sglang {
+		tc.api = TokenGenerate
+	}
 	var err error
 	if sglang {
 		var req tokenapi.GenerateRequest
@@ -95,7 +151,7 @@ func readTokenCall(sglang bool, body []byte) (*tokenCall, error) {
 				return nil, badRequest("%v", err)
 			}
 		case req.Text != nil:
-			tc.tokens = vllm.ApproxTokens(nil, []byte(*req.Text))
+			tc.tokens, tc.text = vllm.ApproxTokens(nil, []byte(*req.Text)), true
 		default:
 			return nil, badRequest("Either text or input_ids should be provided.")
 		}
@@ -125,12 +181,85 @@ func tokenError(w http.ResponseWriter, sglang bool, status int, msg string) {
 	writeError(w, false, status, msg)
 }
 
-// serveTokens serves /generate (sglang) and /inference/v1/generate.
+// serveTokens serves /generate (sglang) and /inference/v1/generate:
+// passed through to a worker that serves the API, translated to one it
+// does serve otherwise (translateTokens).
 func (g *Gateway) serveTokens(w http.ResponseWriter, r *http.Request, sglang bool) {
-	path := InferenceGeneratePath
-	if sglang {
-		path = GeneratePath
+	tc, agent, cacheSalt, release, ok := g.readTokens(w, r, sglang)
+	if !ok {
+		return
 	}
+	defer release()
+	if len(g.set().order) == 0 {
+		tokenError(w, sglang, http.StatusServiceUnavailable, "agentkv gateway: no workers")
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	ent := &ridEntry{cancel: cancel}
+	if tc.rid != "" {
+		if ent, ok = g.rids.add(tc.rid, cancel); !ok {
+			tokenError(w, sglang, http.StatusBadRequest, "Duplicate request ID: "+strconv.Quote(tc.rid)+" is in flight")
+			return
+		}
+		defer g.rids.del(tc.rid)
+	}
+	var d *agentkv.Decision
+	err := g.pause.wait(ctx)
+	if err == nil {
+		id := "gw" + strconv.FormatUint(g.reqSeq.Add(1), 10)
+		d, err = g.router.Route(ctx, &agentkv.Request{ID: id, Tokens: tc.tokens, Agent: agent, CacheSalt: cacheSalt,
+			Override: &agentkv.Override{AllowedWorkers: g.tracker.Allowed(nil, nil)}})
+	}
+	switch {
+	case err != nil && ent.aborted.Load():
+		g.abortedReply(w, tc) // aborted while it waited for its turn
+		return
+	case err != nil:
+		if r.Context().Err() == nil {
+			tokenError(w, sglang, http.StatusServiceUnavailable, err.Error())
+		}
+		return
+	}
+	wk := g.set().byID[d.Worker.ID]
+	if wk == nil {
+		d.Done(agentkv.Usage{Failed: true})
+		tokenError(w, sglang, http.StatusServiceUnavailable, "agentkv gateway: routed to an unknown worker")
+		return
+	}
+	target := tokenTarget(wk, tc.api)
+	ent.routed(wk, target == tc.api)
+	var u agentkv.Usage
+	var ferr error
+	if target == tc.api {
+		u, ferr = g.passTokens(ctx, w, wk, tc.api.Path(), tc.body, d, sglang)
+	} else {
+		u, ferr = g.translateTokens(ctx, w, wk, target, tc, d, ent)
+	}
+	u.Failed = ferr != nil
+	u.API = tc.api.Path()
+	d.Done(u)
+}
+
+// tokenTarget is the token API to send a call of api to wk in: api when
+// wk serves it, else the other engine's, else the completions API.
+func tokenTarget(wk *worker, api TokenAPI) TokenAPI {
+	if wk.TokenAPIs.Has(api) {
+		return api
+	}
+	for _, t := range []TokenAPI{TokenGenerate, TokenInference, TokenCompletions} {
+		if wk.TokenAPIs.Has(t) {
+			return t
+		}
+	}
+	return api
+}
+
+// readTokens authenticates and reads a token-API call, scoping its
+// session and rid by its tenant and taking the tenant's limits (release
+// gives them back); false when it has answered.
+func (g *Gateway) readTokens(w http.ResponseWriter, r *http.Request, sglang bool) (tc *tokenCall, agent session.AgentContext, cacheSalt string, release func(), ok bool) {
+	release = func() {}
 	tn, err := g.authenticateKey(r)
 	if err != nil {
 		tokenError(w, sglang, http.StatusUnauthorized, err.Error())
@@ -141,75 +270,40 @@ func (g *Gateway) serveTokens(w http.ResponseWriter, r *http.Request, sglang boo
 		tokenError(w, sglang, http.StatusRequestEntityTooLarge, "reading the request body: "+err.Error())
 		return
 	}
-	tc, err := readTokenCall(sglang, body)
-	if err != nil {
+	if tc, err = readTokenCall(sglang, body); err != nil {
 		tokenError(w, sglang, http.StatusBadRequest, err.Error())
 		return
 	}
-	agent, err := g.sess.FromRequest(r, body)
-	if err != nil {
+	if agent, err = g.sess.FromRequest(r, body); err != nil {
 		tokenError(w, sglang, http.StatusBadRequest, err.Error())
 		return
+	}
+	if tn == nil {
+		return tc, agent, "", release, true
 	}
 	// A tenant's sessions and rids are its own. The vLLM token API takes
 	// the tenant's cache_salt; SGLang's /generate has no cache salt, so
 	// tenants' prefixes are not isolated on SGLang engines (README).
-	var cacheSalt string
-	if tn != nil {
-		agent.SessionID, agent.ParentSessionID = tenant.Scope(tn, agent.SessionID), tenant.Scope(tn, agent.ParentSessionID)
-		if tc.rid != "" {
-			tc.rid = tenant.Scope(tn, tc.rid)
-		}
-		if ref := g.limits.Acquire(tn, agent.SessionID); ref != tenant.OK {
-			g.m.tenantRejected.WithLabelValues(ref.String()).Inc()
-			w.Header().Set("Retry-After", "1")
-			tokenError(w, sglang, http.StatusTooManyRequests, "agentkv gateway: tenant "+tn.Name+" is past its limit ("+ref.String()+"); retry shortly")
-			return
-		}
-		defer g.limits.Release(tn)
-		if !sglang {
-			cacheSalt = tn.Salt
-			if body, err = setCacheSalt(body, cacheSalt); err != nil {
-				tokenError(w, sglang, http.StatusBadRequest, err.Error())
-				return
-			}
-		}
-	}
-	if len(g.order) == 0 {
-		tokenError(w, sglang, http.StatusServiceUnavailable, "agentkv gateway: no workers")
-		return
-	}
-	ctx := r.Context()
-	if g.pause.wait(ctx) != nil {
-		return // the client left while the router was paused
-	}
-	id := "gw" + strconv.FormatUint(g.reqSeq.Add(1), 10)
-	d, err := g.router.Route(ctx, &agentkv.Request{ID: id, Tokens: tc.tokens, Agent: agent, CacheSalt: cacheSalt,
-		Override: &agentkv.Override{AllowedWorkers: g.tracker.Allowed(nil, nil)}})
-	if err != nil {
-		if ctx.Err() == nil {
-			tokenError(w, sglang, http.StatusServiceUnavailable, err.Error())
-		}
-		return
-	}
-	wk := g.workers[d.Worker.ID]
-	if wk == nil {
-		d.Done(agentkv.Usage{Failed: true})
-		tokenError(w, sglang, http.StatusServiceUnavailable, "agentkv gateway: routed to an unknown worker")
-		return
-	}
+	agent.SessionID, agent.ParentSessionID = tenant.Scope(tn, agent.SessionID), tenant.Scope(tn, agent.ParentSessionID)
 	if tc.rid != "" {
-		if !g.rids.add(tc.rid, wk) {
-			d.Done(agentkv.Usage{Failed: true})
-			tokenError(w, sglang, http.StatusBadRequest, "Duplicate request ID: "+strconv.Quote(tc.rid)+" is in flight")
-			return
-		}
-		defer g.rids.del(tc.rid)
+		tc.rid = tenant.Scope(tn, tc.rid)
 	}
-	u, ferr := g.passTokens(ctx, w, wk, path, body, d, sglang)
-	u.Failed = ferr != nil
-	u.API = path
-	d.Done(u)
+	if ref := g.limits.Acquire(tn, agent.SessionID); ref != tenant.OK {
+		g.m.tenantRejected.WithLabelValues(ref.String()).Inc()
+		w.Header().Set("Retry-After", "1")
+		tokenError(w, sglang, http.StatusTooManyRequests, "agentkv gateway: tenant "+tn.Name+" is past its limit ("+ref.String()+"); retry shortly")
+		return
+	}
+	release = func() { g.limits.Release(tn) }
+	if !sglang {
+		cacheSalt = tn.Salt
+		if tc.body, err = setCacheSalt(tc.body, cacheSalt); err != nil {
+			release()
+			tokenError(w, sglang, http.StatusBadRequest, err.Error())
+			return nil, agent, "", func() {}, false
+		}
+	}
+	return tc, agent, cacheSalt, release, true
 }
 
 // passTokens forwards body to wk and copies the reply through, reading
@@ -235,11 +329,7 @@ func (g *Gateway) passTokens(ctx context.Context, w http.ResponseWriter, wk *wor
 			h.Set(k, v)
 		}
 	}
-	h.Set(HeaderWorker, wk.URL)
-	h.Set(HeaderCachedTokens, strconv.Itoa(d.Cached.Device+d.Cached.Host+d.Cached.Disk))
-	if d.Waited > 0 {
-		h.Set(HeaderWaited, strconv.FormatFloat(float64(d.Waited)/float64(time.Millisecond), 'f', 3, 64))
-	}
+	tokenHeaders(h, wk, d)
 	w.WriteHeader(resp.StatusCode)
 	var last []byte // the last JSON object of the reply
 	rc := http.NewResponseController(w)
@@ -268,6 +358,15 @@ func (g *Gateway) passTokens(ctx context.Context, w http.ResponseWriter, wk *wor
 		return agentkv.Usage{}, errStatus(resp.StatusCode)
 	}
 	return tokenUsage(last), nil
+}
+
+// tokenHeaders sets the gateway's headers on a token-API reply.
+func tokenHeaders(h http.Header, wk *worker, d *agentkv.Decision) {
+	h.Set(HeaderWorker, wk.URL)
+	h.Set(HeaderCachedTokens, strconv.Itoa(d.Cached.Device+d.Cached.Host+d.Cached.Disk))
+	if d.Waited > 0 {
+		h.Set(HeaderWaited, strconv.FormatFloat(float64(d.Waited)/float64(time.Millisecond), 'f', 3, 64))
+	}
 }
 
 type errStatus int
@@ -346,17 +445,26 @@ func (g *Gateway) abortRequest(w http.ResponseWriter, r *http.Request) {
 			tokenapi.WriteSGLangError(w, http.StatusForbidden, "abort_request: abort_all needs an admin key")
 			return
 		}
-		targets = g.order
+		targets = g.set().order
 	case req.RID == "":
 		tokenapi.WriteSGLangError(w, http.StatusBadRequest, "abort_request: give rid or abort_all")
 		return
 	default:
-		wk := g.rids.get(tenant.Scope(tn, req.RID))
-		if wk == nil {
+		e := g.rids.get(tenant.Scope(tn, req.RID))
+		if e == nil {
 			tokenapi.WriteSGLangError(w, http.StatusBadRequest, "abort_request: unknown rid "+strconv.Quote(req.RID))
 			return
 		}
+		wk := e.target()
+		if wk == nil {
+			e.abort() // waiting for its turn, or translated: the gateway ends it
+			w.WriteHeader(http.StatusOK)
+			return
+		}
 		targets = []*worker{wk}
+	}
+	if req.AbortAll {
+		g.rids.abortHeld()
 	}
 	failed := 0
 	for _, wk := range targets {

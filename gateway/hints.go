@@ -212,7 +212,7 @@ func (s *Stack) workerHints(spec WorkerSpec, client *http.Client) *HintChannel {
 func (s *Stack) closeHints() {
 	ctx, cancel := context.WithTimeout(context.Background(), hintCloseWait)
 	defer cancel()
-	for _, w := range s.workers {
+	for _, w := range s.list() {
 		_ = w.hints.Close(ctx)
 	}
 }
@@ -237,8 +237,9 @@ func (w *stackWorker) hintEndpoint() string {
 
 // HintStats returns worker id's hint counters (zero when it takes none).
 func (s *Stack) HintStats(id uint64) HintStats {
-	if id >= uint64(len(s.workers)) {
+	w := s.worker(id)
+	if w == nil {
 		return HintStats{}
 	}
-	return s.workers[id].hints.Stats()
+	return w.hints.Stats()
 }

@@ -79,10 +79,10 @@ func decoded(at *failover.Attempt, res *AttemptResult) {
 // the probes found it down meanwhile (then it returns when they find it
 // up).
 func (s *Stack) onEject(id uint64, ejected bool, reason string) {
-	if id >= uint64(len(s.workers)) || !s.workers[id].connected() {
+	w := s.worker(id)
+	if w == nil || !w.connected() {
 		return
 	}
-	w := s.workers[id]
 	if ejected {
 		s.log.Warn("gateway: worker ejected: its sessions and programs move", "worker", w.spec.URL, "reason", reason)
 		s.router.RemoveWorker(id)
@@ -93,7 +93,7 @@ func (s *Stack) onEject(id uint64, ejected bool, reason string) {
 			return
 		}
 	}
-	if err := s.router.AddWorker(w); err != nil {
+	if err := s.rejoin(w); err != nil {
 		s.log.Warn("gateway: returning worker refused", "worker", w.spec.URL, "err", err)
 	}
 }

@@ -83,7 +83,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, a API) {
 		return
 	}
 	defer g.limits.Release(c.tenant)
-	if len(g.order) == 0 {
+	if len(g.set().order) == 0 {
 		g.reject(w, a, http.StatusServiceUnavailable, "agentkv gateway: no workers")
 		return
 	}
@@ -234,7 +234,7 @@ func (g *Gateway) tokens(ctx context.Context, c *call) ([]uint32, error) {
 	}
 	api := c.api.String()
 	if path == vllm.ChatPath {
-		for _, wk := range g.order {
+		for _, wk := range g.set().order {
 			if wk.Tokenizer == nil || wk.tok.off.Load() {
 				continue
 			}
@@ -277,17 +277,21 @@ func (g *Gateway) tokenizeInProcess(wk *worker, c *call) ([]uint32, error) {
 // first probes answer) it waits for one, then, if still none, tries them
 // all. false: no worker tokenized the body.
 func (g *Gateway) tokenizeRemote(ctx context.Context, c *call, path string) ([]uint32, bool) {
-	n := uint64(len(g.order))
+	order := g.set().order
+	n := uint64(len(order))
+	if n == 0 {
+		return nil, false
+	}
 	first := g.tokIdx.Load()
 	g.awaitRoutable(ctx, c)
 	anyRoutable := g.tracker.Ready()
 	for i := uint64(0); i < n; i++ {
 		k := (first + i) % n
-		if anyRoutable && !g.tracker.Routable(g.order[k].ID) {
+		if anyRoutable && !g.tracker.Routable(order[k].ID) {
 			continue
 		}
 		tctx, cancel := context.WithTimeout(ctx, g.cfg.TokenizeTimeout)
-		toks, err := g.order[k].client.Tokenize(tctx, path, c.chatB)
+		toks, err := order[k].client.Tokenize(tctx, path, c.chatB)
 		cancel()
 		if err == nil {
 			if k != first {
@@ -415,7 +419,7 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, c *call, fw 
 	case errors.Is(err, agentkv.ErrNoWorkers) && fw.last != nil:
 		g.giveUp(ctx, w, c, fw)
 		return nil, nil, stop
-	case errors.Is(err, agentkv.ErrNoWorkers) && len(fw.allowed) < len(g.order) && try < fw.retry.MaxTries():
+	case errors.Is(err, agentkv.ErrNoWorkers) && len(fw.allowed) < len(g.set().order) && try < fw.retry.MaxTries():
 		// The routable workers are not the ones the router knows (at
 		// start, workers probed up before they joined the router):
 		// health and membership change within moments, so try again.
@@ -433,7 +437,7 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, c *call, fw 
 		g.endWith(w, c, &fw.sv, http.StatusInternalServerError, err.Error())
 		return nil, nil, stop
 	}
-	wk := g.workers[d.Worker.ID]
+	wk := g.set().byID[d.Worker.ID]
 	if wk == nil {
 		g.finish(c, d, Usage{}, ErrUnknownWorker)
 		g.endWith(w, c, &fw.sv, http.StatusServiceUnavailable, "agentkv gateway: routed to an unknown worker")

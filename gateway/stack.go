@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,7 @@ import (
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/gateway/translate"
 	"github.com/agentkv/agentkv/kvhint"
 	"github.com/agentkv/agentkv/sharedpool"
 )
@@ -47,11 +49,16 @@ type WorkerSpec struct {
 	// Hints is how the engine takes KV hints ("hints=inline|control|off";
 	// the zero value: none). See HintChannel.
 	Hints HintMode
+	// TokenAPIs are the token APIs the engine serves ("tokens=LIST"; 0:
+	// all); a token-API request is translated to one it does (package
+	// translate, tokens.go).
+	TokenAPIs TokenAPIs
 }
 
-// ParseWorkerSpec parses "URL[,events=EP][,replay=EP][,dp=N][,apis=LIST]",
+// ParseWorkerSpec parses "URL[,events=EP][,replay=EP][,dp=N][,apis=LIST][,tokens=LIST]",
 // LIST being API names separated by '+' (or "all"), e.g.
-// apis=chat+completions+responses+messages.
+// apis=chat+completions+responses+messages; tokens= lists the token APIs
+// the engine serves (generate, inference, completions; default all).
 func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	parts := strings.Split(s, ",")
 	ws := WorkerSpec{URL: strings.TrimSpace(parts[0])}
@@ -89,8 +96,14 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 				return ws, fmt.Errorf("worker %q: apis: want API names joined by + (chat, completions, responses, messages, count_tokens) or all, got %q", ws.URL, v)
 			}
 			ws.Native = set
+		case "tokens":
+			set, ok := translate.ParseTokenAPIs(v)
+			if !ok {
+				return ws, fmt.Errorf("worker %q: tokens: want token APIs joined by + (generate, inference, completions) or all, got %q", ws.URL, v)
+			}
+			ws.TokenAPIs = set
 		default:
-			return ws, fmt.Errorf("worker %q: unknown option %q (want events, replay, dp, apis or hints)", ws.URL, k)
+			return ws, fmt.Errorf("worker %q: unknown option %q (want events, replay, dp, apis, tokens or hints)", ws.URL, k)
 		}
 	}
 	if ws.Replay != "" && ws.Events == "" {
@@ -165,11 +178,16 @@ type StackConfig struct {
 // metrics. It is what "agentkv proxy" serves. It is safe for concurrent
 // use.
 type Stack struct {
-	cfg     StackConfig
-	log     *slog.Logger
-	router  *agentkv.Router
-	gw      *Gateway
-	workers []*stackWorker // by ID
+	cfg    StackConfig
+	log    *slog.Logger
+	router *agentkv.Router
+	gw     *Gateway
+	// set holds the workers, indexed by ID (nil where one was removed),
+	// copy-on-write: readers load it without a lock; regMu serializes the
+	// writers (registry.go).
+	set     atomic.Pointer[[]*stackWorker]
+	regMu   sync.Mutex
+	removed map[uint64]WorkerStatus // recently removed workers; guarded by regMu
 	reg     *prometheus.Registry
 	handler http.Handler
 
@@ -178,9 +196,10 @@ type Stack struct {
 	blockSize int // the router's
 
 	cancel    context.CancelFunc
-	wg        sync.WaitGroup // background loops
-	once      sync.Once      // Close
-	closeOnce sync.Once      // DropHeld
+	bg        context.Context // the loops' context, ended by Close
+	wg        sync.WaitGroup  // background loops
+	once      sync.Once       // Close
+	closeOnce sync.Once       // DropHeld
 }
 
 // stackWorker is one vLLM worker as the router sees it (agentkv.Worker).
@@ -188,6 +207,13 @@ type stackWorker struct {
 	spec  WorkerSpec
 	id    uint64
 	hints *HintChannel // nil: takes no hints (hints.go)
+
+	// state is the worker's registry state (registry.go); member guards
+	// its router membership against a drain (rejoin).
+	state   atomic.Int32
+	member  sync.Mutex
+	stop    context.CancelFunc     // ends its join attempts; set before it is shared
+	failMsg atomic.Pointer[string] // why it failed (stateFailed)
 
 	mu      sync.Mutex   // guards vw, capRank
 	vw      *vllm.Worker // nil until the worker answered (connect)
@@ -236,12 +262,14 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	// Events arrive only after Start, when s.router is set.
 	s.sink = vllm.SinkFunc(func(ev *flashindex.Event) error { return s.router.ApplyEvent(ev) })
 	approximate := false
+	var list []*stackWorker
 	for i, spec := range cfg.Workers {
-		s.workers = append(s.workers, &stackWorker{spec: spec, id: uint64(i), hints: s.workerHints(spec, cfg.HTTPClient)})
+		list = append(list, &stackWorker{spec: spec, id: uint64(i), hints: s.workerHints(spec, cfg.HTTPClient), stop: func() {}})
 		if spec.Events == "" && !cfg.ExternalEvents {
 			approximate = true
 		}
 	}
+	s.set.Store(&list)
 	blockSize, err := s.connectAll(ctx)
 	if err != nil {
 		s.closeWorkers()
@@ -268,19 +296,20 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	gc.Failover.OnHealth = s.onHealth
 	gc.Failover.OnEject = s.onEject
 	gc.Workers = nil
-	for _, w := range s.workers {
-		gc.Workers = append(gc.Workers, Worker{ID: w.id, URL: w.spec.URL, DPRanks: w.spec.DPRanks,
-			Native: w.spec.Native, Tokenizer: w.spec.Tokenizer, Hints: w.hints})
+	for _, w := range list {
+		gc.Workers = append(gc.Workers, w.gatewayWorker())
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	for _, w := range s.workers {
+	s.bg = bg
+	for _, w := range list {
 		if w.connected() {
 			if err := s.join(bg, w); err != nil {
 				cancel()
 				s.closeWorkers()
 				return nil, err
 			}
+			w.state.Store(stateJoined)
 		}
 	}
 	if s.gw, err = New(gc); err != nil {
@@ -288,8 +317,15 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		s.closeWorkers()
 		return nil, err
 	}
+	s.gw.registry = s
 	s.start(bg)
 	return s, nil
+}
+
+// gatewayWorker is the worker as the gateway forwards to it.
+func (w *stackWorker) gatewayWorker() Worker {
+	return Worker{ID: w.id, URL: w.spec.URL, DPRanks: w.spec.DPRanks, Native: w.spec.Native,
+		TokenAPIs: w.spec.TokenAPIs, Tokenizer: w.spec.Tokenizer, Hints: w.hints}
 }
 
 // newStack returns a Stack with cfg's defaults filled in and its metrics
@@ -329,14 +365,16 @@ func newStack(cfg StackConfig) (*Stack, *agentkv.Metrics, error) {
 // yet, the router's control loop, the capacity and usage polls.
 func (s *Stack) start(bg context.Context) {
 	cfg := s.cfg
-	for _, w := range s.workers {
+	for _, w := range s.list() {
 		if !w.connected() {
 			// Not routable (nor probed) until it joined the router: its
 			// probes could find it up before await connects it, and /readyz
 			// would say 200 with no worker to route to.
 			s.gw.tracker.Remove(w.id)
+			jctx, stop := context.WithCancel(bg)
+			w.stop = stop // before the registry can drain it
 			s.wg.Add(1)
-			go s.await(bg, w)
+			go s.await(jctx, w, true)
 		}
 	}
 	s.wg.Add(1)
@@ -370,7 +408,7 @@ func (s *Stack) connectAll(ctx context.Context) (int, error) {
 	bs := s.cfg.BlockSize
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
 		var pending []*stackWorker
-		for _, w := range s.workers {
+		for _, w := range s.list() {
 			if !w.connected() {
 				pending = append(pending, w)
 			}
@@ -409,7 +447,7 @@ func (s *Stack) connectAll(ctx context.Context) (int, error) {
 				bs = w.vw.BlockSize()
 			}
 		}
-		if bs != 0 || len(s.workers) == 0 {
+		if bs != 0 || len(s.list()) == 0 {
 			return max(bs, 16), nil // no workers: any valid size
 		}
 		s.log.Warn("gateway: waiting for a worker to answer, to learn the KV block size (or give it with BlockSize / --block-size)", "retry_in", wait)
@@ -455,32 +493,37 @@ func (s *Stack) join(ctx context.Context, w *stackWorker) error {
 	return nil
 }
 
-// await connects a worker that was down at start, with backoff, and joins
-// it to the router once it answers.
-func (s *Stack) await(ctx context.Context, w *stackWorker) {
+// await connects a worker that was down at start (or added at run time:
+// it tries at once, not first waiting), with backoff, and joins it to the
+// router once it answers. A worker whose drain began stops it.
+func (s *Stack) await(ctx context.Context, w *stackWorker, waitFirst bool) {
 	defer s.wg.Done()
 	bs := s.blockSize
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
+		if waitFirst {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
 		}
+		waitFirst = true
 		cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 		err := s.connect(cctx, w, bs)
 		cancel()
 		if errors.Is(err, vllm.ErrBlockSizeMismatch) || errors.Is(err, vllm.ErrNoMetric) || errors.Is(err, vllm.ErrNoCapacity) {
 			s.log.Error("gateway: worker answered but cannot be routed to (block size or KV capacity)", "worker", w.spec.URL, "err", err)
+			w.setState(stateJoining, stateFailed, err)
 			return
 		}
 		if err == nil {
-			if err := s.join(ctx, w); err != nil {
+			switch err := s.joinMember(ctx, w); {
+			case errors.Is(err, errDraining) || errors.Is(err, failover.ErrClosed):
+				return // drained before it joined, or the gateway is closing
+			case err != nil:
 				s.log.Error("gateway: worker answered but cannot join", "worker", w.spec.URL, "err", err)
+				w.setState(stateJoining, stateFailed, err)
 				return
-			}
-			// Tracked from now on: routable from its first good probe.
-			if err := s.gw.tracker.Add(w.id, w.spec.URL); err != nil {
-				return // the gateway is closing
 			}
 			s.log.Info("gateway: worker joined", "worker", w.spec.URL)
 			return
@@ -492,10 +535,10 @@ func (s *Stack) await(ctx context.Context, w *stackWorker) {
 // (its index entries and load go: when it comes back its cache is not
 // what it was), and rejoins when it is up again.
 func (s *Stack) onHealth(id uint64, from, to failover.Health) {
-	if id >= uint64(len(s.workers)) || !s.workers[id].connected() {
+	w := s.worker(id)
+	if w == nil || !w.connected() {
 		return
 	}
-	w := s.workers[id]
 	switch {
 	case to == failover.Down:
 		s.router.RemoveWorker(id)
@@ -505,7 +548,7 @@ func (s *Stack) onHealth(id uint64, from, to failover.Health) {
 				return // an outlier ejection: onEject adds it back when it ends
 			}
 		}
-		if err := s.router.AddWorker(w); err != nil {
+		if err := s.rejoin(w); err != nil {
 			s.log.Warn("gateway: returning worker refused", "worker", w.spec.URL, "err", err)
 		}
 	}
@@ -532,17 +575,24 @@ func (s *Stack) Handler(metricsPath string) http.Handler {
 	return mux
 }
 
-// WorkerInfo returns what the router knows of worker id.
-func (s *Stack) WorkerInfo(id int) agentkv.WorkerInfo { return s.workers[id].Info() }
+// WorkerInfo returns what the router knows of worker id (zero for an
+// unknown or removed one).
+func (s *Stack) WorkerInfo(id int) agentkv.WorkerInfo {
+	if w := s.worker(uint64(id)); w != nil {
+		return w.Info()
+	}
+	return agentkv.WorkerInfo{}
+}
 
 // BlockSize returns the router's KV block size.
 func (s *Stack) BlockSize() int { return s.blockSize }
 
-// Workers returns the worker count.
-func (s *Stack) Workers() int { return len(s.workers) }
+// Workers returns the number of worker IDs given out (removed workers
+// included: IDs are not reused).
+func (s *Stack) Workers() int { return len(*s.set.Load()) }
 
 func (s *Stack) closeWorkers() {
-	for _, w := range s.workers {
+	for _, w := range s.list() {
 		vw := w.adapter()
 		if vw == nil {
 			continue
@@ -583,8 +633,8 @@ func (s *Stack) everyWorker(ctx context.Context, period time.Duration, f func(co
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			for i := range s.workers {
-				f(ctx, i)
+			for _, w := range s.list() {
+				f(ctx, int(w.id))
 			}
 		}
 	}
@@ -593,7 +643,10 @@ func (s *Stack) everyWorker(ctx context.Context, period time.Duration, f func(co
 // Refresh re-reads worker i's KV capacity and tells the router when it
 // changed. A worker that cannot be read keeps its last capacity.
 func (s *Stack) Refresh(ctx context.Context, i int) {
-	w := s.workers[i]
+	w := s.worker(uint64(i))
+	if w == nil {
+		return
+	}
 	vw := w.adapter()
 	if vw == nil {
 		return // not joined yet: await reads it
@@ -621,7 +674,7 @@ func (s *Stack) Refresh(ctx context.Context, i int) {
 	w.mu.Unlock()
 	if changed {
 		s.capacity.WithLabelValues(strconv.Itoa(i)).Set(float64(perRank))
-		if err := s.router.AddWorker(w); err != nil {
+		if err := s.rejoin(w); err != nil {
 			s.log.Warn("gateway: capacity update refused", "worker", w.spec.URL, "err", err)
 		}
 	}
@@ -635,7 +688,10 @@ func (s *Stack) Refresh(ctx context.Context, i int) {
 // proxy, say) takes room all the same. A worker that cannot be read has
 // its report cleared: no report is better than a stale one.
 func (s *Stack) RefreshUsage(ctx context.Context, i int) {
-	w := s.workers[i]
+	w := s.worker(uint64(i))
+	if w == nil {
+		return
+	}
 	vw := w.adapter()
 	if vw == nil {
 		return
@@ -659,7 +715,7 @@ func (s *Stack) RefreshUsage(ctx context.Context, i int) {
 // Approximate reports whether some worker publishes no KV events (and
 // they do not come another way: StackConfig.ExternalEvents).
 func (s *Stack) Approximate() bool {
-	for _, w := range s.workers {
+	for _, w := range s.list() {
 		if w.spec.Events == "" && !s.cfg.ExternalEvents {
 			return true
 		}

@@ -158,7 +158,7 @@ func benchStages(b *testing.B, g *Gateway, api API, ctxBody, next []byte) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		wk := g.workers[d.Worker.ID]
+		wk := g.set().byID[d.Worker.ID]
 		t[5] = time.Now()
 		var sv streamSoFar
 		res := g.attempt(ctx, httptest.NewRecorder(), c, wk, d, &sv)

@@ -182,8 +182,13 @@ func (s *Server) promptTokens(p apiwire.Prompt) ([]uint32, error) {
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
-	var req apiwire.CompletionRequest
-	if !s.decode(w, r, false, &req) {
+	var tr tokenCompletionRequest
+	if !s.decode(w, r, false, &tr) {
+		return
+	}
+	req := tr.CompletionRequest
+	if tr.ReturnTokensAsTokenIDs {
+		s.tokenCompletions(w, r, &tr)
 		return
 	}
 	if !s.checkModel(req.Model) {

@@ -42,6 +42,15 @@ const (
 	APIMessages    API = "messages"    // POST /v1/messages and /v1/messages/count_tokens
 )
 
+// TokenAPI names a token-in, token-out API the mock can serve.
+type TokenAPI string
+
+// The token APIs.
+const (
+	TokenGenerate  TokenAPI = "generate"  // SGLang POST /generate
+	TokenInference TokenAPI = "inference" // vLLM POST /inference/v1/generate
+)
+
 // AllAPIs lists every API, the default of Config.APIs.
 var AllAPIs = []API{APIChat, APICompletions, APIResponses, APIMessages}
 
@@ -98,6 +107,10 @@ type Config struct {
 	// APIs are served natively; the others answer 404 as an older vLLM
 	// does. nil means AllAPIs.
 	APIs []API
+	// TokenAPIs are the token APIs served (SGLang's /generate, vLLM's
+	// /inference/v1/generate); the others answer 404. nil means both.
+	// /v1/completions with a token-id prompt follows APIs.
+	TokenAPIs []TokenAPI
 	// MaxBodyBytes bounds a request body (413 beyond); 0 means 32 MiB.
 	MaxBodyBytes int64
 	// Faults are the fault switches in force from the start.
@@ -307,8 +320,8 @@ func (s *Server) routes() *http.ServeMux {
 	m.HandleFunc("POST /v1/messages", s.native(APIMessages, s.messages))
 	m.HandleFunc("POST /v1/messages/count_tokens", s.native(APIMessages, s.countTokens))
 	s.rl = newRLState()
-	m.HandleFunc("POST /generate", s.sglGenerate)
-	m.HandleFunc("POST /inference/v1/generate", s.vllmGenerate)
+	m.HandleFunc("POST /generate", s.tokenAPI(TokenGenerate, s.sglGenerate))
+	m.HandleFunc("POST /inference/v1/generate", s.tokenAPI(TokenInference, s.vllmGenerate))
 	m.HandleFunc("POST /abort_request", s.abortRequest)
 	m.HandleFunc("POST /abort_requests", s.abortRequests)
 	m.HandleFunc("POST /pause_generation", s.pauseGeneration)
@@ -341,6 +354,14 @@ func (s *Server) routes() *http.ServeMux {
 // native serves h when api is enabled, else 404 as an unknown route.
 func (s *Server) native(api API, h http.HandlerFunc) http.HandlerFunc {
 	if !s.apis[api] {
+		return s.notFound
+	}
+	return h
+}
+
+// tokenAPI serves h when Config.TokenAPIs has api (or is nil), else 404.
+func (s *Server) tokenAPI(api TokenAPI, h http.HandlerFunc) http.HandlerFunc {
+	if s.cfg.TokenAPIs != nil && !slices.Contains(s.cfg.TokenAPIs, api) {
 		return s.notFound
 	}
 	return h

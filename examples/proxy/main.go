@@ -66,6 +66,10 @@ func newProxy(ctx context.Context, urls []string) (http.Handler, func(), error) 
 		// Native zero: only chat and text completions are passed through;
 		// Responses and Messages are translated. A vLLM that serves them
 		// itself would say so: Native: gateway.APISet(gateway.Chat, ...).
+		// TokenAPIs zero: it serves both engines' token APIs (/generate
+		// and /inference/v1/generate); a vLLM without SGLang's /generate
+		// would say TokenAPIs: gateway.TokenAPISet(gateway.TokenInference)
+		// and /generate calls would be translated to its own.
 		gws = append(gws, gateway.Worker{ID: w.ID(), URL: u})
 	}
 	// No KV events here: Approximate makes the router remember where it
