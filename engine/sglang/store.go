@@ -6,7 +6,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,11 +75,7 @@ type StoreStats struct {
 type StoreSubscriber struct {
 	cfg StoreConfig
 
-	mu      sync.Mutex // guards started, closed, cancel
-	started bool
-	closed  bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	loop reconnect.Group
 
 	batches, applied, rejected, malformed atomic.Uint64
 	gaps, overflows, reconnects           atomic.Uint64
@@ -89,6 +84,11 @@ type StoreSubscriber struct {
 
 // ErrNoPool means StoreConfig has neither a Pool nor an OnBatch.
 var ErrNoPool = errors.New("sglang: StoreConfig.Pool or OnBatch is required")
+
+var (
+	errStoreStarted = errors.New("sglang: store subscriber already started")
+	errStoreClosed  = errors.New("sglang: store subscriber closed")
+)
 
 // NewStoreSubscriber validates cfg.
 func NewStoreSubscriber(cfg StoreConfig) (*StoreSubscriber, error) {
@@ -113,40 +113,18 @@ func NewStoreSubscriber(cfg StoreConfig) (*StoreSubscriber, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &StoreSubscriber{cfg: cfg}, nil
+	return &StoreSubscriber{cfg: cfg, loop: reconnect.Group{Started: errStoreStarted, Closed: errStoreClosed}}, nil
 }
 
 // Start connects in the background and returns at once.
 func (s *StoreSubscriber) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errors.New("sglang: store subscriber closed")
-	}
-	if s.started {
-		return errors.New("sglang: store subscriber already started")
-	}
-	s.started = true
-	ctx, s.cancel = context.WithCancel(ctx)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.run(ctx)
-	}()
-	return nil
+	return s.loop.Start(ctx, 1, func(ctx context.Context, _ int) { s.run(ctx) })
 }
 
 // Close stops the subscriber and waits for its goroutine. It is safe to
 // call more than once.
 func (s *StoreSubscriber) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	cancel := s.cancel
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	s.wg.Wait()
+	s.loop.Close()
 	return nil
 }
 

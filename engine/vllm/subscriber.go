@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -94,11 +93,7 @@ type Subscriber struct {
 	streams []*Stream
 	eps     []string
 
-	mu      sync.Mutex // guards started, closed, cancel
-	started bool
-	closed  bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	loops reconnect.Group // one per rank
 
 	conns      []atomic.Bool   // per rank: connected now
 	reconnects []atomic.Uint64 // per rank: connections lost or refused
@@ -137,7 +132,7 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Subscriber{cfg: cfg,
+	s := &Subscriber{cfg: cfg, loops: reconnect.Group{Started: ErrStarted, Closed: ErrClosed},
 		conns:      make([]atomic.Bool, cfg.DPRanks),
 		reconnects: make([]atomic.Uint64, cfg.DPRanks),
 	}
@@ -222,37 +217,13 @@ func (s *Subscriber) Stats() []RankStats {
 // Start connects every rank in the background and returns at once. The
 // goroutines run until ctx is done or Close is called.
 func (s *Subscriber) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
-	if s.started {
-		return ErrStarted
-	}
-	s.started = true
-	ctx, s.cancel = context.WithCancel(ctx)
-	for r := range s.streams {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.run(ctx, r)
-		}()
-	}
-	return nil
+	return s.loops.Start(ctx, len(s.streams), s.run)
 }
 
 // Close stops the subscriber and waits for its goroutines. It is safe to
 // call more than once.
 func (s *Subscriber) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	cancel := s.cancel
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	s.wg.Wait()
+	s.loops.Close()
 	return nil
 }
 
