@@ -235,11 +235,11 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	cfg = s.cfg
 	// Events arrive only after Start, when s.router is set.
 	s.sink = vllm.SinkFunc(func(ev *flashindex.Event) error { return s.router.ApplyEvent(ev) })
-	approximate := false
+	index := agentkv.IndexAuto
 	for i, spec := range cfg.Workers {
 		s.workers = append(s.workers, &stackWorker{spec: spec, id: uint64(i), hints: s.workerHints(spec, cfg.HTTPClient)})
 		if spec.Events == "" && !cfg.ExternalEvents {
-			approximate = true
+			index = agentkv.IndexApproximate
 		}
 	}
 	blockSize, err := s.connectAll(ctx)
@@ -248,7 +248,7 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		return nil, err
 	}
 	s.blockSize = blockSize
-	rc := agentkv.Config{BlockSize: blockSize, Policy: cfg.Policy, Affinity: cfg.Affinity, Approximate: approximate,
+	rc := agentkv.Config{BlockSize: blockSize, Policy: cfg.Policy, Affinity: cfg.Affinity, Index: index,
 		Logger: s.log, Metrics: rm, IndexSnapshot: cfg.IndexSnapshot, TickInterval: cfg.Tick, SharedPool: cfg.SharedPool,
 		Trace: cfg.Trace, InferSessions: cfg.InferSessions, Hints: cfg.Hints}
 	if cfg.Admission {
