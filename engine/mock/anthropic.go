@@ -11,7 +11,12 @@ import (
 // messagesTurn is a Messages request's turn: the template applied to its
 // messages, continuing a final assistant message (prefill) or with a tool.
 // max_tokens is required unless only the prompt is wanted (count_tokens).
-func (s *Server) messagesTurn(req *apiwire.MessagesRequest, t *turn, promptOnly bool) error {
+func (s *Server) messagesTurn(req *apiwire.MessagesRequest, t *turn) error {
+	return s.messagesPrompt(req, t, false)
+}
+
+// messagesPrompt is messagesTurn, or with promptOnly the prompt alone.
+func (s *Server) messagesPrompt(req *apiwire.MessagesRequest, t *turn, promptOnly bool) error {
 	t.model = req.Model
 	if len(req.Messages) == 0 {
 		return badRequest("messages: at least one message is required")
@@ -35,19 +40,14 @@ func (s *Server) messagesTurn(req *apiwire.MessagesRequest, t *turn, promptOnly 
 
 func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
 	var req apiwire.MessagesRequest
-	t, ok := s.parseTurn(w, r, true, &req, func(t *turn) error { return s.messagesTurn(&req, t, true) })
+	t, ok := s.parseTurn(w, r, true, &req, func(t *turn) error { return s.messagesPrompt(&req, t, true) })
 	if !ok {
 		return
 	}
 	apiwire.WriteJSON(w, http.StatusOK, apiwire.CountTokensResponse{InputTokens: len(t.prompt)})
 }
 
-func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
-	var req apiwire.MessagesRequest
-	t, ok := s.prologue(w, r, true, &req, func(t *turn) error { return s.messagesTurn(&req, t, false) })
-	if !ok {
-		return
-	}
+func (s *Server) messages(w http.ResponseWriter, r *http.Request, req *apiwire.MessagesRequest, t *turn) {
 	g, rf, prompt := t.g, t.rf, t.prompt
 	stop := apiwire.StopEndTurn
 	switch {
@@ -65,13 +65,9 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		return apiwire.ContentBlock{Type: apiwire.BlockToolUse, ID: "toolu_" + g.toolID[len("call_"):], Name: g.tool.Name, Input: input}
 	}
 	if !req.Stream {
-		cached, err := g.wait(r.Context(), nil, func(int, int) error { return nil })
-		if err != nil {
-			s.replyError(w, r, true, err)
+		cached, ok := s.waitAll(w, r, true, t)
+		if !ok {
 			return
-		}
-		if rf.cutAfter > 0 {
-			panic(http.ErrAbortHandler)
 		}
 		if g.tool != nil {
 			msg.Content = append(msg.Content, toolBlock(json.RawMessage(g.toolArgs)))

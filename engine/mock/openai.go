@@ -10,12 +10,7 @@ import (
 	"github.com/agentkv/agentkv/internal/wordtok"
 )
 
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	var req apiwire.ChatRequest
-	t, ok := s.prologue(w, r, false, &req, func(t *turn) error { return s.chatTurn(&req, t) })
-	if !ok {
-		return
-	}
+func (s *Server) chat(w http.ResponseWriter, r *http.Request, req *apiwire.ChatRequest, t *turn) {
 	g, rf, prompt := t.g, t.rf, t.prompt
 	id, created, model := s.nextID("chatcmpl-"), time.Now().Unix(), s.replyModel(req.Model)
 	finish := apiwire.FinishStop
@@ -29,13 +24,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			PromptTokensDetails: &apiwire.PromptTokensDetails{CachedTokens: cached}}
 	}
 	if !req.Stream {
-		cached, err := g.wait(r.Context(), nil, func(int, int) error { return nil })
-		if err != nil {
-			s.replyError(w, r, false, err)
+		cached, ok := s.waitAll(w, r, false, t)
+		if !ok {
 			return
-		}
-		if rf.cutAfter > 0 {
-			panic(http.ErrAbortHandler)
 		}
 		msg := apiwire.ChatResponseMessage{Role: "assistant"}
 		if g.tool != nil {
@@ -155,12 +146,7 @@ func (s *Server) promptTokens(p apiwire.Prompt) ([]uint32, error) {
 	return nil, badRequest("the mock serves one prompt per request (got %d)", max(len(p.Texts), len(p.Tokens)))
 }
 
-func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
-	var req apiwire.CompletionRequest
-	t, ok := s.prologue(w, r, false, &req, func(t *turn) error { return s.completionTurn(&req, t) })
-	if !ok {
-		return
-	}
+func (s *Server) completions(w http.ResponseWriter, r *http.Request, req *apiwire.CompletionRequest, t *turn) {
 	g, rf, prompt := t.g, t.rf, t.prompt
 	id, created, model := s.nextID("cmpl-"), time.Now().Unix(), s.replyModel(req.Model)
 	finish := apiwire.FinishStop
@@ -173,13 +159,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := apiwire.CompletionResponse{ID: id, Object: apiwire.ObjectTextCompletion, Created: created, Model: model}
 	if !req.Stream {
-		cached, err := g.wait(r.Context(), nil, func(int, int) error { return nil })
-		if err != nil {
-			s.replyError(w, r, false, err)
+		cached, ok := s.waitAll(w, r, false, t)
+		if !ok {
 			return
-		}
-		if rf.cutAfter > 0 {
-			panic(http.ErrAbortHandler)
 		}
 		resp.Choices = []apiwire.CompletionChoice{{Text: g.text(g.n), FinishReason: &finish, Logprobs: jsonNull}}
 		resp.Usage = usage(cached)

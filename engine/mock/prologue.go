@@ -25,10 +25,24 @@ type turn struct {
 	rf requestFaults
 }
 
-// prologue is how every generation handler (chat, completions, responses,
-// messages) begins: parseTurn, then the request's faults (begin), then the
-// generation. It returns false once it has answered the request (an error
-// in the API's shape) or the client went away.
+// generates is the handler of a generation API (chat, completions,
+// responses, messages): the shared prologue with the API's parse, then the
+// API's reply to the turn.
+func generates[R any](s *Server, anthropic bool, parse func(*R, *turn) error,
+	reply func(http.ResponseWriter, *http.Request, *R, *turn)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req R
+		t, ok := s.prologue(w, r, anthropic, &req, func(t *turn) error { return parse(&req, t) })
+		if ok {
+			reply(w, r, &req, t)
+		}
+	}
+}
+
+// prologue is how every generation handler begins: parseTurn, then the
+// request's faults (begin), then the generation. It returns false once it
+// has answered the request (an error in the API's shape) or the client
+// went away.
 func (s *Server) prologue(w http.ResponseWriter, r *http.Request, anthropic bool, req any, parse func(*turn) error) (*turn, bool) {
 	t, ok := s.parseTurn(w, r, anthropic, req, parse)
 	if !ok {
@@ -43,6 +57,21 @@ func (s *Server) prologue(w http.ResponseWriter, r *http.Request, anthropic bool
 		return nil, false
 	}
 	return t, true
+}
+
+// waitAll waits for the whole of a reply that is not streamed and returns
+// the prompt's cached tokens; false once it answered the error. A cut
+// fault cuts the connection here, before the reply.
+func (s *Server) waitAll(w http.ResponseWriter, r *http.Request, anthropic bool, t *turn) (int, bool) {
+	cached, err := t.g.wait(r.Context(), nil, func(int, int) error { return nil })
+	if err != nil {
+		s.replyError(w, r, anthropic, err)
+		return 0, false
+	}
+	if t.rf.cutAfter > 0 {
+		panic(http.ErrAbortHandler)
+	}
+	return cached, true
 }
 
 // parseTurn reads the body (bounded by Config.MaxBodyBytes), decodes it

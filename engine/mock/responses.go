@@ -9,12 +9,7 @@ import (
 	"github.com/agentkv/agentkv/internal/wordtok"
 )
 
-func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
-	var req apiwire.ResponsesRequest
-	t, ok := s.prologue(w, r, false, &req, func(t *turn) error { return s.responsesTurn(&req, t) })
-	if !ok {
-		return
-	}
+func (s *Server) responses(w http.ResponseWriter, r *http.Request, req *apiwire.ResponsesRequest, t *turn) {
 	g, rf, prompt := t.g, t.rf, t.prompt
 	resp := &apiwire.Response{ID: s.nextID("resp_"), Object: apiwire.ObjectResponse, CreatedAt: time.Now().Unix(),
 		Status: apiwire.StatusInProgress, Model: s.replyModel(req.Model), Output: []apiwire.OutputItem{},
@@ -56,13 +51,9 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !req.Stream {
-		cached, err := g.wait(r.Context(), nil, func(int, int) error { return nil })
-		if err != nil {
-			s.replyError(w, r, false, err)
+		cached, ok := s.waitAll(w, r, false, t)
+		if !ok {
 			return
-		}
-		if rf.cutAfter > 0 {
-			panic(http.ErrAbortHandler)
 		}
 		finish(cached)
 		apiwire.WriteJSON(w, http.StatusOK, resp)
