@@ -3,14 +3,11 @@ package sglang
 import (
 	"context"
 	"errors"
-	"io"
-	"log"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/agentkv/agentkv/engine/vllm"
-	"github.com/go-zeromq/zmq4"
 
 	"github.com/agentkv/agentkv/internal/reconnect"
 	"github.com/agentkv/agentkv/sharedpool"
@@ -177,8 +174,6 @@ func (s *StoreSubscriber) Handle(frames [][]byte) {
 	}
 }
 
-var quietStoreZMQ = zmq4.WithLogger(log.New(io.Discard, "", 0))
-
 func (s *StoreSubscriber) run(ctx context.Context) {
 	reconnect.Loop(ctx, s.cfg.ReconnectMin, s.cfg.ReconnectMax, func(ctx context.Context) (bool, error) {
 		got, err := s.session(ctx)
@@ -193,24 +188,7 @@ func (s *StoreSubscriber) run(ctx context.Context) {
 // session connects once and handles messages until the connection fails.
 // It reports whether any message arrived.
 func (s *StoreSubscriber) session(ctx context.Context) (bool, error) {
-	sctx, cancel := context.WithCancel(vllm.LimitZMQ(ctx, s.cfg.MaxMessageBytes))
-	defer cancel()
-	sub := zmq4.NewSub(sctx, quietStoreZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout))
-	defer sub.Close()
-	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
-		return false, err
-	}
-	if err := sub.Dial(vllm.LimitEndpoint(s.cfg.Endpoint)); err != nil {
-		return false, err
-	}
-	s.connected.Store(true)
-	got := false
-	for {
-		msg, err := sub.Recv()
-		if err != nil {
-			return got, err
-		}
-		got = true
-		s.Handle(msg.Frames)
-	}
+	return vllm.Receive(ctx, s.cfg.Endpoint, s.cfg.Topic, s.cfg.MaxMessageBytes, s.cfg.DialTimeout,
+		func() { s.connected.Store(true) },
+		func(_ context.Context, frames [][]byte) error { s.Handle(frames); return nil })
 }

@@ -244,17 +244,31 @@ func (s *Subscriber) run(ctx context.Context, rank int) {
 // session connects once and handles messages until the connection fails.
 // It reports whether any message arrived.
 func (s *Subscriber) session(ctx context.Context, rank int, st *Stream) (gotData bool, err error) {
-	sctx, cancel := context.WithCancel(LimitZMQ(ctx, s.cfg.MaxMessageBytes))
+	return Receive(ctx, s.eps[rank], s.cfg.Topic, s.cfg.MaxMessageBytes, s.cfg.DialTimeout,
+		func() { s.conns[rank].Store(true) }, st.Handle)
+}
+
+// Receive is one connection of an engine's ZeroMQ event subscriber: a SUB
+// socket dialled to endpoint (over LimitEndpoint, messages capped at
+// maxBytes as LimitZMQ does; one try, dialTimeout), subscribed to topic.
+// It calls connected once dialled, then hands every message's frames to
+// handle until the connection fails, ctx ends, or handle returns an
+// error, and reports whether any message arrived. Subscriber runs it per
+// rank, sglang.StoreSubscriber for the Mooncake master, each under
+// reconnect's Loop.
+func Receive(ctx context.Context, endpoint, topic string, maxBytes int64, dialTimeout time.Duration,
+	connected func(), handle func(ctx context.Context, frames [][]byte) error) (gotData bool, err error) {
+	sctx, cancel := context.WithCancel(LimitZMQ(ctx, maxBytes))
 	defer cancel()
-	sub := zmq4.NewSub(sctx, quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout))
+	sub := zmq4.NewSub(sctx, quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(dialTimeout))
 	defer sub.Close()
-	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
+	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
 		return false, err
 	}
-	if err := sub.Dial(LimitEndpoint(s.eps[rank])); err != nil {
+	if err := sub.Dial(LimitEndpoint(endpoint)); err != nil {
 		return false, err
 	}
-	s.conns[rank].Store(true)
+	connected()
 	got := false
 	for {
 		msg, err := sub.Recv()
@@ -262,7 +276,7 @@ func (s *Subscriber) session(ctx context.Context, rank int, st *Stream) (gotData
 			return got, err
 		}
 		got = true
-		if err := st.Handle(ctx, msg.Frames); err != nil {
+		if err := handle(ctx, msg.Frames); err != nil {
 			return got, err
 		}
 	}
