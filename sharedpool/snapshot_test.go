@@ -232,6 +232,20 @@ func TestRestoreCraftedBodies(t *testing.T) {
 	if compareDigest(ptr(lo.words()), ptr(hi.words())) > 0 {
 		lo, hi = hi, lo
 	}
+	// twoPages is a body with a layout, no media, and pages a then b, each
+	// with one object stored without a medium.
+	twoPages := func(a, b PageHash) func(e *zframe.FieldWriter) {
+		return func(e *zframe.FieldWriter) {
+			e.U(1)
+			layout(e)
+			e.U(0)
+			e.U(2)
+			for _, p := range []PageHash{a, b} {
+				digest(e, p)
+				e.B([]byte{1})
+			}
+		}
+	}
 	cases := map[string]func(e *zframe.FieldWriter){
 		"flags": func(e *zframe.FieldWriter) { e.U(8) },
 		"invalid layout": func(e *zframe.FieldWriter) {
@@ -270,27 +284,9 @@ func TestRestoreCraftedBodies(t *testing.T) {
 			digest(e, lo)
 			e.B([]byte{0})
 		},
-		"pages out of order": func(e *zframe.FieldWriter) {
-			e.U(1)
-			layout(e)
-			e.U(0)
-			e.U(2)
-			digest(e, hi)
-			e.B([]byte{1})
-			digest(e, lo)
-			e.B([]byte{1})
-		},
-		"repeated page": func(e *zframe.FieldWriter) {
-			e.U(1)
-			layout(e)
-			e.U(0)
-			e.U(2)
-			digest(e, lo)
-			e.B([]byte{1})
-			digest(e, lo)
-			e.B([]byte{1})
-		},
-		"long string": func(e *zframe.FieldWriter) { e.U(1); e.U(1 << 20) },
+		"pages out of order": twoPages(hi, lo),
+		"repeated page":      twoPages(lo, lo),
+		"long string":        func(e *zframe.FieldWriter) { e.U(1); e.U(1 << 20) },
 	}
 	for name, body := range cases {
 		ix, _ := New(Config{})
