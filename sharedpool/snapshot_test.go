@@ -213,8 +213,8 @@ func TestRestoreCraftedBodies(t *testing.T) {
 		}
 		return append([]byte(snapshotMagic+"\x01"), compress(t, raw.Bytes())...)
 	}
-	layout := func(e *zframe.FieldWriter) {
-		e.S("mooncake")
+	layoutOf := func(e *zframe.FieldWriter, backend string) {
+		e.S(backend)
 		e.U(uint64(l.PageSize))
 		e.U(1)
 		e.U(1)
@@ -223,6 +223,7 @@ func TestRestoreCraftedBodies(t *testing.T) {
 		e.S("")
 		e.S("")
 	}
+	layout := func(e *zframe.FieldWriter) { layoutOf(e, "mooncake") }
 	digest := func(e *zframe.FieldWriter, p PageHash) {
 		for _, x := range p.words() {
 			e.H(x)
@@ -250,14 +251,7 @@ func TestRestoreCraftedBodies(t *testing.T) {
 		"flags": func(e *zframe.FieldWriter) { e.U(8) },
 		"invalid layout": func(e *zframe.FieldWriter) {
 			e.U(1)
-			e.S("redis")
-			e.U(2)
-			e.U(1)
-			e.U(1)
-			e.U(1)
-			e.U(1)
-			e.S("")
-			e.S("")
+			layoutOf(e, "redis")
 		},
 		"pages without layout": func(e *zframe.FieldWriter) {
 			e.U(0)
