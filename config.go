@@ -153,10 +153,8 @@ type Config struct {
 	// session affinity: without it a session's turns would scatter over
 	// workers whose caches the router cannot see.
 	Index IndexMode
-	// Approximate forces IndexApproximate (kept for existing callers).
-	// Approximate entries expire after ApproxTTL (default 120 s).
-	Approximate bool
-	ApproxTTL   time.Duration
+	// ApproxTTL is how long an approximate entry lives (default 120 s).
+	ApproxTTL time.Duration
 	// RequestTTL is how long a routed request may go without a sign of
 	// life (route, first token, progress) before the sweep forgets its
 	// load. Default 10 minutes.
@@ -247,9 +245,6 @@ func (c *Config) fill() error {
 	}
 	if err := c.Cost.validate(); err != nil {
 		return err
-	}
-	if c.Approximate {
-		c.Index = IndexApproximate
 	}
 	c.Cost = c.Cost.withDefaults()
 	if c.AffinityTTL == 0 {

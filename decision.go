@@ -74,7 +74,7 @@ type Usage struct {
 	// Failed is set when the request errored or was cancelled (a client
 	// that went away included). Done then also undoes what routing
 	// recorded for the request: the approximate index entries it added and
-	// the session binding it made (see Config.Approximate, Affinity).
+	// the session binding it made (see Config.Index, Affinity).
 	Failed bool
 	// API and ErrorKind, when set (the gateway sets them), go to the
 	// request's trace record: the front-door API the request came in on

@@ -74,7 +74,7 @@ func TestLifecycleDefaults(t *testing.T) {
 // next turn of the session is not drawn to the worker for a cache it never
 // got. A request that succeeds keeps them (the control).
 func TestFailedRequestUndoesRouting(t *testing.T) {
-	r, _ := newTestRouter(t, Config{Approximate: true, Affinity: AffinitySoft}, 1, 2)
+	r, _ := newTestRouter(t, Config{Index: IndexApproximate, Affinity: AffinitySoft}, 1, 2)
 	h, err := flashindex.NewHasher(testBS, "")
 	require.NoError(t, err)
 	prompt := tokens(64, 7)
@@ -114,7 +114,7 @@ func TestFailedRequestUndoesRouting(t *testing.T) {
 // the blocks it added beyond what its worker already held, not the
 // session's earlier, successful turn.
 func TestFailedTurnKeepsEarlierRecords(t *testing.T) {
-	r, _ := newTestRouter(t, Config{Approximate: true, Affinity: AffinitySoft}, 1, 2)
+	r, _ := newTestRouter(t, Config{Index: IndexApproximate, Affinity: AffinitySoft}, 1, 2)
 	ac := session.AgentContext{SessionID: "s"}
 	first := tokens(64, 3)
 	d1, err := r.TryRoute(&Request{Tokens: first, Agent: ac})

@@ -161,7 +161,7 @@ func TestStageSelectAndBook(t *testing.T) {
 }
 
 func TestStageCommit(t *testing.T) {
-	r, _ := newTestRouter(t, Config{Affinity: AffinityHard, Approximate: true}, 1)
+	r, _ := newTestRouter(t, Config{Affinity: AffinityHard, Index: IndexApproximate}, 1)
 	ac := session.AgentContext{SessionID: "s"}
 	req := &Request{ID: "q", Tokens: tokens(40, 6), Agent: ac}
 	rt, sc, err := priced(t, r, req)

@@ -128,7 +128,7 @@ func TestSessionFloodBounded(t *testing.T) {
 
 func floodRouter(tb testing.TB, opts ...func(*Config)) *Router {
 	tb.Helper()
-	cfg := Config{BlockSize: 16, Seed: 1, Approximate: true, Affinity: AffinitySoft}
+	cfg := Config{BlockSize: 16, Seed: 1, Index: IndexApproximate, Affinity: AffinitySoft}
 	for _, o := range opts {
 		o(&cfg)
 	}

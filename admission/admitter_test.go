@@ -204,31 +204,7 @@ func TestAdmitterConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			id := fmt.Sprint("p", i)
-			tokens := int64(500 + 300*i)
-			for k := 0; k < turns; k++ {
-				actx, acancel := context.WithCancel(ctx)
-				if k%5 == 4 {
-					acancel() // some turns give up immediately
-				}
-				_, err := a.Admit(actx, id, tokens)
-				acancel()
-				if err != nil {
-					if errors.Is(err, context.Canceled) {
-						continue
-					}
-					t.Errorf("%s: %v", id, err)
-					return
-				}
-				tokens += 700
-				if err := a.EndRequest(id, tokens, 50); err != nil {
-					t.Errorf("%s end: %v", id, err)
-					return
-				}
-			}
-			if err := a.EndSession(id); err != nil {
-				t.Errorf("%s close: %v", id, err)
-			}
+			concurrentProgram(ctx, t, a, fmt.Sprint("p", i), int64(500+300*i), turns)
 		}(i)
 	}
 	finished := make(chan struct{})
@@ -257,6 +233,35 @@ func TestAdmitterConcurrent(t *testing.T) {
 	defer a.mu.Unlock()
 	if err := checkInvariants(a.ctl); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// concurrentProgram runs one program of TestAdmitterConcurrent: turns
+// turns of growing context, every fifth given up before it is admitted,
+// then the session's end.
+func concurrentProgram(ctx context.Context, t *testing.T, a *Admitter, id string, tokens int64, turns int) {
+	for k := 0; k < turns; k++ {
+		actx, acancel := context.WithCancel(ctx)
+		if k%5 == 4 {
+			acancel() // some turns give up immediately
+		}
+		_, err := a.Admit(actx, id, tokens)
+		acancel()
+		if err != nil {
+			if errors.Is(err, context.Canceled) {
+				continue
+			}
+			t.Errorf("%s: %v", id, err)
+			return
+		}
+		tokens += 700
+		if err := a.EndRequest(id, tokens, 50); err != nil {
+			t.Errorf("%s end: %v", id, err)
+			return
+		}
+	}
+	if err := a.EndSession(id); err != nil {
+		t.Errorf("%s close: %v", id, err)
 	}
 }
 

@@ -62,24 +62,6 @@ func percentile(ds []time.Duration, p float64) float64 {
 // programs, as upstream computes it, for comparison.
 func BenchmarkTick(b *testing.B) {
 	const n, w = 10000, 64
-	steady := func(b *testing.B, c *RawAdmitter) {
-		now := epoch
-		lat := make([]time.Duration, 0, b.N)
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		cpu0, ok := threadCPU()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			now = now.Add(5 * time.Second)
-			t0 := time.Now()
-			c.Tick(now)
-			lat = append(lat, time.Since(t0))
-			c.Drain(nil)
-		}
-		reportCPU(b, cpu0, ok)
-		b.ReportMetric(percentile(lat, 0.5), "p50-ns")
-		b.ReportMetric(percentile(lat, 0.99), "p99-ns")
-	}
 	// "steady-improved" is "steady" with Agentic's options (what simrun's
 	// kv+admission and the proxy run: MaxWait, HomeFirst, a decaying
 	// acting weight, ReserveGrowth, ResumeOnEnd, Rebalance) and every
@@ -89,101 +71,122 @@ func BenchmarkTick(b *testing.B) {
 		for i := 0; i < n; i++ {
 			_ = c.SetShared(fmt.Sprint("p", i), 500, uint64(i%4))
 		}
-		steady(b, c)
+		benchSteadyTick(b, c)
 	})
 	b.Run(fmt.Sprintf("n=%d/workers=%d/steady", n, w), func(b *testing.B) {
-		c := buildLoaded(b, n, w, 1000, Config{})
-		now := epoch
-		lat := make([]time.Duration, 0, b.N)
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		cpu0, ok := threadCPU()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			now = now.Add(5 * time.Second)
-			t0 := time.Now()
-			c.Tick(now)
-			lat = append(lat, time.Since(t0))
-			c.Drain(nil)
-		}
-		reportCPU(b, cpu0, ok)
-		b.ReportMetric(percentile(lat, 0.5), "p50-ns")
-		b.ReportMetric(percentile(lat, 0.99), "p99-ns")
+		benchSteadyTick(b, buildLoaded(b, n, w, 1000, Config{}))
 	})
 	b.Run(fmt.Sprintf("n=%d/workers=%d/steady-decay", n, w), func(b *testing.B) {
-		c := buildLoaded(b, n, w, 0, Config{DecayHalfLife: time.Hour})
-		// 200 paused programs that pass the cheap reasoning-only bound but
-		// not the decayed load, so every tick runs the decay pass on every
-		// worker and places nothing.
-		for i := 0; i < 200; i++ {
-			_, _ = c.StartRequest(epoch, fmt.Sprint("r", i), 100_000)
-		}
-		c.Drain(nil)
-		now := epoch
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		cpu0, ok := threadCPU()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			now = now.Add(time.Second)
-			c.Tick(now)
-			c.Drain(nil)
-		}
-		reportCPU(b, cpu0, ok)
+		benchDecayTick(b, buildLoaded(b, n, w, 0, Config{DecayHalfLife: time.Hour}))
 	})
 	b.Run(fmt.Sprintf("n=%d/workers=%d/pressure", n, w), func(b *testing.B) {
-		lat := make([]time.Duration, 0, b.N)
-		var paused, marked int
-		var cpu time.Duration
-		ok := true
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		for i := 0; i < b.N; i++ {
-			b.StopTimer()
-			c := buildLoaded(b, n, w, 0, Config{})
-			for _, wi := range c.Workers(nil) {
-				_ = c.SetCapacity(wi.ID, wi.Capacity*8/10)
-			}
-			runtime.GC()
-			b.StartTimer()
-			c0, ok0 := threadCPU()
-			t0 := time.Now()
-			r := c.Tick(epoch.Add(5 * time.Second))
-			lat = append(lat, time.Since(t0))
-			c1, ok1 := threadCPU()
-			cpu += c1 - c0
-			ok = ok && ok0 && ok1
-			paused, marked = r.Paused, r.Marked
-		}
-		if ok {
-			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
-		}
-		b.ReportMetric(percentile(lat, 0.5), "p50-ns")
-		b.ReportMetric(percentile(lat, 0.99), "p99-ns")
-		b.ReportMetric(float64(paused), "paused/tick")
-		b.ReportMetric(float64(marked), "marked/tick")
+		benchPressureTick(b, n, w)
 	})
 	b.Run(fmt.Sprintf("n=%d/workers=%d/naive-scan", n, w), func(b *testing.B) {
-		c := buildLoaded(b, n, w, 0, Config{})
-		progs := make([]*program, 0, n)
-		for _, p := range c.progs {
-			progs = append(progs, p)
-		}
-		var sink float64
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			for _, wk := range c.workers {
-				var u float64
-				for _, p := range progs {
-					if p.life == Active && p.w == wk {
-						u += c.weight(p)
-					}
-				}
-				sink += u / float64(wk.cap)
-			}
-		}
-		_ = sink
+		benchNaiveScan(b, buildLoaded(b, n, w, 0, Config{}))
 	})
+}
+
+// benchSteadyTick ticks c every 5 s of its clock, reporting the thread's
+// CPU and the tick's p50 and p99.
+func benchSteadyTick(b *testing.B, c *RawAdmitter) {
+	now := epoch
+	lat := make([]time.Duration, 0, b.N)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu0, ok := threadCPU()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now = now.Add(5 * time.Second)
+		t0 := time.Now()
+		c.Tick(now)
+		lat = append(lat, time.Since(t0))
+		c.Drain(nil)
+	}
+	reportCPU(b, cpu0, ok)
+	b.ReportMetric(percentile(lat, 0.5), "p50-ns")
+	b.ReportMetric(percentile(lat, 0.99), "p99-ns")
+}
+
+// benchDecayTick ticks c (decaying acting weights) every second of its
+// clock with 200 paused programs that pass the cheap reasoning-only bound
+// but not the decayed load, so every tick runs the decay pass on every
+// worker and places nothing.
+func benchDecayTick(b *testing.B, c *RawAdmitter) {
+	for i := 0; i < 200; i++ {
+		_, _ = c.StartRequest(epoch, fmt.Sprint("r", i), 100_000)
+	}
+	c.Drain(nil)
+	now := epoch
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu0, ok := threadCPU()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now = now.Add(time.Second)
+		c.Tick(now)
+		c.Drain(nil)
+	}
+	reportCPU(b, cpu0, ok)
+}
+
+// benchPressureTick times one tick right after every worker's capacity
+// dropped by 20 %, on a cluster of n programs on w workers rebuilt outside
+// the timer each round.
+func benchPressureTick(b *testing.B, n, w int) {
+	lat := make([]time.Duration, 0, b.N)
+	var paused, marked int
+	var cpu time.Duration
+	ok := true
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		c := buildLoaded(b, n, w, 0, Config{})
+		for _, wi := range c.Workers(nil) {
+			_ = c.SetCapacity(wi.ID, wi.Capacity*8/10)
+		}
+		runtime.GC()
+		b.StartTimer()
+		c0, ok0 := threadCPU()
+		t0 := time.Now()
+		r := c.Tick(epoch.Add(5 * time.Second))
+		lat = append(lat, time.Since(t0))
+		c1, ok1 := threadCPU()
+		cpu += c1 - c0
+		ok = ok && ok0 && ok1
+		paused, marked = r.Paused, r.Marked
+	}
+	if ok {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	}
+	b.ReportMetric(percentile(lat, 0.5), "p50-ns")
+	b.ReportMetric(percentile(lat, 0.99), "p99-ns")
+	b.ReportMetric(float64(paused), "paused/tick")
+	b.ReportMetric(float64(marked), "marked/tick")
+}
+
+// benchNaiveScan is the utilisation pass of a per-worker scan over all of
+// c's programs, as upstream computes it.
+func benchNaiveScan(b *testing.B, c *RawAdmitter) {
+	progs := make([]*program, 0, len(c.progs))
+	for _, p := range c.progs {
+		progs = append(progs, p)
+	}
+	var sink float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, wk := range c.workers {
+			var u float64
+			for _, p := range progs {
+				if p.life == Active && p.w == wk {
+					u += c.weight(p)
+				}
+			}
+			sink += u / float64(wk.cap)
+		}
+	}
+	_ = sink
 }
 
 // BenchmarkAdmit: one admission decision. "turn" starts a turn of an

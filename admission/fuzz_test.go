@@ -24,30 +24,7 @@ func FuzzController(f *testing.F) {
 		if len(data) > 0 {
 			cfgByte, data = data[0], data[1:]
 		}
-		cfg := Config{Placement: []Placement{WorstFit, BestFitDecreasing, LeastLoaded}[int(cfgByte)%3]}
-		if cfgByte&4 != 0 {
-			cfg.DecayHalfLife = 7 * time.Second
-		}
-		if cfgByte&8 != 0 {
-			cfg.ForcedResume = 40 * time.Second
-		}
-		if cfgByte&16 != 0 {
-			cfg.ActingWeight = 0.5
-		}
-		if cfgByte&32 != 0 {
-			cfg.Door = &Door{ColdStartPrograms: 4, ActingGrowth: 0.6}
-			cfg.Waits = &Waits{ResumeOnEnd: true}
-		}
-		if cfgByte&64 != 0 {
-			if cfg.Waits == nil {
-				cfg.Waits = &Waits{}
-			}
-			cfg.Waits.MaxWait, cfg.Waits.HomeFirst = 20*time.Second, true // swaps
-		}
-		if cfgByte&128 != 0 {
-			cfg.Moves = &Moves{}
-		}
-		c, err := NewRawAdmitter(cfg)
+		c, err := NewRawAdmitter(fuzzConfig(cfgByte))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,61 +40,101 @@ func FuzzController(f *testing.F) {
 		var ops []string
 		for len(data) > 0 {
 			op, a, b := next(), next(), next()
-			id := fmt.Sprint("p", a%12)
-			tokens := int64(b) * 37
 			now = now.Add(time.Duration(op>>4) * time.Second)
-			var line string
-			switch op % 10 {
-			case 0:
-				line = "start " + id
-				_, _ = c.StartRequest(now, id, tokens)
-			case 1:
-				line = fmt.Sprint("start ", id, " prefer ", b%4, ",", a%4)
-				_, _ = c.StartRequestOn(now, id, tokens, []WorkerID{WorkerID(b % 4), WorkerID(a % 4)})
-			case 2, 3:
-				line = "end " + id
-				_ = c.EndRequest(now, id, tokens, int64(a))
-			case 4:
-				line = "close " + id
-				_ = c.EndSession(now, id)
-			case 5:
-				line = "cancel " + id
-				_ = c.Cancel(now, id)
-			case 6:
-				line = "tick"
-				c.Tick(now)
+			line := fuzzOp(c, now, op, a, b)
+			ops = append(ops, line)
+			if line == "tick" {
 				if err := checkAfterTick(c); err != nil {
 					t.Fatalf("%v\nops: %s", err, strings.Join(ops, "; "))
 				}
-			case 7:
-				line = fmt.Sprint("add worker ", a%4)
-				_ = c.AddWorker(WorkerID(a%4), int64(b)*40)
-			case 8:
-				switch b % 4 {
-				case 0:
-					line = fmt.Sprint("remove worker ", a%4)
-					_ = c.RemoveWorker(now, WorkerID(a%4))
-				case 1:
-					line = fmt.Sprint("cap worker ", a%4)
-					_ = c.SetCapacity(WorkerID(a%4), int64(b)*20)
-				case 2:
-					line = fmt.Sprint("backlog worker ", a%4)
-					c.SetBacklog(WorkerID(a%4), int64(b)*200-10_000)
-				default:
-					line = fmt.Sprint("engine usage worker ", a%4)
-					c.SetEngineUsage(WorkerID(a%4), int64(b)*40-1_000)
-				}
-			case 9:
-				line = fmt.Sprint("relocate ", id, " to ", b%4, ",", a%4)
-				_, _ = c.Relocate(now, id, []WorkerID{WorkerID(b % 4), WorkerID(a % 4)})
 			}
-			ops = append(ops, line)
 			if err := checkInvariants(c); err != nil {
 				t.Fatalf("%v\nops: %s", err, strings.Join(ops, "; "))
 			}
 			c.Drain(nil)
 		}
 	})
+}
+
+// fuzzConfig is FuzzController's configuration from its first byte: the
+// placement, then a bit an option.
+func fuzzConfig(cfgByte byte) Config {
+	cfg := Config{Placement: []Placement{WorstFit, BestFitDecreasing, LeastLoaded}[int(cfgByte)%3]}
+	if cfgByte&4 != 0 {
+		cfg.DecayHalfLife = 7 * time.Second
+	}
+	if cfgByte&8 != 0 {
+		cfg.ForcedResume = 40 * time.Second
+	}
+	if cfgByte&16 != 0 {
+		cfg.ActingWeight = 0.5
+	}
+	if cfgByte&32 != 0 {
+		cfg.Door = &Door{ColdStartPrograms: 4, ActingGrowth: 0.6}
+		cfg.Waits = &Waits{ResumeOnEnd: true}
+	}
+	if cfgByte&64 != 0 {
+		if cfg.Waits == nil {
+			cfg.Waits = &Waits{}
+		}
+		cfg.Waits.MaxWait, cfg.Waits.HomeFirst = 20*time.Second, true // swaps
+	}
+	if cfgByte&128 != 0 {
+		cfg.Moves = &Moves{}
+	}
+	return cfg
+}
+
+// fuzzOp applies FuzzController's operation op (its low digit) with
+// arguments a and b at now, and says what it did.
+func fuzzOp(c *RawAdmitter, now time.Time, op, a, b byte) string {
+	id := fmt.Sprint("p", a%12)
+	tokens := int64(b) * 37
+	switch op % 10 {
+	case 0:
+		_, _ = c.StartRequest(now, id, tokens)
+		return "start " + id
+	case 1:
+		_, _ = c.StartRequestOn(now, id, tokens, []WorkerID{WorkerID(b % 4), WorkerID(a % 4)})
+		return fmt.Sprint("start ", id, " prefer ", b%4, ",", a%4)
+	case 2, 3:
+		_ = c.EndRequest(now, id, tokens, int64(a))
+		return "end " + id
+	case 4:
+		_ = c.EndSession(now, id)
+		return "close " + id
+	case 5:
+		_ = c.Cancel(now, id)
+		return "cancel " + id
+	case 6:
+		c.Tick(now)
+		return "tick"
+	case 7:
+		_ = c.AddWorker(WorkerID(a%4), int64(b)*40)
+		return fmt.Sprint("add worker ", a%4)
+	case 8:
+		return fuzzWorkerOp(c, now, WorkerID(a%4), b)
+	}
+	_, _ = c.Relocate(now, id, []WorkerID{WorkerID(b % 4), WorkerID(a % 4)})
+	return fmt.Sprint("relocate ", id, " to ", b%4, ",", a%4)
+}
+
+// fuzzWorkerOp changes worker w as b says: removes it, or sets its
+// capacity, backlog or engine usage.
+func fuzzWorkerOp(c *RawAdmitter, now time.Time, w WorkerID, b byte) string {
+	switch b % 4 {
+	case 0:
+		_ = c.RemoveWorker(now, w)
+		return fmt.Sprint("remove worker ", w)
+	case 1:
+		_ = c.SetCapacity(w, int64(b)*20)
+		return fmt.Sprint("cap worker ", w)
+	case 2:
+		c.SetBacklog(w, int64(b)*200-10_000)
+		return fmt.Sprint("backlog worker ", w)
+	}
+	c.SetEngineUsage(w, int64(b)*40-1_000)
+	return fmt.Sprint("engine usage worker ", w)
 }
 
 // FuzzScript runs arbitrary text through the script runner: it must never

@@ -2,100 +2,42 @@ package admission
 
 import "fmt"
 
+// invSums are a worker's sums as checkInvariants recomputes them.
+type invSums struct {
+	reasoning, acting, marked int64
+	n, nAct                   int
+	sharedSum                 int64
+	keys                      map[sharedKey]bool
+}
+
 // checkInvariants recomputes every derived quantity of c from scratch (a
 // naive reference model of the bookkeeping) and compares.
 func checkInvariants(c *RawAdmitter) error {
-	type sums struct {
-		reasoning, acting, marked int64
-		n, nAct                   int
-		sharedSum                 int64
-		keys                      map[sharedKey]bool
-	}
-	ref := map[WorkerID]*sums{}
+	ref := map[WorkerID]*invSums{}
 	for _, w := range c.workers {
-		ref[w.id] = &sums{}
+		ref[w.id] = &invSums{}
 	}
 	waiting := 0
 	pausedN := 0
 	for id, p := range c.progs {
-		if p.id != id {
-			return fmt.Errorf("program %q stored under %q", p.id, id)
+		if err := checkProgram(id, p); err != nil {
+			return err
 		}
-		if p.held > 0 && p.life != Paused {
-			return fmt.Errorf("program %s: %d held but %v", id, p.held, p.life)
-		}
-		if p.held > p.inflight {
-			return fmt.Errorf("program %s: held %d > inflight %d", id, p.held, p.inflight)
-		}
-		if p.inflight < 0 || p.held < 0 || p.steps < 0 || p.tokens < 0 {
-			return fmt.Errorf("program %s: negative counters %+v", id, p)
-		}
-		if p.inflight > 0 && p.phase != Reasoning {
-			return fmt.Errorf("program %s: %d in flight but %v", id, p.inflight, p.phase)
-		}
-		if p.inflight == 0 && p.phase != Acting {
-			return fmt.Errorf("program %s: nothing in flight but %v", id, p.phase)
-		}
+		var err error
 		switch p.life {
 		case Active:
-			if p.w == nil {
-				return fmt.Errorf("program %s: active without worker", id)
-			}
-			s := ref[p.w.id]
-			if s == nil || c.byID[p.w.id] != p.w {
-				return fmt.Errorf("program %s: on removed worker %v", id, p.w.id)
-			}
-			if p.w.progs[p.slot] != p {
-				return fmt.Errorf("program %s: bad slot", id)
-			}
-			s.n++
-			// Unique tail per program, the shared prefix once per worker.
-			shared := min(p.shared, p.tokens)
-			t := p.tokens - shared
-			if k := (sharedKey{p.sharedID, shared}); shared > 0 && !s.keys[k] {
-				if s.keys == nil {
-					s.keys = map[sharedKey]bool{}
-				}
-				s.keys[k] = true
-				s.sharedSum += shared
-			}
-			if p.phase == Acting {
-				s.acting += t
-				s.nAct++
-			} else {
-				s.reasoning += t
-			}
-			if p.marked {
-				if p.phase != Reasoning {
-					return fmt.Errorf("program %s: marked while %v", id, p.phase)
-				}
-				s.marked += t
-			}
-			if p.pslot != -1 {
-				return fmt.Errorf("program %s: active but in paused list", id)
-			}
-			if !p.placed {
-				return fmt.Errorf("program %s: active but never placed", id)
-			}
+			err = checkActive(c, id, p, ref)
 		case Paused:
 			pausedN++
-			if p.w != nil || p.marked {
-				return fmt.Errorf("program %s: paused with worker or mark", id)
-			}
-			if p.pslot < 0 || p.pslot >= len(c.paused) || c.paused[p.pslot] != p {
-				return fmt.Errorf("program %s: not in paused list", id)
-			}
 			if p.held > 0 {
 				waiting++
-				if p.waitSince.IsZero() {
-					return fmt.Errorf("program %s: held without waitSince", id)
-				}
 			}
-			if !p.placed && p.held == 0 {
-				return fmt.Errorf("program %s: queued with no held turn", id)
-			}
+			err = checkPaused(c, id, p)
 		default:
-			return fmt.Errorf("program %s: lifecycle %v in table", id, p.life)
+			err = fmt.Errorf("program %s: lifecycle %v in table", id, p.life)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if pausedN != len(c.paused) {
@@ -104,6 +46,98 @@ func checkInvariants(c *RawAdmitter) error {
 	if waiting != c.nWaiting {
 		return fmt.Errorf("nWaiting %d, recomputed %d", c.nWaiting, waiting)
 	}
+	return checkWorkers(c, ref)
+}
+
+// checkProgram checks what holds for a program whatever its lifecycle:
+// its key, its counters, its phase.
+func checkProgram(id string, p *program) error {
+	if p.id != id {
+		return fmt.Errorf("program %q stored under %q", p.id, id)
+	}
+	if p.held > 0 && p.life != Paused {
+		return fmt.Errorf("program %s: %d held but %v", id, p.held, p.life)
+	}
+	if p.held > p.inflight {
+		return fmt.Errorf("program %s: held %d > inflight %d", id, p.held, p.inflight)
+	}
+	if p.inflight < 0 || p.held < 0 || p.steps < 0 || p.tokens < 0 {
+		return fmt.Errorf("program %s: negative counters %+v", id, p)
+	}
+	if p.inflight > 0 && p.phase != Reasoning {
+		return fmt.Errorf("program %s: %d in flight but %v", id, p.inflight, p.phase)
+	}
+	if p.inflight == 0 && p.phase != Acting {
+		return fmt.Errorf("program %s: nothing in flight but %v", id, p.phase)
+	}
+	return nil
+}
+
+// checkActive checks an Active program's place on its worker and adds it
+// to the worker's recomputed sums.
+func checkActive(c *RawAdmitter, id string, p *program, ref map[WorkerID]*invSums) error {
+	if p.w == nil {
+		return fmt.Errorf("program %s: active without worker", id)
+	}
+	s := ref[p.w.id]
+	if s == nil || c.byID[p.w.id] != p.w {
+		return fmt.Errorf("program %s: on removed worker %v", id, p.w.id)
+	}
+	if p.w.progs[p.slot] != p {
+		return fmt.Errorf("program %s: bad slot", id)
+	}
+	s.n++
+	// Unique tail per program, the shared prefix once per worker.
+	shared := min(p.shared, p.tokens)
+	t := p.tokens - shared
+	if k := (sharedKey{p.sharedID, shared}); shared > 0 && !s.keys[k] {
+		if s.keys == nil {
+			s.keys = map[sharedKey]bool{}
+		}
+		s.keys[k] = true
+		s.sharedSum += shared
+	}
+	if p.phase == Acting {
+		s.acting += t
+		s.nAct++
+	} else {
+		s.reasoning += t
+	}
+	if p.marked {
+		if p.phase != Reasoning {
+			return fmt.Errorf("program %s: marked while %v", id, p.phase)
+		}
+		s.marked += t
+	}
+	if p.pslot != -1 {
+		return fmt.Errorf("program %s: active but in paused list", id)
+	}
+	if !p.placed {
+		return fmt.Errorf("program %s: active but never placed", id)
+	}
+	return nil
+}
+
+// checkPaused checks a Paused program's place in the paused list.
+func checkPaused(c *RawAdmitter, id string, p *program) error {
+	if p.w != nil || p.marked {
+		return fmt.Errorf("program %s: paused with worker or mark", id)
+	}
+	if p.pslot < 0 || p.pslot >= len(c.paused) || c.paused[p.pslot] != p {
+		return fmt.Errorf("program %s: not in paused list", id)
+	}
+	if p.held > 0 && p.waitSince.IsZero() {
+		return fmt.Errorf("program %s: held without waitSince", id)
+	}
+	if !p.placed && p.held == 0 {
+		return fmt.Errorf("program %s: queued with no held turn", id)
+	}
+	return nil
+}
+
+// checkWorkers compares every worker's sums and growth reserves with the
+// recomputed ones (ref), and checks the workers are sorted.
+func checkWorkers(c *RawAdmitter, ref map[WorkerID]*invSums) error {
 	for _, w := range c.workers {
 		var growth, actGrowth int64
 		for _, p := range w.progs {
@@ -119,7 +153,7 @@ func checkInvariants(c *RawAdmitter) error {
 		s := ref[w.id]
 		if s.reasoning != w.reasoning || s.acting != w.acting || s.marked != w.marked || s.n != len(w.progs) || s.nAct != w.nAct || s.sharedSum != w.sharedSum {
 			return fmt.Errorf("worker %v: sums %+v, recomputed %+v", w.id,
-				sums{w.reasoning, w.acting, w.marked, len(w.progs), w.nAct, w.sharedSum, nil}, *s)
+				invSums{w.reasoning, w.acting, w.marked, len(w.progs), w.nAct, w.sharedSum, nil}, *s)
 		}
 	}
 	for i := 1; i < len(c.workers); i++ {

@@ -33,13 +33,7 @@ func (c *RawAdmitter) pauseOver(now time.Time, r *TickResult) {
 			continue
 		}
 		// Acting programs, smallest first.
-		cand := c.sProgs[:0]
-		for _, p := range w.progs {
-			if p.phase == Acting && p.resumedAt != c.tickNo {
-				cand = append(cand, p)
-			}
-		}
-		slices.SortFunc(cand, smallerFirst)
+		cand := c.candidates(c.sProgs, w, Acting)
 		for _, p := range cand {
 			if eff <= target {
 				break
@@ -49,13 +43,7 @@ func (c *RawAdmitter) pauseOver(now time.Time, r *TickResult) {
 			r.Paused++
 		}
 		if eff > target {
-			cand = cand[:0]
-			for _, p := range w.progs {
-				if p.phase == Reasoning && !p.marked && p.resumedAt != c.tickNo {
-					cand = append(cand, p)
-				}
-			}
-			slices.SortFunc(cand, smallerFirst)
+			cand = c.candidates(cand, w, Reasoning)
 			for _, p := range cand {
 				if eff <= target {
 					break
@@ -70,6 +58,20 @@ func (c *RawAdmitter) pauseOver(now time.Time, r *TickResult) {
 		}
 		c.sProgs = cand[:0]
 	}
+}
+
+// candidates collects into dst[:0] w's programs in phase that this tick
+// may pause or mark, smallest first: not marked yet (only Reasoning
+// programs are ever marked), not resumed in this tick.
+func (c *RawAdmitter) candidates(dst []*program, w *worker, phase Phase) []*program {
+	dst = dst[:0]
+	for _, p := range w.progs {
+		if p.phase == phase && !p.marked && p.resumedAt != c.tickNo {
+			dst = append(dst, p)
+		}
+	}
+	slices.SortFunc(dst, smallerFirst)
+	return dst
 }
 
 func smallerFirst(a, b *program) int {

@@ -205,137 +205,15 @@ func (s *sim) run(maxTime time.Duration) {
 				s.startTurn(e.p)
 			}
 		case 1:
-			p := e.p
-			if p.done || !p.running {
-				continue
+			if !e.p.done && e.p.running {
+				s.endTurn(e.p)
 			}
-			tr := p.turns[p.next]
-			s.op(fmt.Sprintf("end s=%s prompt=%d completion=%d", p.id, tr.prompt, tr.completion))
-			if err := s.ctl.EndRequest(epoch.Add(s.now), p.id, tr.prompt, tr.completion); err != nil {
-				s.fail("end %s: %v", p.id, err)
-			}
-			s.check("end")
-			if s.shared > 0 {
-				n := min(s.shared, tr.prompt)
-				s.op(fmt.Sprintf("share s=%s tokens=%d key=%d", p.id, n, len(p.id)%2))
-				// Two prefixes (two agent kinds), by program parity.
-				if err := s.ctl.SetShared(p.id, n, uint64(len(p.id)%2)); err != nil {
-					s.fail("share %s: %v", p.id, err)
-				}
-				s.check("share")
-			}
-			p.running = false
-			s.handleDecisions()
-			finished := p.next == p.abandon
-			p.next++
-			if p.next == len(p.turns) || finished {
-				s.op("close s=" + p.id)
-				if err := s.ctl.EndSession(epoch.Add(s.now), p.id); err != nil {
-					s.fail("close %s: %v", p.id, err)
-				}
-				p.done = true
-				s.check("close")
-				s.handleDecisions()
-				continue
-			}
-			s.push(s.now+tr.tool, 0, p, 0)
 		case 2:
-			s.op("tick")
-			waiting := map[string]bool{}     // held turns of placed programs before the tick
-			queued := map[string]time.Time{} // new programs at the door before the tick
-			for _, p := range s.ctl.paused {
-				if p.held > 0 && p.placed {
-					waiting[p.id] = true
-				}
-				if !p.placed {
-					queued[p.id] = p.waitSince
-				}
-			}
-			s.ctl.Tick(epoch.Add(s.now))
-			s.check("tick")
-			if s.ctl.cfg.maxWait() > 0 && slices.ContainsFunc(s.ctl.paused, func(p *program) bool { return p.held > 0 && p.placed }) {
-				// A held turn of a placed program is still waiting: no
-				// other program took room by the Placement in this tick.
-				for _, d := range s.dec {
-					if d.Kind == KindResume && (d.Reason == ReasonBinPacked || d.Reason == ReasonEmptyWorker) && !waiting[d.Program] {
-						s.fail("%s resumed (%v) while a held turn of a placed program still waits", d.Program, d.Reason)
-					}
-				}
-			}
-			if s.ctl.cfg.maxWait() > 0 && len(s.ctl.workers) == 1 {
-				// The door is first come, first served: a newcomer that does
-				// not fit reserves the worker with the most room, and only
-				// others are backfilled; with one worker, no new program is
-				// let in while an older one stays queued (door.txt has the
-				// backfill).
-				for _, d := range s.dec {
-					at, ok := queued[d.Program]
-					if d.Kind != KindResume || !ok {
-						continue
-					}
-					for _, p := range s.ctl.paused {
-						if q, was := queued[p.id]; was && !p.placed && q.Before(at) {
-							s.fail("%s let in at the door ahead of %s, queued earlier", d.Program, p.id)
-						}
-					}
-				}
-			}
-			if err := checkAfterTick(s.ctl); err != nil {
-				s.fail("after tick: %v", err)
-			}
-			marks := 0
-			for _, d := range s.dec {
-				if d.Kind == KindMark {
-					marks++
-				}
-			}
-			if marks > s.res.maxMarksPerTick {
-				s.res.maxMarksPerTick = marks
-			}
-			swapped := s.ctl.Stats().Swapped
-			s.handleDecisions()
-			swappedNow := s.ctl.Stats().Swapped > s.lastSwapped
-			s.lastSwapped = swapped
-			// No held turn may have waited the cap after a tick.
-			cfg := s.ctl.Config()
-			if len(s.ctl.workers) > 0 {
-				for _, p := range s.ctl.paused {
-					if cfg.maxWait() > 0 {
-						// A held turn of a placed program past MaxWait is
-						// swapped in, or waits for marked programs to make
-						// room at their tool boundaries (programs resumed in
-						// a tick are not marked in it: two ticks of grace),
-						// or behind an older one that was swapped in this
-						// tick; a new program waits at the door.
-						tooBig := float64(p.tokens+cfg.Buffer) > s.ctl.ceiling*float64(s.ctl.maxCap())
-						if p.held > 0 && p.placed && !tooBig && epoch.Add(s.now).Sub(p.waitSince) >= cfg.maxWait()+2*cfg.Interval && !s.marksPending() && !swappedNow {
-							s.fail("%s (tail %d, shared %d) held since %v, past MaxWait, and no marked program will make room; workers %+v", p.id, tail(p), p.shared, p.waitSince.Sub(epoch), s.ctl.Workers(nil))
-						}
-						continue
-					}
-					if p.held > 0 && epoch.Add(s.now).Sub(p.waitSince) >= cfg.ForcedResume {
-						s.fail("%s held since %v, past the cap", p.id, p.waitSince.Sub(epoch))
-					}
-				}
-			}
-			if s.allDone() {
-				s.res.makespan = s.now
-				continue // stop ticking
-			}
-			s.push(s.now+interval, 2, nil, 0)
+			s.tick(interval)
 		case 3:
-			p := e.p
-			if p.done || !p.held || p.heldGen != e.gen {
-				continue
+			if p := e.p; !p.done && p.held && p.heldGen == e.gen {
+				s.cancelTurn(p)
 			}
-			s.op("cancel s=" + p.id)
-			if err := s.ctl.Cancel(epoch.Add(s.now), p.id); err != nil {
-				s.fail("cancel %s: %v", p.id, err)
-			}
-			p.held = false
-			s.check("cancel")
-			s.handleDecisions()
-			s.push(s.now+time.Second, 0, p, 0) // retry the same turn
 		case 4:
 			s.workerChurn()
 			if !s.allDone() {
@@ -353,6 +231,157 @@ func (s *sim) run(maxTime time.Duration) {
 	}
 	if s.ctl.Len() != 0 {
 		s.fail("%d programs left in the controller after every session ended", s.ctl.Len())
+	}
+}
+
+// endTurn ends p's running turn, records its shared prefix, and closes the
+// session after its last (or abandoned) turn, else schedules the next
+// turn after the tool call.
+func (s *sim) endTurn(p *simProg) {
+	tr := p.turns[p.next]
+	s.op(fmt.Sprintf("end s=%s prompt=%d completion=%d", p.id, tr.prompt, tr.completion))
+	if err := s.ctl.EndRequest(epoch.Add(s.now), p.id, tr.prompt, tr.completion); err != nil {
+		s.fail("end %s: %v", p.id, err)
+	}
+	s.check("end")
+	if s.shared > 0 {
+		n := min(s.shared, tr.prompt)
+		s.op(fmt.Sprintf("share s=%s tokens=%d key=%d", p.id, n, len(p.id)%2))
+		// Two prefixes (two agent kinds), by program parity.
+		if err := s.ctl.SetShared(p.id, n, uint64(len(p.id)%2)); err != nil {
+			s.fail("share %s: %v", p.id, err)
+		}
+		s.check("share")
+	}
+	p.running = false
+	s.handleDecisions()
+	finished := p.next == p.abandon
+	p.next++
+	if p.next == len(p.turns) || finished {
+		s.op("close s=" + p.id)
+		if err := s.ctl.EndSession(epoch.Add(s.now), p.id); err != nil {
+			s.fail("close %s: %v", p.id, err)
+		}
+		p.done = true
+		s.check("close")
+		s.handleDecisions()
+		return
+	}
+	s.push(s.now+tr.tool, 0, p, 0)
+}
+
+// cancelTurn gives up p's held turn, and retries it a second later.
+func (s *sim) cancelTurn(p *simProg) {
+	s.op("cancel s=" + p.id)
+	if err := s.ctl.Cancel(epoch.Add(s.now), p.id); err != nil {
+		s.fail("cancel %s: %v", p.id, err)
+	}
+	p.held = false
+	s.check("cancel")
+	s.handleDecisions()
+	s.push(s.now+time.Second, 0, p, 0) // retry the same turn
+}
+
+// tick runs one control tick and checks what it decided: the MaxWait
+// order, the door's order, the pause postcondition, and the waits after
+// it; the next tick follows interval later until every program is done.
+func (s *sim) tick(interval time.Duration) {
+	s.op("tick")
+	waiting := map[string]bool{}     // held turns of placed programs before the tick
+	queued := map[string]time.Time{} // new programs at the door before the tick
+	for _, p := range s.ctl.paused {
+		if p.held > 0 && p.placed {
+			waiting[p.id] = true
+		}
+		if !p.placed {
+			queued[p.id] = p.waitSince
+		}
+	}
+	s.ctl.Tick(epoch.Add(s.now))
+	s.check("tick")
+	s.checkTickOrder(waiting, queued)
+	if err := checkAfterTick(s.ctl); err != nil {
+		s.fail("after tick: %v", err)
+	}
+	marks := 0
+	for _, d := range s.dec {
+		if d.Kind == KindMark {
+			marks++
+		}
+	}
+	if marks > s.res.maxMarksPerTick {
+		s.res.maxMarksPerTick = marks
+	}
+	swapped := s.ctl.Stats().Swapped
+	s.handleDecisions()
+	swappedNow := s.ctl.Stats().Swapped > s.lastSwapped
+	s.lastSwapped = swapped
+	s.checkWaits(swappedNow)
+	if s.allDone() {
+		s.res.makespan = s.now
+		return // stop ticking
+	}
+	s.push(s.now+interval, 2, nil, 0)
+}
+
+// checkTickOrder checks, with MaxWait, the order of the tick's resumes:
+// no program takes room while a held turn of a placed program (waiting,
+// before the tick) still waits, and with one worker no new program is let
+// in at the door ahead of one queued earlier (queued, before the tick).
+func (s *sim) checkTickOrder(waiting map[string]bool, queued map[string]time.Time) {
+	if s.ctl.cfg.maxWait() > 0 && slices.ContainsFunc(s.ctl.paused, func(p *program) bool { return p.held > 0 && p.placed }) {
+		// A held turn of a placed program is still waiting: no
+		// other program took room by the Placement in this tick.
+		for _, d := range s.dec {
+			if d.Kind == KindResume && (d.Reason == ReasonBinPacked || d.Reason == ReasonEmptyWorker) && !waiting[d.Program] {
+				s.fail("%s resumed (%v) while a held turn of a placed program still waits", d.Program, d.Reason)
+			}
+		}
+	}
+	if s.ctl.cfg.maxWait() > 0 && len(s.ctl.workers) == 1 {
+		// The door is first come, first served: a newcomer that does
+		// not fit reserves the worker with the most room, and only
+		// others are backfilled; with one worker, no new program is
+		// let in while an older one stays queued (door.txt has the
+		// backfill).
+		for _, d := range s.dec {
+			at, ok := queued[d.Program]
+			if d.Kind != KindResume || !ok {
+				continue
+			}
+			for _, p := range s.ctl.paused {
+				if q, was := queued[p.id]; was && !p.placed && q.Before(at) {
+					s.fail("%s let in at the door ahead of %s, queued earlier", d.Program, p.id)
+				}
+			}
+		}
+	}
+}
+
+// checkWaits checks that no held turn has waited its cap after a tick
+// (swappedNow: the tick swapped a program in).
+func (s *sim) checkWaits(swappedNow bool) {
+	cfg := s.ctl.Config()
+	if len(s.ctl.workers) == 0 {
+		return
+	}
+	for _, p := range s.ctl.paused {
+		if cfg.maxWait() > 0 {
+			// A held turn of a placed program past MaxWait is
+			// swapped in, or waits for marked programs to make
+			// room at their tool boundaries (programs resumed in
+			// a tick are not marked in it: two ticks of grace),
+			// or behind an older one that was swapped in this
+			// tick; a new program waits at the door.
+			tooBig := float64(p.tokens+cfg.Buffer) > s.ctl.ceiling*float64(s.ctl.maxCap())
+			if p.held > 0 && p.placed && !tooBig && epoch.Add(s.now).Sub(p.waitSince) >= cfg.maxWait()+2*cfg.Interval && !s.marksPending() && !swappedNow {
+				s.fail("%s (tail %d, shared %d) held since %v, past MaxWait, and no marked program will make room; workers %+v", p.id, tail(p), p.shared, p.waitSince.Sub(epoch), s.ctl.Workers(nil))
+			}
+			continue
+		}
+		if p.held > 0 && epoch.Add(s.now).Sub(p.waitSince) >= cfg.ForcedResume {
+			s.fail("%s held since %v, past the cap", p.id, p.waitSince.Sub(epoch))
+		}
 	}
 }
 

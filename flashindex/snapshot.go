@@ -3,8 +3,6 @@ package flashindex
 import (
 	"bufio"
 	"cmp"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math/bits"
@@ -64,15 +62,15 @@ func (ix *Index) Snapshot(w io.Writer) error {
 	}
 	defer zframe.PutEncoder(zw, zstd.SpeedDefault)
 	bw := bufio.NewWriterSize(zw, 1<<16)
-	e := encoder{w: bw}
-	e.u(uint64(ix.blockSize))
-	e.u(ix.approxSeq)
+	e := zframe.FieldWriter{W: bw}
+	e.U(uint64(ix.blockSize))
+	e.U(ix.approxSeq)
 	num := ix.snapshotWorkers(&e)
 	nodes := ix.snapshotNodes(&e, num)
 	snapshotLinks(&e, nodes)
 	ix.snapshotApprox(&e, num)
-	if e.err != nil {
-		return e.err
+	if e.Err != nil {
+		return e.Err
 	}
 	if err := bw.Flush(); err != nil {
 		return err
@@ -88,7 +86,7 @@ func compareKeys(a, b kv) int { return cmp.Compare(a.k, b.k) }
 // snapshotWorkers writes the workers, sorted, with their event-id state,
 // engine maps (an identity-mode map written out in full) and alias counts.
 // It returns the worker number of each slot.
-func (ix *Index) snapshotWorkers(e *encoder) map[int]uint64 {
+func (ix *Index) snapshotWorkers(e *zframe.FieldWriter) map[int]uint64 {
 	wss := make([]*workerState, 0, len(ix.workers))
 	for _, ws := range ix.workers {
 		wss = append(wss, ws)
@@ -98,14 +96,14 @@ func (ix *Index) snapshotWorkers(e *encoder) map[int]uint64 {
 	for i, ws := range wss {
 		num[ws.slot] = uint64(i)
 	}
-	e.u(uint64(len(wss)))
+	e.U(uint64(len(wss)))
 	var tmp []kv
 	for _, ws := range wss {
-		e.u(ws.w.ID)
-		e.u(uint64(ws.w.DPRank))
-		e.u(b2u(ws.seen))
-		e.u(ws.lastID)
-		e.u(ws.gaps)
+		e.U(ws.w.ID)
+		e.U(uint64(ws.w.DPRank))
+		e.Bool(ws.seen)
+		e.U(ws.lastID)
+		e.U(ws.gaps)
 		for p := range ws.engine {
 			tmp = tmp[:0]
 			if ws.full[p] {
@@ -115,10 +113,10 @@ func (ix *Index) snapshotWorkers(e *encoder) map[int]uint64 {
 				ix.residentOn(ws.slot, p, func(h uint64) { tmp = append(tmp, kv{h, h}) })
 			}
 			slices.SortFunc(tmp, compareKeys)
-			e.u(uint64(len(tmp)))
+			e.U(uint64(len(tmp)))
 			for _, x := range tmp {
-				e.h(x.k)
-				e.h(x.v)
+				e.H(x.k)
+				e.H(x.v)
 			}
 		}
 		for p := range ws.alias {
@@ -127,10 +125,10 @@ func (ix *Index) snapshotWorkers(e *encoder) map[int]uint64 {
 				tmp = append(tmp, kv{k, uint64(v)})
 			}
 			slices.SortFunc(tmp, compareKeys)
-			e.u(uint64(len(tmp)))
+			e.U(uint64(len(tmp)))
 			for _, x := range tmp {
-				e.h(x.k)
-				e.u(x.v)
+				e.H(x.k)
+				e.U(x.v)
 			}
 		}
 	}
@@ -140,21 +138,21 @@ func (ix *Index) snapshotWorkers(e *encoder) map[int]uint64 {
 // snapshotNodes writes the nodes, sorted by first hash, with their hashes
 // and runs (each run's members by worker number, num), and returns them in
 // that order.
-func (ix *Index) snapshotNodes(e *encoder, num map[int]uint64) []*node {
+func (ix *Index) snapshotNodes(e *zframe.FieldWriter, num map[int]uint64) []*node {
 	var nodes []*node
 	ix.nodes.each(func(n *node) { nodes = append(nodes, n) })
 	slices.SortFunc(nodes, func(a, b *node) int { return cmp.Compare(a.data.Load().hashes[0], b.data.Load().hashes[0]) })
-	e.u(uint64(len(nodes)))
+	e.U(uint64(len(nodes)))
 	var members []kv
 	for _, n := range nodes {
 		d := n.data.Load()
-		e.u(uint64(len(d.hashes)))
+		e.U(uint64(len(d.hashes)))
 		for _, h := range d.hashes {
-			e.h(h)
+			e.H(h)
 		}
-		e.u(uint64(len(d.runs)))
+		e.U(uint64(len(d.runs)))
 		for _, r := range d.runs {
-			e.u(uint64(r.end))
+			e.U(uint64(r.end))
 			members = members[:0]
 			for i := 0; i*numPlanes < len(r.bits); i++ {
 				var any uint64
@@ -167,10 +165,10 @@ func (ix *Index) snapshotNodes(e *encoder, num map[int]uint64) []*node {
 				}
 			}
 			slices.SortFunc(members, compareKeys)
-			e.u(uint64(len(members)))
+			e.U(uint64(len(members)))
 			for _, m := range members {
-				e.u(m.k)
-				e.u(m.v)
+				e.U(m.k)
+				e.U(m.v)
 			}
 		}
 	}
@@ -179,7 +177,7 @@ func (ix *Index) snapshotNodes(e *encoder, num map[int]uint64) []*node {
 
 // snapshotLinks writes the links of nodes (in snapshot order), by node
 // number.
-func snapshotLinks(e *encoder, nodes []*node) {
+func snapshotLinks(e *zframe.FieldWriter, nodes []*node) {
 	nodeNum := make(map[*node]uint64, len(nodes))
 	for i, n := range nodes {
 		nodeNum[n] = uint64(i)
@@ -190,102 +188,38 @@ func snapshotLinks(e *encoder, nodes []*node) {
 			links = append(links, n)
 		}
 	}
-	e.u(uint64(len(links)))
+	e.U(uint64(len(links)))
 	for _, n := range links {
-		e.u(nodeNum[n])
-		e.u(nodeNum[n.parent])
-		e.u(uint64(n.poff))
+		e.U(nodeNum[n])
+		e.U(nodeNum[n.parent])
+		e.U(uint64(n.poff))
 	}
 }
 
 // snapshotApprox writes the approximate entries, sorted by expiry and
 // order, their workers by number (num).
-func (ix *Index) snapshotApprox(e *encoder, num map[int]uint64) {
+func (ix *Index) snapshotApprox(e *zframe.FieldWriter, num map[int]uint64) {
 	entries := ix.approx.sorted()
-	e.u(uint64(len(entries)))
+	e.U(uint64(len(entries)))
 	for _, x := range entries {
-		e.u(num[int(x.slot)])
-		e.h(x.seq)
-		e.u(uint64(x.expiry<<1) ^ uint64(x.expiry>>63))
-		e.u(x.order)
+		e.U(num[int(x.slot)])
+		e.H(x.seq)
+		e.U(uint64(x.expiry<<1) ^ uint64(x.expiry>>63))
+		e.U(x.order)
 	}
 }
 
-func b2u(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-type encoder struct {
-	w   *bufio.Writer
-	buf [binary.MaxVarintLen64]byte
-	err error
-}
-
-func (e *encoder) u(v uint64) {
-	if e.err == nil {
-		n := binary.PutUvarint(e.buf[:], v)
-		_, e.err = e.w.Write(e.buf[:n])
-	}
-}
-
-func (e *encoder) h(v uint64) {
-	if e.err == nil {
-		binary.LittleEndian.PutUint64(e.buf[:8], v)
-		_, e.err = e.w.Write(e.buf[:8])
-	}
-}
-
+// decoder reads a snapshot body's fields; lim, under its reader, counts
+// and caps the decompressed bytes.
 type decoder struct {
-	r   *bufio.Reader
-	lim *limitio.Reader // under r: counts and caps the decompressed bytes
-	buf [8]byte
-	err error
+	zframe.FieldReader
+	lim *limitio.Reader
 }
 
 // left is how many more body bytes the size cap allows after what the
 // decoder has consumed.
 func (d *decoder) left() int64 {
-	return d.lim.Max - (d.lim.Out() - int64(d.r.Buffered()))
-}
-
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{ErrSnapshotFormat}, args...)...)
-	}
-}
-
-// readErr records an error from the body reader: the size cap's own error
-// as is, anything else as truncation.
-func (d *decoder) readErr(err error) {
-	if d.err == nil && errors.Is(err, ErrSnapshotTooLarge) {
-		d.err = err
-		return
-	}
-	d.fail("truncated (%v)", err)
-}
-
-func (d *decoder) u() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, err := binary.ReadUvarint(d.r)
-	if err != nil {
-		d.readErr(err)
-	}
-	return v
-}
-
-// n reads a number, bounded to keep garbage from asking for absurd sizes.
-func (d *decoder) n(limit uint64, what string) int {
-	v := d.u()
-	if v > limit {
-		d.fail("%s count %d exceeds %d", what, v, limit)
-		return 0
-	}
-	return int(v)
+	return d.lim.Max - (d.lim.Out() - int64(d.R.Buffered()))
 }
 
 // count reads a count of items that take at least per bytes each in the
@@ -293,24 +227,13 @@ func (d *decoder) n(limit uint64, what string) int {
 // so no count can ask for more than the cap (allocations still grow only
 // as items arrive).
 func (d *decoder) count(limit uint64, per int64, what string) int {
-	v := d.n(limit, what)
-	if d.err == nil && int64(v) > d.left()/per {
-		d.err = fmt.Errorf("%w: %s count %d needs at least %d bytes, %d left under MaxSnapshotBytes",
+	v := d.N(limit, what)
+	if d.Err == nil && int64(v) > d.left()/per {
+		d.Err = fmt.Errorf("%w: %s count %d needs at least %d bytes, %d left under MaxSnapshotBytes",
 			ErrSnapshotTooLarge, what, v, int64(v)*per, d.left())
 		return 0
 	}
 	return v
-}
-
-func (d *decoder) h() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	if _, err := io.ReadFull(d.r, d.buf[:]); err != nil {
-		d.readErr(err)
-		return 0
-	}
-	return binary.LittleEndian.Uint64(d.buf[:])
 }
 
 const maxCount = 1 << 40
@@ -354,20 +277,15 @@ func Restore(r io.Reader, cfg Config) (*Index, error) {
 	}
 	defer zframe.PutDecoder(zr)
 	lim.R = zr
-	d := &decoder{r: bufio.NewReaderSize(lim, 1<<16), lim: lim}
+	d := &decoder{FieldReader: zframe.FieldReader{R: bufio.NewReaderSize(lim, 1<<16), Format: ErrSnapshotFormat,
+		Keep: ErrSnapshotTooLarge}, lim: lim}
 	ix, err := restoreBody(d, cfg, v)
 	if err != nil {
 		return nil, err
 	}
-	if d.err == nil {
-		if _, err := d.r.ReadByte(); err == nil {
-			d.fail("trailing data")
-		} else if !errors.Is(err, io.EOF) {
-			d.readErr(err)
-		}
-	}
-	if d.err != nil {
-		return nil, d.err
+	d.End()
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	return ix, nil
 }
@@ -377,9 +295,9 @@ func Restore(r io.Reader, cfg Config) (*Index, error) {
 // with their residency runs, the links between nodes (version 2), then the
 // approximate entries, checking as it goes that the parts agree.
 func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
-	bs := d.n(MaxBlockSize, "block size")
-	if d.err != nil {
-		return nil, d.err
+	bs := d.N(MaxBlockSize, "block size")
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = bs
@@ -390,25 +308,25 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSnapshotFormat, err)
 	}
-	ix.approxSeq = d.u()
+	ix.approxSeq = d.U()
 	wss := restoreWorkers(d, ix)
-	if d.err != nil {
-		return nil, d.err
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	nodes, bitCount := restoreNodes(d, ix, wss)
-	if d.err != nil {
-		return nil, d.err
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	if version >= 2 {
-		if restoreLinks(d, ix, nodes); d.err != nil {
-			return nil, d.err
+		if restoreLinks(d, ix, nodes); d.Err != nil {
+			return nil, d.Err
 		}
 	}
 	if err := checkEngineMaps(ix, wss, bitCount); err != nil {
 		return nil, err
 	}
-	if restoreApprox(d, ix, wss); d.err != nil {
-		return nil, d.err
+	if restoreApprox(d, ix, wss); d.Err != nil {
+		return nil, d.Err
 	}
 	for wn, ws := range wss {
 		if int(ws.counts.n[planeApprox].Load()) != bitCount[wn][planeApprox] {
@@ -423,27 +341,27 @@ func restoreBody(d *decoder, cfg Config, version byte) (*Index, error) {
 func restoreWorkers(d *decoder, ix *Index) []*workerState {
 	nw := d.count(1<<32, 11, "worker")
 	wss := make([]*workerState, 0, min(nw, 1<<12))
-	for i := 0; i < nw && d.err == nil; i++ {
-		id := d.u()
-		dp := d.u()
+	for i := 0; i < nw && d.Err == nil; i++ {
+		id := d.U()
+		dp := d.U()
 		if dp > 1<<32-1 {
-			d.fail("dp rank %d", dp)
+			d.Fail("dp rank %d", dp)
 			break
 		}
 		w := Worker{ID: id, DPRank: uint32(dp)}
 		if i > 0 && compareWorkers(wss[i-1].w, w) >= 0 {
-			d.fail("workers out of order")
+			d.Fail("workers out of order")
 			break
 		}
 		ws := ix.worker(w)
 		wss = append(wss, ws)
-		seen := d.u()
+		seen := d.U()
 		if seen > 1 {
-			d.fail("seen flag %d", seen)
+			d.Fail("seen flag %d", seen)
 		}
 		ws.seen = seen == 1
-		ws.lastID = d.u()
-		ws.gaps = d.u()
+		ws.lastID = d.U()
+		ws.gaps = d.U()
 		restoreEngineMaps(d, ws)
 	}
 	return wss
@@ -456,10 +374,10 @@ func restoreEngineMaps(d *decoder, ws *workerState) {
 	for p := range ws.engine {
 		n := d.count(maxCount, 16, "engine entry")
 		var last uint64
-		for j := 0; j < n && d.err == nil; j++ {
-			k, v := d.h(), d.h()
+		for j := 0; j < n && d.Err == nil; j++ {
+			k, v := d.H(), d.H()
 			if j > 0 && k <= last {
-				d.fail("engine hashes out of order")
+				d.Fail("engine hashes out of order")
 			}
 			last = k
 			ws.engine[p].put(k, v)
@@ -469,10 +387,10 @@ func restoreEngineMaps(d *decoder, ws *workerState) {
 	for p := range ws.alias {
 		n := d.count(maxCount, 9, "alias")
 		var last uint64
-		for j := 0; j < n && d.err == nil; j++ {
-			k, v := d.h(), d.u()
+		for j := 0; j < n && d.Err == nil; j++ {
+			k, v := d.H(), d.U()
 			if (j > 0 && k <= last) || v == 0 || v > 1<<32-1 {
-				d.fail("bad alias entry")
+				d.Fail("bad alias entry")
 			}
 			last = k
 			if ws.alias[p] == nil {
@@ -490,25 +408,25 @@ func restoreNodes(d *decoder, ix *Index, wss []*workerState) ([]*node, [][numPla
 	nn := d.count(maxCount, 12, "node")
 	var nodes []*node
 	var lastFirst uint64
-	for i := 0; i < nn && d.err == nil; i++ {
+	for i := 0; i < nn && d.Err == nil; i++ {
 		hashes := restoreHashes(d, ix)
-		if d.err != nil {
+		if d.Err != nil {
 			break
 		}
 		if i > 0 && hashes[0] <= lastFirst {
-			d.fail("nodes out of order")
+			d.Fail("nodes out of order")
 			break
 		}
 		lastFirst = hashes[0]
 		runs := restoreRuns(d, wss, bitCount, len(hashes))
-		if d.err != nil {
+		if d.Err != nil {
 			break
 		}
 		n := ix.nodes.alloc(newNodeData(hashes, runs, seal(runs, nil, 0)))
 		nodes = append(nodes, n)
 		for j, h := range hashes {
 			if _, dup := ix.blocks.peek(h); dup {
-				d.fail("block %#x indexed twice", h)
+				d.Fail("block %#x indexed twice", h)
 				break
 			}
 			ix.blocks.put(h, loc(n.id, j))
@@ -522,16 +440,16 @@ func restoreNodes(d *decoder, ix *Index, wss []*workerState) ([]*node, [][numPla
 func restoreHashes(d *decoder, ix *Index) []uint64 {
 	nh := d.count(1<<32-1, 8, "node length")
 	if nh == 0 {
-		d.fail("empty node")
+		d.Fail("empty node")
 		return nil
 	}
 	hashes := make([]uint64, 0, min(nh, 1<<16))
-	for j := 0; j < nh && d.err == nil; j++ {
+	for j := 0; j < nh && d.Err == nil; j++ {
 		// Reject repeats as they arrive (the full check is in
 		// restoreNodes), so a run of one value fails at its second element.
-		h := d.h()
+		h := d.H()
 		if _, dup := ix.blocks.peek(h); dup || j > 0 && h == hashes[j-1] {
-			d.fail("block %#x indexed twice", h)
+			d.Fail("block %#x indexed twice", h)
 		}
 		hashes = append(hashes, h)
 	}
@@ -542,25 +460,25 @@ func restoreHashes(d *decoder, ix *Index) []uint64 {
 // and end in a non-empty set, and adds each member's blocks to bitCount.
 func restoreRuns(d *decoder, wss []*workerState, bitCount [][numPlanes]int, nh int) []run {
 	nr := d.count(uint64(nh), 2, "run")
-	if nr == 0 && d.err == nil {
-		d.fail("node without runs")
+	if nr == 0 && d.Err == nil {
+		d.Fail("node without runs")
 	}
 	runs := make([]run, 0, min(nr, 1<<12))
 	prevEnd := 0
-	for j := 0; j < nr && d.err == nil; j++ {
-		end := d.n(uint64(nh), "run end")
+	for j := 0; j < nr && d.Err == nil; j++ {
+		end := d.N(uint64(nh), "run end")
 		if end <= prevEnd {
-			d.fail("run ends out of order")
+			d.Fail("run ends out of order")
 			break
 		}
 		k := d.count(uint64(len(wss)), 2, "member")
 		var set []uint64
 		lastW := -1
-		for m := 0; m < k && d.err == nil; m++ {
-			wn := d.n(uint64(len(wss))-1, "worker number")
-			mask := d.u()
+		for m := 0; m < k && d.Err == nil; m++ {
+			wn := d.N(uint64(len(wss))-1, "worker number")
+			mask := d.U()
 			if wn <= lastW || mask == 0 || mask >= 1<<numPlanes {
-				d.fail("bad run member")
+				d.Fail("bad run member")
 				break
 			}
 			lastW = wn
@@ -574,8 +492,8 @@ func restoreRuns(d *decoder, wss []*workerState, bitCount [][numPlanes]int, nh i
 		runs = append(runs, run{end: uint32(end), bits: set})
 		prevEnd = end
 	}
-	if d.err == nil && (prevEnd != nh || len(runs[len(runs)-1].bits) == 0) {
-		d.fail("runs do not cover the node, or its tail is empty")
+	if d.Err == nil && (prevEnd != nh || len(runs[len(runs)-1].bits) == 0) {
+		d.Fail("runs do not cover the node, or its tail is empty")
 	}
 	return runs
 }
@@ -584,17 +502,17 @@ func restoreRuns(d *decoder, wss []*workerState, bitCount [][numPlanes]int, nh i
 func restoreLinks(d *decoder, ix *Index, nodes []*node) {
 	nl := d.count(uint64(len(nodes)), 3, "link")
 	last := -1
-	for i := 0; i < nl && d.err == nil; i++ {
-		c := d.n(uint64(len(nodes))-1, "linked node")
-		p := d.n(uint64(len(nodes))-1, "parent node")
-		if d.err != nil {
+	for i := 0; i < nl && d.Err == nil; i++ {
+		c := d.N(uint64(len(nodes))-1, "linked node")
+		p := d.N(uint64(len(nodes))-1, "parent node")
+		if d.Err != nil {
 			break
 		}
-		off := d.n(uint64(len(nodes[p].data.Load().hashes))-1, "parent offset")
-		if d.err == nil && (c <= last || c == p) {
-			d.fail("bad link")
+		off := d.N(uint64(len(nodes[p].data.Load().hashes))-1, "parent offset")
+		if d.Err == nil && (c <= last || c == p) {
+			d.Fail("bad link")
 		}
-		if d.err != nil {
+		if d.Err != nil {
 			break
 		}
 		last = c
@@ -656,29 +574,29 @@ func restoreApprox(d *decoder, ix *Index, wss []*workerState) {
 	na := d.count(maxCount, 11, "approximate entry")
 	var prev approxEntry
 	if na > 0 && len(wss) == 0 {
-		d.fail("approximate entries without workers")
+		d.Fail("approximate entries without workers")
 	}
 	if na > MaxApproxEntries {
-		d.fail("%d approximate entries, more than %d", na, MaxApproxEntries)
+		d.Fail("%d approximate entries, more than %d", na, MaxApproxEntries)
 	}
-	for i := 0; i < na && d.err == nil; i++ {
-		wn := d.n(uint64(len(wss))-1, "worker number")
-		seq := d.h()
-		z := d.u()
-		order := d.u()
-		if d.err != nil {
+	for i := 0; i < na && d.Err == nil; i++ {
+		wn := d.N(uint64(len(wss))-1, "worker number")
+		seq := d.H()
+		z := d.U()
+		order := d.U()
+		if d.Err != nil {
 			break
 		}
 		e := approxEntry{seq: seq, expiry: int64(z>>1) ^ -int64(z&1), order: order}
 		if i > 0 && (e.expiry < prev.expiry || (e.expiry == prev.expiry && e.order <= prev.order)) {
-			d.fail("approximate entries out of order")
+			d.Fail("approximate entries out of order")
 			break
 		}
 		prev = e
 		ws := wss[wn]
 		n, off, ok := ix.locate(seq, nil, 0)
 		if _, dup := ws.approx.get(seq); !ok || slotMask(n.data.Load().bitsAt(off), ws.slot)&(1<<planeApprox|1<<planeDevice) != 1<<planeApprox || dup {
-			d.fail("approximate entry %#x does not match the residency bits", seq)
+			d.Fail("approximate entry %#x does not match the residency bits", seq)
 			break
 		}
 		ws.approx.put(seq, uint64(ix.approx.add(ws.slot, seq, e.expiry, e.order))) // in order: all queued

@@ -25,7 +25,7 @@ func FuzzGatewayRequest(f *testing.F) {
 	cf := &chatOnly{cachedTokens: 1}
 	cf.srv = httptest.NewServer(http.HandlerFunc(cf.serve))
 	defer cf.srv.Close()
-	r, err := agentkv.New(agentkv.Config{BlockSize: 16, Approximate: true})
+	r, err := agentkv.New(agentkv.Config{BlockSize: 16, Index: agentkv.IndexApproximate})
 	require.NoError(f, err)
 	require.NoError(f, r.AddWorker(agentkv.WorkerFunc(func() agentkv.WorkerInfo {
 		return agentkv.WorkerInfo{ID: 0, BlockSize: 16, KVCapacityTokens: 1 << 16}

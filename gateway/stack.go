@@ -261,12 +261,12 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	cfg = s.cfg
 	// Events arrive only after Start, when s.router is set.
 	s.sink = vllm.SinkFunc(func(ev *flashindex.Event) error { return s.router.ApplyEvent(ev) })
-	approximate := false
+	index := agentkv.IndexAuto
 	var list []*stackWorker
 	for i, spec := range cfg.Workers {
 		list = append(list, &stackWorker{spec: spec, id: uint64(i), hints: s.workerHints(spec, cfg.HTTPClient), stop: func() {}})
 		if spec.Events == "" && !cfg.ExternalEvents {
-			approximate = true
+			index = agentkv.IndexApproximate
 		}
 	}
 	s.set.Store(&list)
@@ -276,7 +276,7 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		return nil, err
 	}
 	s.blockSize = blockSize
-	rc := agentkv.Config{BlockSize: blockSize, Policy: cfg.Policy, Affinity: cfg.Affinity, Approximate: approximate,
+	rc := agentkv.Config{BlockSize: blockSize, Policy: cfg.Policy, Affinity: cfg.Affinity, Index: index,
 		Logger: s.log, Metrics: rm, IndexSnapshot: cfg.IndexSnapshot, TickInterval: cfg.Tick, SharedPool: cfg.SharedPool,
 		Trace: cfg.Trace, InferSessions: cfg.InferSessions, Hints: cfg.Hints}
 	if cfg.Admission {

@@ -3,7 +3,6 @@ package sharedpool
 import (
 	"bufio"
 	"cmp"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -73,7 +72,7 @@ func (ix *Index) Snapshot(w io.Writer) error {
 	}
 	defer zframe.PutEncoder(zw, zstd.SpeedFastest)
 	bw := bufio.NewWriterSize(zw, 1<<16)
-	e := snapEncoder{w: bw}
+	e := zframe.FieldWriter{W: bw}
 
 	var flags uint64
 	if ix.sch != nil {
@@ -82,24 +81,24 @@ func (ix *Index) Snapshot(w io.Writer) error {
 	if ix.hasSeq {
 		flags |= 2
 	}
-	e.u(flags)
+	e.U(flags)
 	if ix.sch != nil {
 		l := ix.sch.layout
-		e.s(l.Backend)
-		e.u(uint64(l.PageSize))
-		e.u(uint64(l.TPSize))
-		e.u(uint64(l.PPSize))
-		e.u(uint64(l.TPLCMSize))
-		e.u(b2u(l.MLA) | b2u(l.Eagle)<<1 | b2u(l.SplitHeads)<<2)
-		e.s(l.ExtraBackendTag)
-		e.s(l.KeyPrefix)
+		e.S(l.Backend)
+		e.U(uint64(l.PageSize))
+		e.U(uint64(l.TPSize))
+		e.U(uint64(l.PPSize))
+		e.U(uint64(l.TPLCMSize))
+		e.U(zframe.Bit(l.MLA) | zframe.Bit(l.Eagle)<<1 | zframe.Bit(l.SplitHeads)<<2)
+		e.S(l.ExtraBackendTag)
+		e.S(l.KeyPrefix)
 	}
 	if ix.hasSeq {
-		e.u(ix.lastSeq)
+		e.U(ix.lastSeq)
 	}
-	e.u(uint64(ix.nMedia))
+	e.U(uint64(ix.nMedia))
 	for _, name := range ix.mediumNames[:ix.nMedia] {
-		e.s(name)
+		e.S(name)
 	}
 	// Sort copies of the (digest, record) pairs, not slot indices: the
 	// comparisons then read contiguous memory.
@@ -114,20 +113,20 @@ func (ix *Index) Snapshot(w io.Writer) error {
 		}
 	}
 	slices.SortFunc(order, func(a, b entry) int { return compareDigest(&a.d, &b.d) })
-	e.u(uint64(len(order)))
+	e.U(uint64(len(order)))
 	n := 0
 	if ix.sch != nil {
 		n = ix.sch.n()
 	}
 	for i := range order {
 		for _, w := range order[i].d {
-			e.h(w)
+			e.H(w)
 		}
 		rec := int(order[i].rec)
-		e.b(ix.media[rec*n : rec*n+n])
+		e.B(ix.media[rec*n : rec*n+n])
 	}
-	if e.err != nil {
-		return e.err
+	if e.Err != nil {
+		return e.Err
 	}
 	if err := bw.Flush(); err != nil {
 		return err
@@ -178,60 +177,54 @@ func restore(r io.Reader, cfg Config, seed uint64) (*Index, error) {
 	}
 	defer zframe.PutDecoder(zr)
 	lim := &limitio.Reader{R: zr, In: in, Ratio: snapshotExpansion, Slack: snapshotSlack, Err: ErrSnapshotFormat}
-	d := &snapDecoder{r: bufio.NewReaderSize(lim, 1<<16)}
+	d := &zframe.FieldReader{R: bufio.NewReaderSize(lim, 1<<16), Format: ErrSnapshotFormat, Keep: ErrSnapshotFormat}
 	cfg.Layout, cfg.Seed = Layout{}, seed
 	tmp, err := New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	restoreBody(d, tmp)
-	if d.err == nil {
-		if _, rerr := d.r.ReadByte(); rerr == nil {
-			d.fail("trailing data")
-		} else if !errors.Is(rerr, io.EOF) {
-			d.readErr(rerr)
-		}
-	}
-	if d.err != nil {
-		return nil, d.err
+	d.End()
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	return tmp, nil
 }
 
 // restoreBody decodes the body into tmp, a new empty index; errors are
-// left in d.err.
-func restoreBody(d *snapDecoder, tmp *Index) {
-	flags := d.u()
+// left in d.Err.
+func restoreBody(d *zframe.FieldReader, tmp *Index) {
+	flags := d.U()
 	if flags > 3 {
-		d.fail("flags %d", flags)
+		d.Fail("flags %d", flags)
 	}
-	if d.err == nil && flags&1 != 0 {
+	if d.Err == nil && flags&1 != 0 {
 		var l Layout
-		l.Backend = d.s("backend")
-		l.PageSize = d.n(1<<20, "page size")
-		l.TPSize = d.n(1<<16, "tp")
-		l.PPSize = d.n(1<<16, "pp")
-		l.TPLCMSize = d.n(1<<16, "tp_lcm")
-		bits := d.n(7, "layout bits")
+		l.Backend = d.S(maxSnapshotString, "backend")
+		l.PageSize = d.N(1<<20, "page size")
+		l.TPSize = d.N(1<<16, "tp")
+		l.PPSize = d.N(1<<16, "pp")
+		l.TPLCMSize = d.N(1<<16, "tp_lcm")
+		bits := d.N(7, "layout bits")
 		l.MLA, l.Eagle, l.SplitHeads = bits&1 != 0, bits&2 != 0, bits&4 != 0
-		l.ExtraBackendTag = d.s("extra backend tag")
-		l.KeyPrefix = d.s("key prefix")
-		if d.err != nil {
+		l.ExtraBackendTag = d.S(maxSnapshotString, "extra backend tag")
+		l.KeyPrefix = d.S(maxSnapshotString, "key prefix")
+		if d.Err != nil {
 			return
 		}
 		if _, err := tmp.SetLayout(l); err != nil {
-			d.err = fmt.Errorf("%w: layout: %w", ErrSnapshotFormat, err)
+			d.Err = fmt.Errorf("%w: layout: %w", ErrSnapshotFormat, err)
 			return
 		}
 	}
 	if flags&2 != 0 {
-		tmp.hasSeq, tmp.lastSeq = true, d.u()
+		tmp.hasSeq, tmp.lastSeq = true, d.U()
 	}
-	nm := d.n(uint64(len(tmp.mediumNames)), "media")
-	for i := 0; i < nm && d.err == nil; i++ {
-		name := d.s("medium")
+	nm := d.N(uint64(len(tmp.mediumNames)), "media")
+	for i := 0; i < nm && d.Err == nil; i++ {
+		name := d.S(maxSnapshotString, "medium")
 		if name == "" || slices.Contains(tmp.mediumNames[:tmp.nMedia], name) {
-			d.fail("medium %d %q empty or repeated", i, name)
+			d.Fail("medium %d %q empty or repeated", i, name)
 		}
 		tmp.mediumNames[i] = name
 		tmp.nMedia++
@@ -243,37 +236,37 @@ func restoreBody(d *snapDecoder, tmp *Index) {
 	if tmp.nMedia == len(tmp.mediumNames) {
 		valid |= mediumOther
 	}
-	pages := d.n(uint64(tmp.maxPg), "pages (beyond this index's MaxPages)")
+	pages := d.N(uint64(tmp.maxPg), "pages (beyond this index's MaxPages)")
 	if pages > 0 && tmp.sch == nil {
-		d.fail("%d pages without a layout", pages)
+		d.Fail("%d pages without a layout", pages)
 	}
-	if d.err != nil {
+	if d.Err != nil {
 		return
 	}
 	var prev [4]uint64
 	objs := make([]byte, 0, MaxObjectsPerPage)
-	for p := 0; p < pages && d.err == nil; p++ {
+	for p := 0; p < pages && d.Err == nil; p++ {
 		var dg [4]uint64
 		for k := range dg {
-			dg[k] = d.h()
+			dg[k] = d.H()
 		}
 		if p > 0 && compareDigest(&prev, &dg) >= 0 {
-			d.fail("pages out of order at %d", p)
+			d.Fail("pages out of order at %d", p)
 			break
 		}
 		prev = dg
-		objs = d.b(objs[:0], tmp.sch.n())
+		objs = d.B(objs[:0], tmp.sch.n())
 		present := false
 		for _, m := range objs {
 			if m&^valid != 0 {
-				d.fail("page %d: media bits %#x outside %#x", p, m, valid)
+				d.Fail("page %d: media bits %#x outside %#x", p, m, valid)
 			}
 			present = present || m != 0
 		}
 		if !present {
-			d.fail("page %d has no object", p)
+			d.Fail("page %d has no object", p)
 		}
-		if d.err != nil {
+		if d.Err != nil {
 			break
 		}
 		for s, m := range objs {
@@ -313,120 +306,4 @@ func (p *Pool) Restore(r io.Reader) error {
 	defer p.mu.Unlock()
 	p.ix.adopt(tmp)
 	return nil
-}
-
-func b2u(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-type snapEncoder struct {
-	w   *bufio.Writer
-	buf [binary.MaxVarintLen64]byte
-	err error
-}
-
-func (e *snapEncoder) u(v uint64) {
-	if e.err == nil {
-		n := binary.PutUvarint(e.buf[:], v)
-		_, e.err = e.w.Write(e.buf[:n])
-	}
-}
-
-func (e *snapEncoder) h(v uint64) {
-	if e.err == nil {
-		binary.LittleEndian.PutUint64(e.buf[:8], v)
-		_, e.err = e.w.Write(e.buf[:8])
-	}
-}
-
-func (e *snapEncoder) b(p []byte) {
-	if e.err == nil {
-		_, e.err = e.w.Write(p)
-	}
-}
-
-func (e *snapEncoder) s(v string) {
-	e.u(uint64(len(v)))
-	if e.err == nil {
-		_, e.err = e.w.WriteString(v)
-	}
-}
-
-type snapDecoder struct {
-	r   *bufio.Reader
-	buf [8]byte
-	err error
-}
-
-func (d *snapDecoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{ErrSnapshotFormat}, args...)...)
-	}
-}
-
-func (d *snapDecoder) readErr(err error) {
-	if d.err == nil && errors.Is(err, ErrSnapshotFormat) {
-		d.err = err // the expansion cap
-		return
-	}
-	d.fail("truncated (%v)", err)
-}
-
-func (d *snapDecoder) u() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, err := binary.ReadUvarint(d.r)
-	if err != nil {
-		d.readErr(err)
-	}
-	return v
-}
-
-func (d *snapDecoder) n(limit uint64, what string) int {
-	v := d.u()
-	if v > limit {
-		d.fail("%s: %d exceeds %d", what, v, limit)
-		return 0
-	}
-	return int(v)
-}
-
-func (d *snapDecoder) h() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	if _, err := io.ReadFull(d.r, d.buf[:]); err != nil {
-		d.readErr(err)
-		return 0
-	}
-	return binary.LittleEndian.Uint64(d.buf[:])
-}
-
-// b reads n bytes into dst (n is bounded by the layout, MaxObjectsPerPage).
-func (d *snapDecoder) b(dst []byte, n int) []byte {
-	if d.err != nil {
-		return dst
-	}
-	dst = slices.Grow(dst, n)[:n]
-	if _, err := io.ReadFull(d.r, dst); err != nil {
-		d.readErr(err)
-	}
-	return dst
-}
-
-func (d *snapDecoder) s(what string) string {
-	n := d.n(maxSnapshotString, what)
-	if d.err != nil || n == 0 {
-		return ""
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(d.r, b); err != nil {
-		d.readErr(err)
-		return ""
-	}
-	return string(b)
 }

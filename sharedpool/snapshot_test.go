@@ -203,94 +203,84 @@ func TestRestoreBadInput(t *testing.T) {
 func TestRestoreCraftedBodies(t *testing.T) {
 	l := Layout{PageSize: 2, MLA: true}
 	pg := randomPages(2, 8)
-	w := func(body func(e *snapEncoder)) []byte {
+	w := func(body func(e *zframe.FieldWriter)) []byte {
 		var raw bytes.Buffer
 		bw := bufio.NewWriter(&raw)
-		e := snapEncoder{w: bw}
+		e := zframe.FieldWriter{W: bw}
 		body(&e)
 		if err := bw.Flush(); err != nil {
 			t.Fatal(err)
 		}
 		return append([]byte(snapshotMagic+"\x01"), compress(t, raw.Bytes())...)
 	}
-	layout := func(e *snapEncoder) {
-		e.s("mooncake")
-		e.u(uint64(l.PageSize))
-		e.u(1)
-		e.u(1)
-		e.u(1)
-		e.u(1)
-		e.s("")
-		e.s("")
+	layoutOf := func(e *zframe.FieldWriter, backend string) {
+		e.S(backend)
+		e.U(uint64(l.PageSize))
+		e.U(1)
+		e.U(1)
+		e.U(1)
+		e.U(1)
+		e.S("")
+		e.S("")
 	}
-	digest := func(e *snapEncoder, p PageHash) {
+	layout := func(e *zframe.FieldWriter) { layoutOf(e, "mooncake") }
+	digest := func(e *zframe.FieldWriter, p PageHash) {
 		for _, x := range p.words() {
-			e.h(x)
+			e.H(x)
 		}
 	}
 	lo, hi := pg[0], pg[1]
 	if compareDigest(ptr(lo.words()), ptr(hi.words())) > 0 {
 		lo, hi = hi, lo
 	}
-	cases := map[string]func(e *snapEncoder){
-		"flags": func(e *snapEncoder) { e.u(8) },
-		"invalid layout": func(e *snapEncoder) {
-			e.u(1)
-			e.s("redis")
-			e.u(2)
-			e.u(1)
-			e.u(1)
-			e.u(1)
-			e.u(1)
-			e.s("")
-			e.s("")
-		},
-		"pages without layout": func(e *snapEncoder) {
-			e.u(0)
-			e.u(0)
-			e.u(1)
-			digest(e, lo)
-		},
-		"repeated medium": func(e *snapEncoder) { e.u(0); e.u(2); e.s("cpu"); e.s("cpu"); e.u(0) },
-		"too many media":  func(e *snapEncoder) { e.u(0); e.u(7) },
-		"unknown medium bit": func(e *snapEncoder) {
-			e.u(1)
+	// twoPages is a body with a layout, no media, and pages a then b, each
+	// with one object stored without a medium.
+	twoPages := func(a, b PageHash) func(e *zframe.FieldWriter) {
+		return func(e *zframe.FieldWriter) {
+			e.U(1)
 			layout(e)
-			e.u(1)
-			e.s("cpu")
-			e.u(1)
-			digest(e, lo)
-			e.b([]byte{4})
+			e.U(0)
+			e.U(2)
+			for _, p := range []PageHash{a, b} {
+				digest(e, p)
+				e.B([]byte{1})
+			}
+		}
+	}
+	cases := map[string]func(e *zframe.FieldWriter){
+		"flags": func(e *zframe.FieldWriter) { e.U(8) },
+		"invalid layout": func(e *zframe.FieldWriter) {
+			e.U(1)
+			layoutOf(e, "redis")
 		},
-		"empty page": func(e *snapEncoder) {
-			e.u(1)
+		"pages without layout": func(e *zframe.FieldWriter) {
+			e.U(0)
+			e.U(0)
+			e.U(1)
+			digest(e, lo)
+		},
+		"repeated medium": func(e *zframe.FieldWriter) { e.U(0); e.U(2); e.S("cpu"); e.S("cpu"); e.U(0) },
+		"too many media":  func(e *zframe.FieldWriter) { e.U(0); e.U(7) },
+		"unknown medium bit": func(e *zframe.FieldWriter) {
+			e.U(1)
 			layout(e)
-			e.u(0)
-			e.u(1)
+			e.U(1)
+			e.S("cpu")
+			e.U(1)
 			digest(e, lo)
-			e.b([]byte{0})
+			e.B([]byte{4})
 		},
-		"pages out of order": func(e *snapEncoder) {
-			e.u(1)
+		"empty page": func(e *zframe.FieldWriter) {
+			e.U(1)
 			layout(e)
-			e.u(0)
-			e.u(2)
-			digest(e, hi)
-			e.b([]byte{1})
+			e.U(0)
+			e.U(1)
 			digest(e, lo)
-			e.b([]byte{1})
+			e.B([]byte{0})
 		},
-		"repeated page": func(e *snapEncoder) {
-			e.u(1)
-			layout(e)
-			e.u(0)
-			e.u(2)
-			digest(e, lo)
-			e.b([]byte{1})
-			digest(e, lo)
-			e.b([]byte{1})
-		},
-		"long string": func(e *snapEncoder) { e.u(1); e.u(1 << 20) },
+		"pages out of order": twoPages(hi, lo),
+		"repeated page":      twoPages(lo, lo),
+		"long string":        func(e *zframe.FieldWriter) { e.U(1); e.U(1 << 20) },
 	}
 	for name, body := range cases {
 		ix, _ := New(Config{})
@@ -299,16 +289,16 @@ func TestRestoreCraftedBodies(t *testing.T) {
 		}
 	}
 	// And the well-formed one decodes.
-	ok := w(func(e *snapEncoder) {
-		e.u(1)
+	ok := w(func(e *zframe.FieldWriter) {
+		e.U(1)
 		layout(e)
-		e.u(1)
-		e.s("cpu")
-		e.u(2)
+		e.U(1)
+		e.S("cpu")
+		e.U(2)
 		digest(e, lo)
-		e.b([]byte{2})
+		e.B([]byte{2})
 		digest(e, hi)
-		e.b([]byte{1 | 2})
+		e.B([]byte{1 | 2})
 	})
 	ix, _ := New(Config{})
 	if err := ix.Restore(bytes.NewReader(ok)); err != nil || ix.Len() != 2 || !ix.Contains(lo) {

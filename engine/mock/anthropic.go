@@ -8,61 +8,47 @@ import (
 	"github.com/agentkv/agentkv/internal/wordtok"
 )
 
-func (s *Server) anthropicPrompt(w http.ResponseWriter, r *http.Request, req *apiwire.MessagesRequest) ([]wordtok.Message, []wordtok.Tool, []uint32, bool) {
-	if !s.decode(w, r, true, req) {
-		return nil, nil, nil, false
-	}
-	if !s.checkModel(req.Model) {
-		s.unknownModel(w, true, req.Model)
-		return nil, nil, nil, false
-	}
+// messagesTurn is a Messages request's turn: the template applied to its
+// messages, continuing a final assistant message (prefill) or with a tool.
+// max_tokens is required unless only the prompt is wanted (count_tokens).
+func (s *Server) messagesTurn(req *apiwire.MessagesRequest, t *turn) error {
+	return s.messagesPrompt(req, t, false)
+}
+
+// messagesPrompt is messagesTurn, or with promptOnly the prompt alone.
+func (s *Server) messagesPrompt(req *apiwire.MessagesRequest, t *turn, promptOnly bool) error {
+	t.model = req.Model
 	if len(req.Messages) == 0 {
-		s.fail(w, true, http.StatusBadRequest, "messages: at least one message is required")
-		return nil, nil, nil, false
+		return badRequest("messages: at least one message is required")
 	}
 	msgs, tools := wordtok.FromMessages(req)
 	// A final assistant message is prefilled: the reply continues it.
-	cont := req.Messages[len(req.Messages)-1].Role == "assistant"
-	prompt := s.tok.ApplyChat(nil, msgs, tools, wordtok.ChatOptions{AddGenerationPrompt: !cont, ContinueFinalMessage: cont})
-	return msgs, tools, prompt, true
+	t.continuing = req.Messages[len(req.Messages)-1].Role == "assistant"
+	t.prompt = s.tok.ApplyChat(nil, msgs, tools, wordtok.ChatOptions{AddGenerationPrompt: !t.continuing, ContinueFinalMessage: t.continuing})
+	if promptOnly {
+		return nil
+	}
+	if req.MaxTokens == nil || *req.MaxTokens < 1 {
+		return badRequest("max_tokens: Field required (a positive integer)")
+	}
+	if !t.continuing {
+		t.tool = chooseTool(msgs, tools, req.ToolChoice)
+	}
+	t.maxTokens, t.salt = *req.MaxTokens, req.CacheSalt
+	return nil
 }
 
 func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
 	var req apiwire.MessagesRequest
-	_, _, prompt, ok := s.anthropicPrompt(w, r, &req)
+	t, ok := s.parseTurn(w, r, true, &req, func(t *turn) error { return s.messagesPrompt(&req, t, true) })
 	if !ok {
 		return
 	}
-	apiwire.WriteJSON(w, http.StatusOK, apiwire.CountTokensResponse{InputTokens: len(prompt)})
+	apiwire.WriteJSON(w, http.StatusOK, apiwire.CountTokensResponse{InputTokens: len(t.prompt)})
 }
 
-func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
-	var req apiwire.MessagesRequest
-	msgs, tools, prompt, ok := s.anthropicPrompt(w, r, &req)
-	if !ok {
-		return
-	}
-	if req.MaxTokens == nil || *req.MaxTokens < 1 {
-		s.fail(w, true, http.StatusBadRequest, "max_tokens: Field required (a positive integer)")
-		return
-	}
-	cont := req.Messages[len(req.Messages)-1].Role == "assistant"
-	var tool *wordtok.Tool
-	if !cont {
-		mode, named := apiwire.ToolChoice(req.ToolChoice)
-		if t, ok := pickTool(msgs, tools, mode, named); ok {
-			tool = &t
-		}
-	}
-	rf, ok := s.begin(w, r, true)
-	if !ok {
-		return
-	}
-	g, err := s.generate(prompt, *req.MaxTokens, tool, cont, req.CacheSalt)
-	if err != nil {
-		s.replyError(w, r, true, err)
-		return
-	}
+func (s *Server) messages(w http.ResponseWriter, r *http.Request, req *apiwire.MessagesRequest, t *turn) {
+	g, rf, prompt := t.g, t.rf, t.prompt
 	stop := apiwire.StopEndTurn
 	switch {
 	case g.tool != nil:
@@ -79,13 +65,9 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		return apiwire.ContentBlock{Type: apiwire.BlockToolUse, ID: "toolu_" + g.toolID[len("call_"):], Name: g.tool.Name, Input: input}
 	}
 	if !req.Stream {
-		cached, err := g.wait(r.Context(), nil, func(int, int) error { return nil })
-		if err != nil {
-			s.replyError(w, r, true, err)
+		cached, ok := s.waitAll(w, r, true, t)
+		if !ok {
 			return
-		}
-		if rf.cutAfter > 0 {
-			panic(http.ErrAbortHandler)
 		}
 		if g.tool != nil {
 			msg.Content = append(msg.Content, toolBlock(json.RawMessage(g.toolArgs)))

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/agentkv/agentkv/internal/apiwire"
@@ -212,7 +213,10 @@ func (s *Server) sglGenerate(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "Duplicate request ID: "+strconv.Quote(rid)+" is in flight")
 		return
 	}
-	defer s.rl.release(rid)
+	// The rid is free once the generation has ended, before its last
+	// reply goes out: a client that read it may reuse or abort the rid.
+	release := sync.OnceFunc(func() { s.rl.release(rid) })
+	defer release()
 	rf, ok := s.begin(w, r, false)
 	if !ok {
 		return
@@ -264,6 +268,7 @@ func (s *Server) sglGenerate(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
+		release()
 		if rf.cutAfter > 0 {
 			panic(http.ErrAbortHandler)
 		}
@@ -284,6 +289,7 @@ func (s *Server) sglGenerate(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	release()
 	sw.Data(reply(n, cached, finish(n, aborted)))
 	sw.Done()
 }
@@ -404,7 +410,10 @@ func (s *Server) vllmGenerate(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "request_id "+strconv.Quote(rid)+" is already in flight")
 		return
 	}
-	defer s.rl.release(rid)
+	// The rid is free once the generation has ended, before its last
+	// reply goes out: a client that read it may reuse or abort the rid.
+	release := sync.OnceFunc(func() { s.rl.release(rid) })
+	defer release()
 	rf, ok := s.begin(w, r, false)
 	if !ok {
 		return
@@ -458,6 +467,7 @@ func (s *Server) vllmGenerate(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
+		release()
 		if rf.cutAfter > 0 {
 			panic(http.ErrAbortHandler)
 		}
@@ -476,6 +486,7 @@ func (s *Server) vllmGenerate(w http.ResponseWriter, r *http.Request) {
 		s.streamError(sw, err)
 		return
 	}
+	release()
 	last := chunk(n, n, finish(aborted))
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		last.Usage = tokenapi.NewUsage(len(prompt), n, cached)

@@ -10,74 +10,8 @@ import (
 	"github.com/agentkv/agentkv/internal/wordtok"
 )
 
-// replyError answers err in the API's error shape: a request error with
-// its status, anything else (the worker restarted) 500; nothing once the
-// client has gone.
-func (s *Server) replyError(w http.ResponseWriter, r *http.Request, anthropic bool, err error) {
-	if r.Context().Err() != nil {
-		return
-	}
-	var es *errStatus
-	if errors.As(err, &es) {
-		s.fail(w, anthropic, es.status, es.msg)
-		return
-	}
-	s.fail(w, anthropic, http.StatusInternalServerError, err.Error())
-}
-
-// decode decodes a request body into v; false when it answered the error.
-func (s *Server) decode(w http.ResponseWriter, r *http.Request, anthropic bool, v any) bool {
-	b, ok := s.readBody(w, r, anthropic)
-	if !ok {
-		return false
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		s.fail(w, anthropic, http.StatusBadRequest, "malformed JSON body: "+err.Error())
-		return false
-	}
-	s.inlineHints(w, r, b)
-	return true
-}
-
-func (s *Server) unknownModel(w http.ResponseWriter, anthropic bool, model string) {
-	s.fail(w, anthropic, http.StatusNotFound, "The model `"+model+"` does not exist.")
-}
-
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	var req apiwire.ChatRequest
-	if !s.decode(w, r, false, &req) {
-		return
-	}
-	if !s.checkModel(req.Model) {
-		s.unknownModel(w, false, req.Model)
-		return
-	}
-	if len(req.Messages) == 0 {
-		s.fail(w, false, http.StatusBadRequest, "messages must not be empty")
-		return
-	}
-	if req.ContinueFinalMessage && req.GenerationPrompt() {
-		s.fail(w, false, http.StatusBadRequest, "continue_final_message and add_generation_prompt cannot both be true")
-		return
-	}
-	msgs, tools := wordtok.FromChat(&req)
-	prompt := s.tok.ApplyChat(nil, msgs, tools, wordtok.ChatOptionsOf(&req))
-	var tool *wordtok.Tool
-	if !req.ContinueFinalMessage {
-		mode, named := apiwire.ToolChoice(req.ToolChoice)
-		if t, ok := pickTool(msgs, tools, mode, named); ok {
-			tool = &t
-		}
-	}
-	rf, ok := s.begin(w, r, false)
-	if !ok {
-		return
-	}
-	g, err := s.generate(prompt, req.MaxOutputTokens(), tool, req.ContinueFinalMessage, req.CacheSalt)
-	if err != nil {
-		s.replyError(w, r, false, err)
-		return
-	}
+func (s *Server) chat(w http.ResponseWriter, r *http.Request, req *apiwire.ChatRequest, t *turn) {
+	g, rf, prompt := t.g, t.rf, t.prompt
 	id, created, model := s.nextID("chatcmpl-"), time.Now().Unix(), s.replyModel(req.Model)
 	finish := apiwire.FinishStop
 	if g.tool != nil {
@@ -90,13 +24,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			PromptTokensDetails: &apiwire.PromptTokensDetails{CachedTokens: cached}}
 	}
 	if !req.Stream {
-		cached, err := g.wait(r.Context(), nil, func(int, int) error { return nil })
-		if err != nil {
-			s.replyError(w, r, false, err)
+		cached, ok := s.waitAll(w, r, false, t)
+		if !ok {
 			return
-		}
-		if rf.cutAfter > 0 {
-			panic(http.ErrAbortHandler)
 		}
 		msg := apiwire.ChatResponseMessage{Role: "assistant"}
 		if g.tool != nil {
@@ -143,6 +73,41 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	sw.Done()
 }
 
+// chatTurn is a chat request's turn: the template applied to its
+// messages, a tool unless the reply continues the last message.
+func (s *Server) chatTurn(req *apiwire.ChatRequest, t *turn) error {
+	t.model = req.Model
+	if len(req.Messages) == 0 {
+		return badRequest("messages must not be empty")
+	}
+	if req.ContinueFinalMessage && req.GenerationPrompt() {
+		return badRequest("continue_final_message and add_generation_prompt cannot both be true")
+	}
+	msgs, tools := wordtok.FromChat(req)
+	t.prompt = s.tok.ApplyChat(nil, msgs, tools, wordtok.ChatOptionsOf(req))
+	if !req.ContinueFinalMessage {
+		t.tool = chooseTool(msgs, tools, req.ToolChoice)
+	}
+	t.maxTokens, t.continuing, t.salt = req.MaxOutputTokens(), req.ContinueFinalMessage, req.CacheSalt
+	return nil
+}
+
+// completionTurn is a completions request's turn: its prompt as given,
+// which the text continues.
+func (s *Server) completionTurn(req *apiwire.CompletionRequest, t *turn) error {
+	t.model = req.Model
+	var err error
+	if t.prompt, err = s.promptTokens(req.Prompt); err != nil {
+		return err
+	}
+	t.maxTokens = 16 // the completions API's default
+	if req.MaxTokens != nil {
+		t.maxTokens = *req.MaxTokens
+	}
+	t.continuing, t.salt = true, req.CacheSalt
+	return nil
+}
+
 var jsonNull = json.RawMessage("null")
 
 // streamError ends an OpenAI stream that failed after it started: an
@@ -181,38 +146,8 @@ func (s *Server) promptTokens(p apiwire.Prompt) ([]uint32, error) {
 	return nil, badRequest("the mock serves one prompt per request (got %d)", max(len(p.Texts), len(p.Tokens)))
 }
 
-func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
-	var tr tokenCompletionRequest
-	if !s.decode(w, r, false, &tr) {
-		return
-	}
-	req := tr.CompletionRequest
-	if tr.ReturnTokensAsTokenIDs {
-		s.tokenCompletions(w, r, &tr)
-		return
-	}
-	if !s.checkModel(req.Model) {
-		s.unknownModel(w, false, req.Model)
-		return
-	}
-	prompt, err := s.promptTokens(req.Prompt)
-	if err != nil {
-		s.replyError(w, r, false, err)
-		return
-	}
-	rf, ok := s.begin(w, r, false)
-	if !ok {
-		return
-	}
-	maxTokens := 16 // the completions API's default
-	if req.MaxTokens != nil {
-		maxTokens = *req.MaxTokens
-	}
-	g, err := s.generate(prompt, maxTokens, nil, true, req.CacheSalt) // the text continues the prompt
-	if err != nil {
-		s.replyError(w, r, false, err)
-		return
-	}
+func (s *Server) completions(w http.ResponseWriter, r *http.Request, req *apiwire.CompletionRequest, t *turn) {
+	g, rf, prompt := t.g, t.rf, t.prompt
 	id, created, model := s.nextID("cmpl-"), time.Now().Unix(), s.replyModel(req.Model)
 	finish := apiwire.FinishStop
 	if g.limited {
@@ -224,13 +159,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := apiwire.CompletionResponse{ID: id, Object: apiwire.ObjectTextCompletion, Created: created, Model: model}
 	if !req.Stream {
-		cached, err := g.wait(r.Context(), nil, func(int, int) error { return nil })
-		if err != nil {
-			s.replyError(w, r, false, err)
+		cached, ok := s.waitAll(w, r, false, t)
+		if !ok {
 			return
-		}
-		if rf.cutAfter > 0 {
-			panic(http.ErrAbortHandler)
 		}
 		resp.Choices = []apiwire.CompletionChoice{{Text: g.text(g.n), FinishReason: &finish, Logprobs: jsonNull}}
 		resp.Usage = usage(cached)

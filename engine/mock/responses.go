@@ -9,39 +9,8 @@ import (
 	"github.com/agentkv/agentkv/internal/wordtok"
 )
 
-func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
-	var req apiwire.ResponsesRequest
-	if !s.decode(w, r, false, &req) {
-		return
-	}
-	if !s.checkModel(req.Model) {
-		s.unknownModel(w, false, req.Model)
-		return
-	}
-	msgs, tools := wordtok.FromResponses(&req)
-	if len(msgs) == 0 {
-		s.fail(w, false, http.StatusBadRequest, "input must not be empty")
-		return
-	}
-	prompt := s.tok.ApplyChat(nil, msgs, tools, wordtok.ChatOptions{AddGenerationPrompt: true})
-	var tool *wordtok.Tool
-	mode, named := apiwire.ToolChoice(req.ToolChoice)
-	if t, ok := pickTool(msgs, tools, mode, named); ok {
-		tool = &t
-	}
-	rf, ok := s.begin(w, r, false)
-	if !ok {
-		return
-	}
-	maxTokens := 0
-	if req.MaxOutputTokens != nil {
-		maxTokens = *req.MaxOutputTokens
-	}
-	g, err := s.generate(prompt, maxTokens, tool, false, req.CacheSalt)
-	if err != nil {
-		s.replyError(w, r, false, err)
-		return
-	}
+func (s *Server) responses(w http.ResponseWriter, r *http.Request, req *apiwire.ResponsesRequest, t *turn) {
+	g, rf, prompt := t.g, t.rf, t.prompt
 	resp := &apiwire.Response{ID: s.nextID("resp_"), Object: apiwire.ObjectResponse, CreatedAt: time.Now().Unix(),
 		Status: apiwire.StatusInProgress, Model: s.replyModel(req.Model), Output: []apiwire.OutputItem{},
 		MaxOutputTokens: req.MaxOutputTokens, ParallelToolCalls: req.ParallelToolCalls == nil || *req.ParallelToolCalls,
@@ -82,13 +51,9 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !req.Stream {
-		cached, err := g.wait(r.Context(), nil, func(int, int) error { return nil })
-		if err != nil {
-			s.replyError(w, r, false, err)
+		cached, ok := s.waitAll(w, r, false, t)
+		if !ok {
 			return
-		}
-		if rf.cutAfter > 0 {
-			panic(http.ErrAbortHandler)
 		}
 		finish(cached)
 		apiwire.WriteJSON(w, http.StatusOK, resp)
@@ -154,4 +119,21 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	// response is incomplete (max_output_tokens reached): its status says
 	// so.
 	ev(apiwire.ResponsesStreamEvent{Type: apiwire.EventResponseCompleted, Response: resp})
+}
+
+// responsesTurn is a Responses request's turn: the template applied to its
+// input items and instructions, and a tool.
+func (s *Server) responsesTurn(req *apiwire.ResponsesRequest, t *turn) error {
+	t.model = req.Model
+	msgs, tools := wordtok.FromResponses(req)
+	if len(msgs) == 0 {
+		return badRequest("input must not be empty")
+	}
+	t.prompt = s.tok.ApplyChat(nil, msgs, tools, wordtok.ChatOptions{AddGenerationPrompt: true})
+	t.tool = chooseTool(msgs, tools, req.ToolChoice)
+	if req.MaxOutputTokens != nil {
+		t.maxTokens = *req.MaxOutputTokens
+	}
+	t.salt = req.CacheSalt
+	return nil
 }

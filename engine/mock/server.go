@@ -314,10 +314,10 @@ func (s *Server) Restart() error { return s.drv.restart() }
 
 func (s *Server) routes() *http.ServeMux {
 	m := http.NewServeMux()
-	m.HandleFunc("POST /v1/chat/completions", s.native(APIChat, s.chat))
-	m.HandleFunc("POST /v1/completions", s.native(APICompletions, s.completions))
-	m.HandleFunc("POST /v1/responses", s.native(APIResponses, s.responses))
-	m.HandleFunc("POST /v1/messages", s.native(APIMessages, s.messages))
+	m.HandleFunc("POST /v1/chat/completions", s.native(APIChat, generates(s, false, s.chatTurn, s.chat)))
+	m.HandleFunc("POST /v1/completions", s.native(APICompletions, s.completionsAPI(generates(s, false, s.completionTurn, s.completions))))
+	m.HandleFunc("POST /v1/responses", s.native(APIResponses, generates(s, false, s.responsesTurn, s.responses)))
+	m.HandleFunc("POST /v1/messages", s.native(APIMessages, generates(s, true, s.messagesTurn, s.messages)))
 	m.HandleFunc("POST /v1/messages/count_tokens", s.native(APIMessages, s.countTokens))
 	s.rl = newRLState()
 	m.HandleFunc("POST /generate", s.tokenAPI(TokenGenerate, s.sglGenerate))

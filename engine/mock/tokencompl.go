@@ -1,6 +1,9 @@
 package mock
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -17,6 +20,26 @@ type tokenCompletionRequest struct {
 	ReturnTokensAsTokenIDs bool    `json:"return_tokens_as_token_ids,omitempty"`
 	StopTokenIDs           []int64 `json:"stop_token_ids,omitempty"`
 	RequestID              string  `json:"request_id,omitempty"`
+}
+
+// completionsAPI serves /v1/completions: with return_tokens_as_token_ids
+// by tokenCompletions, else by text (the generation handlers' prologue,
+// which reads the body again from the bytes read here).
+func (s *Server) completionsAPI(text http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, ok := s.readBody(w, r, false)
+		if !ok {
+			return
+		}
+		var tr tokenCompletionRequest
+		if json.Unmarshal(b, &tr) != nil || !tr.ReturnTokensAsTokenIDs {
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			text(w, r)
+			return
+		}
+		s.inlineHints(w, r, b)
+		s.tokenCompletions(w, r, &tr)
+	}
 }
 
 // tokenCompletions serves /v1/completions with return_tokens_as_token_ids

@@ -43,4 +43,31 @@
 // With StoreConfig.OnBatch the decoded batches are handed on instead of
 // (or before) being applied: "agentkv relay --store" forwards them to the
 // event plane, so every router replica indexes the same pool.
+//
+// # Concurrency
+//
+// The functions ([DecodeOptions], [NewDecoder], [NewStream],
+// [NewSubscriber], [Epoch], [HashFromHex], [ParseCapacity]) keep no state
+// and are safe for concurrent use. What NewDecoder, NewStream and
+// NewSubscriber return are engine/vllm's types under its rules: a Decoder
+// serves one goroutine; a Stream's Handle one goroutine, its Stats any; a
+// Subscriber is safe for concurrent use, its Start launches one goroutine
+// per DP rank (each with its own SUB socket, calling the Sink
+// concurrently with the other ranks'), and its Close ends them and waits.
+//
+// [Names] is safe for concurrent use (one mutex, held for one event or one
+// lookup) and starts no goroutine.
+//
+// Every [StoreSubscriber] method is safe for concurrent use. Start
+// launches one goroutine, the connection loop: it dials the master,
+// receives messages and passes each to Handle, and after a failure
+// redials with backoff (StoreConfig.ReconnectMin, ReconnectMax). A second
+// Start, or one after Close, is an error. OnBatch, OnReport and the Pool's
+// writes run on that goroutine, one batch at a time, in the master's
+// order; a caller of Handle runs them on its own goroutine, and only one
+// goroutine feeding Handle keeps that order. Stats reads atomic counters
+// from any goroutine. Close, or the end of the context given to Start,
+// cancels the loop: the socket closes, the receive returns, no redial
+// follows. Close then waits for the goroutine to return, so no callback
+// runs after it; it is safe to call more than once, and before Start.
 package sglang

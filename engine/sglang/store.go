@@ -3,15 +3,11 @@ package sglang
 import (
 	"context"
 	"errors"
-	"io"
-	"log"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/agentkv/agentkv/engine/vllm"
-	"github.com/go-zeromq/zmq4"
 
 	"github.com/agentkv/agentkv/internal/reconnect"
 	"github.com/agentkv/agentkv/sharedpool"
@@ -76,11 +72,7 @@ type StoreStats struct {
 type StoreSubscriber struct {
 	cfg StoreConfig
 
-	mu      sync.Mutex // guards started, closed, cancel
-	started bool
-	closed  bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	loop reconnect.Group
 
 	batches, applied, rejected, malformed atomic.Uint64
 	gaps, overflows, reconnects           atomic.Uint64
@@ -89,6 +81,11 @@ type StoreSubscriber struct {
 
 // ErrNoPool means StoreConfig has neither a Pool nor an OnBatch.
 var ErrNoPool = errors.New("sglang: StoreConfig.Pool or OnBatch is required")
+
+var (
+	errStoreStarted = errors.New("sglang: store subscriber already started")
+	errStoreClosed  = errors.New("sglang: store subscriber closed")
+)
 
 // NewStoreSubscriber validates cfg.
 func NewStoreSubscriber(cfg StoreConfig) (*StoreSubscriber, error) {
@@ -113,40 +110,18 @@ func NewStoreSubscriber(cfg StoreConfig) (*StoreSubscriber, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &StoreSubscriber{cfg: cfg}, nil
+	return &StoreSubscriber{cfg: cfg, loop: reconnect.Group{Started: errStoreStarted, Closed: errStoreClosed}}, nil
 }
 
 // Start connects in the background and returns at once.
 func (s *StoreSubscriber) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errors.New("sglang: store subscriber closed")
-	}
-	if s.started {
-		return errors.New("sglang: store subscriber already started")
-	}
-	s.started = true
-	ctx, s.cancel = context.WithCancel(ctx)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.run(ctx)
-	}()
-	return nil
+	return s.loop.Start(ctx, 1, func(ctx context.Context, _ int) { s.run(ctx) })
 }
 
 // Close stops the subscriber and waits for its goroutine. It is safe to
 // call more than once.
 func (s *StoreSubscriber) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	cancel := s.cancel
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	s.wg.Wait()
+	s.loop.Close()
 	return nil
 }
 
@@ -199,8 +174,6 @@ func (s *StoreSubscriber) Handle(frames [][]byte) {
 	}
 }
 
-var quietStoreZMQ = zmq4.WithLogger(log.New(io.Discard, "", 0))
-
 func (s *StoreSubscriber) run(ctx context.Context) {
 	reconnect.Loop(ctx, s.cfg.ReconnectMin, s.cfg.ReconnectMax, func(ctx context.Context) (bool, error) {
 		got, err := s.session(ctx)
@@ -215,24 +188,7 @@ func (s *StoreSubscriber) run(ctx context.Context) {
 // session connects once and handles messages until the connection fails.
 // It reports whether any message arrived.
 func (s *StoreSubscriber) session(ctx context.Context) (bool, error) {
-	sctx, cancel := context.WithCancel(vllm.LimitZMQ(ctx, s.cfg.MaxMessageBytes))
-	defer cancel()
-	sub := zmq4.NewSub(sctx, quietStoreZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout))
-	defer sub.Close()
-	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
-		return false, err
-	}
-	if err := sub.Dial(vllm.LimitEndpoint(s.cfg.Endpoint)); err != nil {
-		return false, err
-	}
-	s.connected.Store(true)
-	got := false
-	for {
-		msg, err := sub.Recv()
-		if err != nil {
-			return got, err
-		}
-		got = true
-		s.Handle(msg.Frames)
-	}
+	return vllm.Receive(ctx, s.cfg.Endpoint, s.cfg.Topic, s.cfg.MaxMessageBytes, s.cfg.DialTimeout,
+		func() { s.connected.Store(true) },
+		func(_ context.Context, frames [][]byte) error { s.Handle(frames); return nil })
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"testing"
 	"time"
@@ -21,6 +23,9 @@ import (
 const waitBound = 2 * time.Minute
 
 var storeLayout = sharedpool.Layout{PageSize: 4, TPSize: 2}
+
+// quietStoreZMQ keeps the test's own sockets from logging.
+var quietStoreZMQ = zmq4.WithLogger(log.New(io.Discard, "", 0))
 
 func newPool(t *testing.T) *sharedpool.Pool {
 	p, err := sharedpool.NewPool(sharedpool.Config{Layout: storeLayout, Seed: 1})

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -94,11 +93,7 @@ type Subscriber struct {
 	streams []*Stream
 	eps     []string
 
-	mu      sync.Mutex // guards started, closed, cancel
-	started bool
-	closed  bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	loops reconnect.Group // one per rank
 
 	conns      []atomic.Bool   // per rank: connected now
 	reconnects []atomic.Uint64 // per rank: connections lost or refused
@@ -137,7 +132,7 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Subscriber{cfg: cfg,
+	s := &Subscriber{cfg: cfg, loops: reconnect.Group{Started: ErrStarted, Closed: ErrClosed},
 		conns:      make([]atomic.Bool, cfg.DPRanks),
 		reconnects: make([]atomic.Uint64, cfg.DPRanks),
 	}
@@ -222,37 +217,13 @@ func (s *Subscriber) Stats() []RankStats {
 // Start connects every rank in the background and returns at once. The
 // goroutines run until ctx is done or Close is called.
 func (s *Subscriber) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
-	if s.started {
-		return ErrStarted
-	}
-	s.started = true
-	ctx, s.cancel = context.WithCancel(ctx)
-	for r := range s.streams {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.run(ctx, r)
-		}()
-	}
-	return nil
+	return s.loops.Start(ctx, len(s.streams), s.run)
 }
 
 // Close stops the subscriber and waits for its goroutines. It is safe to
 // call more than once.
 func (s *Subscriber) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	cancel := s.cancel
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	s.wg.Wait()
+	s.loops.Close()
 	return nil
 }
 
@@ -273,17 +244,31 @@ func (s *Subscriber) run(ctx context.Context, rank int) {
 // session connects once and handles messages until the connection fails.
 // It reports whether any message arrived.
 func (s *Subscriber) session(ctx context.Context, rank int, st *Stream) (gotData bool, err error) {
-	sctx, cancel := context.WithCancel(LimitZMQ(ctx, s.cfg.MaxMessageBytes))
+	return Receive(ctx, s.eps[rank], s.cfg.Topic, s.cfg.MaxMessageBytes, s.cfg.DialTimeout,
+		func() { s.conns[rank].Store(true) }, st.Handle)
+}
+
+// Receive is one connection of an engine's ZeroMQ event subscriber: a SUB
+// socket dialled to endpoint (over LimitEndpoint, messages capped at
+// maxBytes as LimitZMQ does; one try, dialTimeout), subscribed to topic.
+// It calls connected once dialled, then hands every message's frames to
+// handle until the connection fails, ctx ends, or handle returns an
+// error, and reports whether any message arrived. Subscriber runs it per
+// rank, sglang.StoreSubscriber for the Mooncake master, each under
+// reconnect's Loop.
+func Receive(ctx context.Context, endpoint, topic string, maxBytes int64, dialTimeout time.Duration,
+	connected func(), handle func(ctx context.Context, frames [][]byte) error) (gotData bool, err error) {
+	sctx, cancel := context.WithCancel(LimitZMQ(ctx, maxBytes))
 	defer cancel()
-	sub := zmq4.NewSub(sctx, quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout))
+	sub := zmq4.NewSub(sctx, quietZMQ, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(dialTimeout))
 	defer sub.Close()
-	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
+	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
 		return false, err
 	}
-	if err := sub.Dial(LimitEndpoint(s.eps[rank])); err != nil {
+	if err := sub.Dial(LimitEndpoint(endpoint)); err != nil {
 		return false, err
 	}
-	s.conns[rank].Store(true)
+	connected()
 	got := false
 	for {
 		msg, err := sub.Recv()
@@ -291,7 +276,7 @@ func (s *Subscriber) session(ctx context.Context, rank int, st *Stream) (gotData
 			return got, err
 		}
 		got = true
-		if err := st.Handle(ctx, msg.Frames); err != nil {
+		if err := handle(ctx, msg.Frames); err != nil {
 			return got, err
 		}
 	}

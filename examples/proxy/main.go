@@ -72,9 +72,10 @@ func newProxy(ctx context.Context, urls []string) (http.Handler, func(), error) 
 		// and /generate calls would be translated to its own.
 		gws = append(gws, gateway.Worker{ID: w.ID(), URL: u})
 	}
-	// No KV events here: Approximate makes the router remember where it
-	// sent each prompt, and soft affinity keeps a session on its worker.
-	r, err := agentkv.New(agentkv.Config{BlockSize: infos[0].BlockSize, Approximate: true, Affinity: agentkv.AffinitySoft})
+	// No KV events here: IndexApproximate makes the router remember where
+	// it sent each prompt, and soft affinity keeps a session on its worker.
+	r, err := agentkv.New(agentkv.Config{BlockSize: infos[0].BlockSize, Index: agentkv.IndexApproximate,
+		Affinity: agentkv.AffinitySoft})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,5 +1,7 @@
-// Package reconnect runs a connection loop with exponential backoff, shared
-// by the ZeroMQ subscribers of the engine adapters.
+// Package reconnect is what the ZeroMQ subscribers of the engine adapters
+// (engine/vllm's Subscriber, engine/sglang's StoreSubscriber) share: a
+// connection loop with exponential backoff (Loop) and the start/close
+// lifecycle of their loops (Group).
 package reconnect
 
 import (

@@ -1,11 +1,13 @@
 // Package zframe is the framing the flashindex and sharedpool snapshots
-// share: a magic string, a version byte, then one zstd frame. Encoders and
+// share: a magic string, a version byte, then one zstd frame, whose body
+// is a sequence of fields (FieldWriter, FieldReader). Encoders and
 // decoders are pooled (they are costly to build); their window is
 // bounded (Window), which bounds a decoder's memory on hostile input.
 // Callers bound the decompressed bytes themselves (internal/limitio).
 //
 // The functions are safe for concurrent use; each Encoder or Decoder
-// serves one stream until it is put back.
+// serves one stream until it is put back, each FieldWriter or FieldReader
+// one goroutine.
 package zframe
 
 import (
