@@ -61,7 +61,10 @@ func (r *Router) evaluateHints(in *kvhint.Input) int {
 }
 
 // hintsOnRoute evaluates EventAdmit or EventResume for a routed request.
-func (r *Router) hintsOnRoute(d *Decision, seq []uint64, matches []flashindex.Match) {
+// It builds only the parts of the Input the policies read (kvhint.Needs);
+// the session's chain is seq itself when the lineage tree took it
+// (recorded), not a copy read back from the tree.
+func (r *Router) hintsOnRoute(d *Decision, seq []uint64, matches []flashindex.Match, recorded bool) {
 	if len(r.cfg.Hints) == 0 || !d.agent.Valid() {
 		return
 	}
@@ -69,8 +72,18 @@ func (r *Router) hintsOnRoute(d *Decision, seq []uint64, matches []flashindex.Ma
 	if d.Waited > 0 {
 		in.Event = kvhint.EventResume
 	}
-	in.Session, _ = r.sessionView(d.agent.SessionID, d.agent.ParentSessionID, d.Worker)
-	in.Cached = r.residencies(in.Cached, matches)
+	need := kvhint.Needs(r.cfg.Hints, in.Event)
+	in.Session = kvhint.Session{ID: d.agent.SessionID, Parent: d.agent.ParentSessionID, Worker: in.Worker}
+	if need&kvhint.NeedChain != 0 {
+		var chain []uint64
+		if recorded {
+			chain = seq
+		}
+		in.Session, _ = r.sessionView(d.agent.SessionID, d.agent.ParentSessionID, d.Worker, chain, need&kvhint.NeedRefs != 0)
+	}
+	if need&kvhint.NeedCached != 0 {
+		in.Cached = r.residencies(in.Cached, matches)
+	}
 	d.Hints = r.evaluateHints(&in)
 }
 
@@ -97,7 +110,7 @@ func (r *Router) hintsOnTick(now time.Time) {
 			continue
 		}
 		in := kvhint.Input{Event: kvhint.EventTick, Worker: hintWorker(it.a.worker)}
-		in.Session, in.Prefix = r.sessionView(it.id, info.Parent, it.a.worker)
+		in.Session, in.Prefix = r.sessionView(it.id, info.Parent, it.a.worker, nil, true)
 		in.Session.Phase = kvhint.PhaseActing
 		in.Session.Acting = now.Sub(it.a.since)
 		in.Cached = r.residencies(in.Cached, r.index.FindMatches(in.Prefix, nil))
@@ -115,7 +128,7 @@ func (r *Router) hintsOnFinish(id, parent string) {
 	a := r.acting[id]
 	r.mu.Unlock()
 	in := kvhint.Input{Event: kvhint.EventFinish, Worker: hintWorker(a.worker)}
-	in.Session, in.Prefix = r.sessionView(id, parent, a.worker)
+	in.Session, in.Prefix = r.sessionView(id, parent, a.worker, nil, true)
 	in.Session.Finished = true
 	in.Cached = r.residencies(nil, r.index.FindMatches(in.Prefix, nil))
 	r.evaluateHints(&in)

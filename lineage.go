@@ -1,6 +1,8 @@
 package agentkv
 
 import (
+	"sync"
+
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/kvhint"
 	"github.com/agentkv/agentkv/session"
@@ -9,45 +11,70 @@ import (
 // This file keeps each session's context chain in the session-prefix tree
 // (radix) and builds the hint policies' view of a session from it.
 
-// updateLineage records the session's context chain after routing.
-func (r *Router) updateLineage(ac session.AgentContext, seq []uint64) {
+// updateLineage records the session's context chain after routing, and
+// reports whether the tree took it (the session's lineage is then seq).
+func (r *Router) updateLineage(ac session.AgentContext, seq []uint64) bool {
 	if !ac.Valid() || len(seq) == 0 {
-		return
+		return false
 	}
 	if err := r.tree.UpdateFromMatch(ac.SessionID, seq); err != nil {
 		r.log.Debug("agentkv: lineage not updated", "session", ac.SessionID, "err", err)
+		return false
 	}
+	return true
 }
 
-// sessionView builds the kvhint view of a session from the lineage tree.
-// SharedRefs are filled per radix segment when hints need them.
-// It also returns the session's whole chain (Shared then Unique, one slice).
-func (r *Router) sessionView(id, parent string, w flashindex.Worker) (kvhint.Session, []uint64) {
+// namesPool holds sessionView's scratch lists of session names.
+var namesPool = sync.Pool{New: func() any { return new([]string) }}
+
+// sessionView builds the kvhint view of a session from the lineage tree,
+// with SharedRefs filled per radix segment when refs is set. It also
+// returns the session's whole chain (Shared then Unique, one slice): chain
+// when the caller knows it is the session's lineage (not copied; nil reads
+// it from the tree).
+func (r *Router) sessionView(id, parent string, w flashindex.Worker, chain []uint64, refs bool) (kvhint.Session, []uint64) {
 	s := kvhint.Session{ID: id, Parent: parent, Worker: hintWorker(w)}
-	chain, err := r.tree.Lineage(id, nil)
-	if err != nil || len(chain) == 0 {
+	if chain == nil {
+		var err error
+		if chain, err = r.tree.Lineage(id, nil); err != nil {
+			return s, nil
+		}
+	}
+	if len(chain) == 0 {
 		return s, nil
 	}
 	split, err := r.tree.Split(id)
-	if err != nil {
+	if err != nil || split.Shared+split.Unique != len(chain) {
 		return s, nil
 	}
-	s.Shared, s.Unique = chain[:split.Shared], chain[split.Shared:]
-	if split.Shared > 0 {
-		segs, err := r.tree.Path(id, nil)
-		if err == nil {
-			s.SharedRefs = make([]int32, 0, split.Shared)
-			var names []string
-			for _, seg := range segs {
-				if len(s.SharedRefs) >= split.Shared {
-					break
-				}
-				names, _ = r.tree.Sessions(seg.First, names[:0])
-				for i := 0; i < seg.Len && len(s.SharedRefs) < split.Shared; i++ {
-					s.SharedRefs = append(s.SharedRefs, int32(len(names)))
-				}
-			}
-		}
+	s.Shared, s.Unique = chain[:split.Shared:split.Shared], chain[split.Shared:]
+	if refs && split.Shared > 0 {
+		s.SharedRefs = r.sharedRefs(id, split.Shared)
 	}
 	return s, chain
+}
+
+// sharedRefs returns how many live sessions reference each of the n
+// leading blocks of session id's lineage (one count per radix segment).
+func (r *Router) sharedRefs(id string, n int) []int32 {
+	segs, err := r.tree.Path(id, nil)
+	if err != nil {
+		return nil
+	}
+	refs := make([]int32, 0, n)
+	np := namesPool.Get().(*[]string)
+	names := (*np)[:0]
+	for _, seg := range segs {
+		if len(refs) >= n {
+			break
+		}
+		names, _ = r.tree.Sessions(seg.First, names[:0])
+		for i := 0; i < seg.Len && len(refs) < n; i++ {
+			refs = append(refs, int32(len(names)))
+		}
+	}
+	clear(names)
+	*np = names[:0]
+	namesPool.Put(np)
+	return refs
 }

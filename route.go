@@ -527,8 +527,8 @@ func (r *Router) commit(rt *routing, req *Request, sc *scratch) *Decision {
 			d.recorded = slices.Clone(rt.seq[dev:])
 		}
 	}
-	r.updateLineage(d.agent, rt.seq)
-	r.hintsOnRoute(d, rt.seq, sc.matches)
+	recorded := r.updateLineage(d.agent, rt.seq)
+	r.hintsOnRoute(d, rt.seq, sc.matches, recorded)
 	if r.cfg.Trace != nil {
 		var h *flashindex.Hasher
 		if req.SequenceHashes == nil {

@@ -242,7 +242,7 @@ func TestPrefixPinSeesSharedRefs(t *testing.T) {
 				pinned = append(pinned, a)
 			}
 		}
-		view, _ := r.sessionView(fmt.Sprintf("s%d", i), "", flashindex.Worker{ID: 1})
+		view, _ := r.sessionView(fmt.Sprintf("s%d", i), "", flashindex.Worker{ID: 1}, nil, true)
 		require.Len(t, view.Shared, min(i, 1)*8, "session %d", i)
 		for _, n := range view.SharedRefs {
 			require.EqualValues(t, i+1, n, "every shared block is referenced by all live sessions")

@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -75,7 +77,6 @@ const (
 	DefaultHintQueue   = 256             // envelopes waiting for the control endpoint
 	DefaultHintTimeout = 2 * time.Second // one control call
 	DefaultHintMailbox = 4 * 64          // actions waiting for a request
-	hintBodySlack      = 512             // bytes reserved for an envelope
 	hintCloseWait      = 2 * time.Second // Close's drain of the control queue
 )
 
@@ -152,22 +153,73 @@ func (h *HintChannel) Sink() kvhint.Sink { return h.sink }
 
 // Body returns body with the waiting route-time hints added as its
 // kv_hints field, or body itself when none wait (or in control mode, or
-// for a nil channel): then not a byte changes.
+// for a nil channel): then not a byte changes. It copies body; the relay
+// forwards a HintPayload instead, which does not.
 func (h *HintChannel) Body(body []byte) []byte {
+	return h.Payload(body).Bytes()
+}
+
+// HintPayload is a forwarded request body: Head, then Tail (the kv_hints
+// field and what follows the body's closing brace; nil when no hints ride
+// the request, and Head is the body unchanged). The bytes are never
+// copied to join the two.
+type HintPayload struct {
+	Head, Tail []byte
+}
+
+// Payload takes the waiting route-time hints and returns body with them
+// (see Body) as a HintPayload.
+func (h *HintChannel) Payload(body []byte) HintPayload {
 	if h == nil || h.box == nil {
-		return body
+		return HintPayload{Head: body}
 	}
 	env := h.box.Take()
 	if env == nil {
-		return body
+		return HintPayload{Head: body}
 	}
-	out, err := kvhint.AppendToBody(make([]byte, 0, len(body)+hintBodySlack), body, env)
+	head, tail, err := kvhint.AppendBodyTail(nil, body, env)
 	if err != nil {
-		return body // not a JSON object: forwarded as it is
+		return HintPayload{Head: body} // not a JSON object: forwarded as it is
 	}
 	h.envelopes.Add(1)
 	h.actions.Add(uint64(len(env.Actions)))
-	return out
+	return HintPayload{Head: body[:head:head], Tail: tail}
+}
+
+// Len is the payload's length in bytes.
+func (p HintPayload) Len() int { return len(p.Head) + len(p.Tail) }
+
+// Bytes returns the payload as one slice (Head itself when there is no
+// Tail).
+func (p HintPayload) Bytes() []byte {
+	if p.Tail == nil {
+		return p.Head
+	}
+	return append(p.Head[:len(p.Head):len(p.Head)], p.Tail...)
+}
+
+// reader returns a fresh reader of the payload.
+func (p HintPayload) reader() io.Reader {
+	if p.Tail == nil {
+		return bytes.NewReader(p.Head)
+	}
+	return io.MultiReader(bytes.NewReader(p.Head), bytes.NewReader(p.Tail))
+}
+
+// NewRequest returns a POST of the payload to url, with the length and
+// GetBody (so the transport may resend it on a fresh connection) that
+// http.NewRequest sets for a bytes.Reader.
+func (p HintPayload) NewRequest(ctx context.Context, url string) (*http.Request, error) {
+	if p.Tail == nil {
+		return http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(p.Head))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, p.reader())
+	if err != nil {
+		return nil, err
+	}
+	req.ContentLength = int64(p.Len())
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(p.reader()), nil }
+	return req, nil
 }
 
 // Stats returns the channel's counters.

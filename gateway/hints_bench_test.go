@@ -44,7 +44,7 @@ type hintBench struct {
 	body    []byte
 }
 
-func newHintBench(b *testing.B, policies string) *hintBench {
+func newHintBench(b testing.TB, policies string) *hintBench {
 	ps, err := kvhint.NamedPolicies(policies)
 	if err != nil {
 		b.Fatal(err)
@@ -109,7 +109,7 @@ func (hb *hintBench) turn(ctx context.Context, s, n int) time.Duration {
 	if err != nil {
 		panic(err)
 	}
-	body := hb.ws[d.Worker.ID].h.Body(hb.body)
+	body := hb.ws[d.Worker.ID].h.Payload(hb.body) // what the relay forwards
 	el := cputime.Thread() - start
 	_ = body
 	d.Done(agentkv.Usage{PromptTokens: len(req.Tokens)})

@@ -119,14 +119,14 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 		// already been sent as the assistant's message to continue.
 		body = sv.continuation
 	}
-	body = wk.Hints.Body(body)
+	payload := wk.Hints.Payload(body) // body, or body and its kv_hints
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	at := g.send(c, wk, d, cancel) // cancelled (failover.ErrEjected) if wk is ejected for timeouts
 	defer func() { res.sent = at.Sent(); at.End() }()
 	dog, fb := g.watch(c, at, cancel)
 	defer dog.stop()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, wk.client.URL(path), bytes.NewReader(body))
+	req, err := payload.NewRequest(actx, wk.client.URL(path))
 	if err != nil {
 		return AttemptResult{Outcome: FailedBeforeFirstByte, Err: fmt.Errorf("%w: %w", ErrConnect, err)}
 	}

@@ -90,7 +90,57 @@ const BodyField = "kv_hints"
 // A body that already has a kv_hints field gets a second one, which JSON
 // readers resolve to the last: the router's.
 func AppendToBody(dst, body []byte, env *Envelope) ([]byte, error) {
-	end := len(body)
+	end, empty, err := bodyBounds(body)
+	if err != nil {
+		return dst, err
+	}
+	n := len(dst)
+	dst = append(dst, body[:end-1]...)
+	if dst, err = appendHintsField(dst, body, end, empty, env); err != nil {
+		return dst[:n], err
+	}
+	return dst, nil
+}
+
+// AppendBodyTail is AppendToBody without the copy of body: the body with
+// env added is body[:head] followed by tail, tail being dst with the rest
+// appended (the kv_hints field, the closing brace and body's trailing
+// space). A proxy forwards the two parts as they are (an io.MultiReader),
+// so a long prompt is never copied to add hints to it. Errors are
+// AppendToBody's; dst is then returned unchanged.
+func AppendBodyTail(dst, body []byte, env *Envelope) (head int, tail []byte, err error) {
+	end, empty, err := bodyBounds(body)
+	if err != nil {
+		return 0, dst, err
+	}
+	n := len(dst)
+	if dst == nil {
+		dst = make([]byte, 0, env.jsonSizeHint()+len(body)-end+32)
+	}
+	if tail, err = appendHintsField(dst, body, end, empty, env); err != nil {
+		return 0, tail[:n], err
+	}
+	return end - 1, tail, nil
+}
+
+// jsonSizeHint is about the size of e's JSON encoding: block hashes at
+// their longest, a little for everything else.
+func (e *Envelope) jsonSizeHint() int {
+	n := 128 + len(e.MessageID) + len(e.SessionID)
+	for i := range e.Actions {
+		a := &e.Actions[i]
+		n += 320 + len(a.ID) + len(a.SessionID) + 21*len(a.Target.Blocks)
+		for j := range a.Sources {
+			n += 160 + len(a.Sources[j].Endpoint)
+		}
+	}
+	return n
+}
+
+// bodyBounds checks that body is a JSON object and returns the index after
+// its closing brace and whether the object is empty.
+func bodyBounds(body []byte) (end int, empty bool, err error) {
+	end = len(body)
 	for end > 0 && isSpace(body[end-1]) {
 		end--
 	}
@@ -99,24 +149,28 @@ func AppendToBody(dst, body []byte, env *Envelope) ([]byte, error) {
 		start++
 	}
 	if end-start < 2 || body[start] != '{' || body[end-1] != '}' {
-		return dst, jsonErr("request body is not a JSON object")
+		return 0, false, jsonErr("request body is not a JSON object")
 	}
-	n := len(dst)
-	dst = append(dst, body[:end-1]...)
-	empty := true
+	empty = true
 	for i := end - 2; i > start; i-- {
 		if !isSpace(body[i]) {
 			empty = false
 			break
 		}
 	}
+	return end, empty, nil
+}
+
+// appendHintsField appends what follows body[:end-1] in the body with
+// hints: the kv_hints field, the closing brace and body's trailing space.
+func appendHintsField(dst, body []byte, end int, empty bool, env *Envelope) ([]byte, error) {
 	if !empty {
 		dst = append(dst, ',')
 	}
 	dst = append(dst, `"`+BodyField+`":`...)
 	dst, err := env.AppendJSON(dst)
 	if err != nil {
-		return dst[:n], err
+		return dst, err
 	}
 	dst = append(dst, '}')
 	return append(dst, body[end:]...), nil

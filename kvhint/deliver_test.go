@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -25,6 +26,10 @@ func TestAppendToBody(t *testing.T) {
 			t.Errorf("%q: got %q, %v", c.body, got, err)
 			continue
 		}
+		body := []byte(c.body)
+		if head, tail, err := AppendBodyTail(nil, body, env); err != nil || string(body[:head])+string(tail) != c.want || string(body) != c.body {
+			t.Errorf("AppendBodyTail(%q) = %q + %q, %v (body now %q)", c.body, body[:head], tail, err, body)
+		}
 		var v map[string]json.RawMessage
 		if err := json.Unmarshal(got[4:], &v); err != nil {
 			t.Errorf("%q: not JSON: %v", c.body, err)
@@ -39,6 +44,37 @@ func TestAppendToBody(t *testing.T) {
 		if !errors.Is(err, ErrMalformed) || string(got) != "pre:" {
 			t.Errorf("%q: %q, %v", bad, got, err)
 		}
+		if head, tail, err := AppendBodyTail([]byte("pre:"), []byte(bad), env); !errors.Is(err, ErrMalformed) || head != 0 || string(tail) != "pre:" {
+			t.Errorf("AppendBodyTail(%q) = %d, %q, %v", bad, head, tail, err)
+		}
+	}
+	// An envelope that does not encode leaves dst as it was.
+	badEnv := &Envelope{Actions: []Action{{Kind: Kind(200)}}}
+	if head, tail, err := AppendBodyTail([]byte("pre:"), []byte(`{"a":1}`), badEnv); err == nil || head != 0 || string(tail) != "pre:" {
+		t.Errorf("AppendBodyTail(bad envelope) = %d, %q, %v", head, tail, err)
+	}
+}
+
+// TestAppendBodyTailAllocs: the body is not copied, and the tail is one
+// allocation of about its size.
+func TestAppendBodyTailAllocs(t *testing.T) {
+	blocks := make([]uint64, 512)
+	for i := range blocks {
+		blocks[i] = uint64(i)*0x9e3779b97f4a7c15 + 1
+	}
+	env := &Envelope{MessageID: "m", SessionID: "s", Actions: []Action{{ID: "a", Kind: KindShare, Target: Target{Blocks: blocks},
+		Sources: []Source{{Worker: WorkerID{ID: 3}, Endpoint: "http://127.0.0.1:8003", Tier: TierDevice, Blocks: 512}}}}}
+	body := []byte(`{"model":"m","prompt":"` + strings.Repeat("word ", 6000) + "\"}\n")
+	want, _ := AppendToBody(nil, body, env)
+	head, tail, err := AppendBodyTail(nil, body, env)
+	if err != nil || string(body[:head])+string(tail) != string(want) {
+		t.Fatalf("AppendBodyTail differs from AppendToBody: %v", err)
+	}
+	if n := testing.AllocsPerRun(50, func() { _, tail, _ = AppendBodyTail(nil, body, env) }); n > 1 {
+		t.Errorf("AppendBodyTail: %.1f allocations, want 1", n)
+	}
+	if cap(tail) > 2*len(tail) {
+		t.Errorf("AppendBodyTail: cap %d for %d bytes", cap(tail), len(tail))
 	}
 }
 

@@ -170,3 +170,86 @@ func appendChunked(dst []Hint, w WorkerID, proto Action, blocks []uint64, max in
 	}
 	return dst
 }
+
+// Need names the parts of an Input a policy reads beyond Event, Worker,
+// Prefix and the session's ID, Parent, Phase, Acting, Finished and Worker
+// (which a router fills at no cost): the expensive ones, which a router
+// builds only when some policy needs them.
+type Need uint8
+
+const (
+	// NeedChain: Session.Shared and Session.Unique (and Input.Parent).
+	NeedChain Need = 1 << iota
+	// NeedRefs: Session.SharedRefs (implies NeedChain).
+	NeedRefs
+	// NeedCached: Input.Cached.
+	NeedCached
+
+	// NeedAll is every part.
+	NeedAll = NeedChain | NeedRefs | NeedCached
+)
+
+// Needer is a Policy that says what it reads of the Input a router builds
+// for event ev (the router's Inputs set Session.Finished only on
+// EventFinish, Phase Acting only on EventTick). A Policy that is not a
+// Needer needs everything.
+type Needer interface {
+	Needs(ev Event) Need
+}
+
+// Needs returns what the policies read of an Input for event ev: the
+// union of their Needs, NeedAll for one that is not a Needer.
+func Needs(ps []Policy, ev Event) Need {
+	var n Need
+	for _, p := range ps {
+		if nd, ok := p.(Needer); ok {
+			n |= nd.Needs(ev)
+		} else {
+			n = NeedAll
+		}
+	}
+	if n&NeedRefs != 0 {
+		n |= NeedChain
+	}
+	return n
+}
+
+// Needs implements Needer for a list of policies.
+func (ps Policies) Needs(ev Event) Need { return Needs(ps, ev) }
+
+func routeTime(ev Event) bool { return ev == EventAdmit || ev == EventResume }
+
+// Needs implements Needer: on admit and resume the selected worker's
+// residency; otherwise the session's chain and residencies.
+func (p *TailOffload) Needs(ev Event) Need {
+	if routeTime(ev) {
+		return NeedCached
+	}
+	return NeedChain | NeedCached
+}
+
+// Needs implements Needer: the shared prefix and its references on admit
+// and resume, nothing otherwise.
+func (p *PrefixPin) Needs(ev Event) Need {
+	if routeTime(ev) {
+		return NeedChain | NeedRefs
+	}
+	return 0
+}
+
+// Needs implements Needer: residencies on admit and resume, nothing
+// otherwise.
+func (p *PeerShare) Needs(ev Event) Need {
+	if routeTime(ev) {
+		return NeedCached
+	}
+	return 0
+}
+
+// Needs implements Needer: everything on EventFinish, nothing otherwise.
+func (p *FinishRelease) Needs(ev Event) Need {
+	if ev == EventFinish {
+		return NeedAll
+	}
+	return 0
+}
