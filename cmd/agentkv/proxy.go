@@ -32,7 +32,7 @@ func init() {
 	register(&command{
 		name:    "proxy",
 		summary: "a session-aware KV router serving the OpenAI and Anthropic APIs in front of vLLM workers",
-		usage:   "--worker URL[,events=tcp://HOST:5557][,replay=tcp://HOST:5558][,dp=N][,apis=LIST] [--worker ...] [flags]",
+		usage:   "--worker URL[,events=tcp://HOST:5557][,replay=tcp://HOST:5558][,dp=N][,apis=LIST][,tokens=LIST] [--worker ...] [flags]",
 		help: `
 Serve OpenAI /v1/chat/completions, /v1/completions, /v1/responses and
 /v1/models and Anthropic /v1/messages and /v1/messages/count_tokens (each
@@ -257,7 +257,7 @@ type proxyFlags struct {
 // register adds the flags to fs with their defaults.
 func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", defaultProxyListen, "address to serve the APIs on")
-	fs.Var(&f.workers, "worker", "vLLM base URL[,events=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,dp=N][,apis=chat+responses+...][,hints=inline|control|off] (repeatable)")
+	fs.Var(&f.workers, "worker", "vLLM base URL[,events=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,dp=N][,apis=chat+responses+...][,tokens=generate+inference+completions][,hints=inline|control|off] (repeatable)")
 	fs.IntVar(&f.blockSize, "block-size", 0, "KV block size in tokens (0: read from the workers' /metrics; must match the engines)")
 	fs.StringVar(&f.policy, "policy", "kv", "worker selection: kv, round-robin, random or global-lb (VERL's default rollout balancer: sticky per session, else the fewest requests in flight)")
 	fs.StringVar(&f.affinity, "affinity", "auto", "session affinity: auto (soft: a session stays on its worker unless that one is busy; off with --policy global-lb, which is sticky itself), off, soft or hard")
