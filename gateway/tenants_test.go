@@ -99,6 +99,17 @@ func (c *tenantCluster) deviceBlocks(id uint64) int {
 	return 0
 }
 
+// waitDeviceBlocks waits until the index holds at least n device blocks of
+// worker id (KV events arrive asynchronously after a reply).
+func (c *tenantCluster) waitDeviceBlocks(t *testing.T, id uint64, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for c.deviceBlocks(id) < n {
+		require.True(t, time.Now().Before(deadline), "worker %d: index holds %d device blocks, want %d", id, c.deviceBlocks(id), n)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (c *tenantCluster) workerHits() int64 {
 	var n int64
 	for _, h := range c.hits {
@@ -179,8 +190,12 @@ func TestTenantKeys(t *testing.T) {
 func TestTenantIsolation(t *testing.T) {
 	c := startTenants(t, 1)
 	text := e2eWords(200, "secret")
+	before := c.deviceBlocks(0)
 	_, _, wa, cached := c.chat(t, keyAlice, "shared-id", text, nil)
 	require.Zero(t, cached)
+	// The router's cached-tokens header counts what the index holds: wait
+	// until the worker's KV events for alice's first turn arrived.
+	c.waitDeviceBlocks(t, 0, before+200/c.mocks[0].BlockSize())
 	resp, _, wa2, cached := c.chat(t, keyAlice, "shared-id", text, nil)
 	require.Equal(t, wa, wa2, "alice's session moved")
 	require.Greater(t, cached, 0, "alice's second turn found nothing cached")
