@@ -284,7 +284,7 @@ func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.ejectShare, "max-ejected-share", failover.DefaultMaxEjectedShare, "most of the workers ejected at once for timeouts, errors or latency (at least one)")
 	fs.Float64Var(&f.latencyEject, "latency-eject-factor", failover.DefaultLatencyFactor, "eject a worker whose time to first token per prompt token is over this × its peers' median (0: off)")
 	fs.BoolVar(&f.stripBilling, "strip-billing-header", true, "remove Claude Code's per-request billing preamble from Messages system prompts")
-	fs.StringVar(&f.tokenizer, "tokenizer", "", "the served model's Hugging Face directory (tokenizer.json, tokenizer_config.json, chat_template.jinja): --worker prompts are tokenized in process, checked against the workers' /tokenize now and then, instead of a /tokenize call per request")
+	fs.StringVar(&f.tokenizer, "tokenizer", "", "the served model's Hugging Face directory (tokenizer.json, tokenizer_config.json, chat_template.jinja): --worker prompts are tokenized in process, checked against the workers' /tokenize now and then, instead of a /tokenize call per request; default: each worker's model (GET /v1/models) looked up in the Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub), /tokenize where it is not there; off: always /tokenize")
 	fs.Var(&f.modelAliases, "model-alias", "PATTERN=MODEL: requests for a model matching the glob PATTERN go to MODEL, the served model (repeatable; first match wins; listed in /v1/models), e.g. 'claude-*=Qwen/Qwen3-8B' for Claude Code's built-in model names")
 	fs.StringVar(&f.apiKeys, "api-keys", "", "file of API keys, one 'NAME KEY [admin] [weight=N] [max-in-flight=N] [max-sessions=N] [shared-cache]' a line (see gateway/tenant): every request needs a key (401 otherwise), tenants' sessions and cached prefixes are kept apart, /metrics needs an admin key; reloaded on SIGHUP")
 	fs.IntVar(&f.tenantCap, "tenant-capacity", 0, "with --api-keys: requests in flight, all tenants together, past which each tenant is held to its weighted share (429 beyond it; 0: no fair-share limit)")
@@ -484,7 +484,16 @@ func runProxy(env *cmdEnv, args []string) error {
 	if len(cfg.Workers) == 0 {
 		return usagef("proxy: at least one --worker URL (or --mock-workers N) is required")
 	}
-	if f.tokenizer != "" {
+	switch f.tokenizer {
+	case "off":
+		logger.Info("proxy: --tokenizer off: every request is tokenized by a worker's /tokenize")
+	case "": // the served model's tokenizer from the Hugging Face cache, where there is one
+		hs := &hubTokenizers{log: logger, client: &http.Client{}, retry: 2 * time.Second}
+		tctx, cancel := context.WithCancel(ctx)
+		defer hs.wait()
+		defer cancel()
+		hs.attach(tctx, cfg.Workers)
+	default:
 		chat, err := hftok.LoadChat(f.tokenizer, hftok.ChatConfig{})
 		if err != nil {
 			return usagef("proxy: --tokenizer: %v", err)
