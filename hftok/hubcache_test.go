@@ -71,3 +71,24 @@ func TestHubCacheDir(t *testing.T) {
 	t.Setenv("HF_HUB_CACHE", "/new")
 	require.Equal(t, "/new", HubCacheDir())
 }
+
+// FuzzCachedModelDir: any model name a worker reports stays inside the hub
+// cache (or is that local directory itself) and never panics.
+func FuzzCachedModelDir(f *testing.F) {
+	hub := f.TempDir()
+	for _, s := range []string{"acme/one", "../x", "acme/..", "/abs", "a/b/c", "", "./rel", "acme/one\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, model string) {
+		dir, err := CachedModelDir(hub, model)
+		if err != nil {
+			require.ErrorIs(t, err, ErrNotCached)
+			return
+		}
+		if dir != model {
+			rel, rerr := filepath.Rel(hub, dir)
+			require.NoError(t, rerr)
+			require.False(t, strings.HasPrefix(rel, ".."), "%q resolved outside the hub: %s", model, dir)
+		}
+	})
+}
