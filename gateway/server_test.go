@@ -282,6 +282,73 @@ func TestLimiterBodyReadTimeout(t *testing.T) {
 	}
 }
 
+// TestStalledBodiesLeaveNoConnections: 50 clients announce a 200 KiB
+// body, send a little of it and stall with their sockets open; after each
+// has its 408 the server holds none of their connections (it counts them
+// by http.Server.ConnState), though every client keeps its socket. Before
+// #34's fix all 50 stayed established past the idle timeout.
+func TestStalledBodiesLeaveNoConnections(t *testing.T) {
+	const clients = 50
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) })
+	srv, err := NewServer(h, ServerConfig{BodyReadTimeout: 300 * time.Millisecond, IdleTimeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		if st == http.StateClosed || st == http.StateHijacked {
+			delete(open, c)
+		} else {
+			open[c] = true
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ShapeErrors(ln)) }()
+	defer srv.Close()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < clients; i++ {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"model\":", 200<<10)
+	}
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Minute))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("client %d: no reply: %v", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestTimeout {
+			t.Fatalf("client %d: %d", i, resp.StatusCode)
+		}
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(open)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); count() > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d connections still established after their 408", count(), clients)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // The read deadline ends with the body: a handler that streams for longer
 // than BodyReadTimeout is not cut.
 func TestLimiterLongReplyNotCut(t *testing.T) {
