@@ -365,7 +365,7 @@ func chatFor(t *testing.T, path, prompt string) string {
 	t.Helper()
 	g := &Gateway{m: mustMetrics(t)}
 	a := map[string]API{ChatPath: Chat, ResponsesPath: Responses, MessagesPath: Messages}[path]
-	c, err := g.parse(a, []byte(bodyFor(path, prompt, true)))
+	c, err := g.parse(a, []byte(bodyFor(path, prompt, true)), nil)
 	require.NoError(t, err)
 	return string(c.chatB)
 }

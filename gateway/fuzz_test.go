@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -48,6 +49,24 @@ func FuzzGatewayRequest(f *testing.F) {
 		}
 		for _, w := range r.Workers() {
 			require.Equal(t, 0, r.WorkerLoad(w).Requests, "a request leaked its load")
+		}
+	})
+}
+
+// FuzzShapeReply: rewriting net/http's error reply never panics, whatever
+// request start (untrusted) was read before it, and gives a JSON body.
+func FuzzShapeReply(f *testing.F) {
+	f.Add([]byte("431 Request Header Fields Too Large"), []byte("431 Request Header Fields Too Large"), []byte("POST /v1/messages HTTP/1.1\r\nHost: x\r\n"))
+	f.Add([]byte("400 Bad Request"), []byte("400 Bad Request: invalid header name"), []byte("GET / HTTP/1.1\r\nanthropic-version: 1\r\n"))
+	f.Add([]byte("x"), []byte(""), []byte(""))
+	f.Fuzz(func(t *testing.T, status, text, head []byte) {
+		out := shapeReply(status, text, head)
+		if out == nil {
+			return
+		}
+		_, body, ok := bytes.Cut(out, []byte("\r\n\r\n"))
+		if !ok || !json.Valid(body) {
+			t.Fatalf("reply %q", out)
 		}
 	})
 }

@@ -158,7 +158,8 @@ type Config struct {
 	// past either the attempt counts as a timeout (retried before the
 	// first byte, a cut after). Defaults DefaultFirstByteTimeout (120 s)
 	// and DefaultStreamIdleTimeout (60 s); a negative FirstByteTimeout
-	// turns every first-byte deadline off.
+	// turns every first-byte deadline off, a negative StreamIdleTimeout
+	// the idle bound (the proxy's --stream-idle-timeout off).
 	FirstByteTimeout, StreamIdleTimeout time.Duration
 
 	// Keys, if set, authenticates every API request (package tenant): a

@@ -45,6 +45,7 @@ type call struct {
 
 	// identify
 	tenant *tenant.Tenant // nil without Config.Keys
+	salted bool           // body (and chatB) carry the tenant's cache_salt
 	agent  session.AgentContext
 
 	// tokenize
@@ -69,12 +70,12 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, a API) {
 	if !ok {
 		return
 	}
-	c, err := g.parse(a, body)
+	c, err := g.parse(a, body, t)
 	if err != nil {
 		g.reject(w, a, http.StatusBadRequest, err.Error())
 		return
 	}
-	c.hdr, c.start, c.tenant = r.Header, start, t
+	c.hdr, c.start = r.Header, start
 	if err := g.identify(c, r, body); err != nil {
 		g.reject(w, a, http.StatusBadRequest, err.Error())
 		return
@@ -148,9 +149,12 @@ func badRequest(format string, args ...any) error {
 }
 
 // parse builds the call from the body: the body as forwarded natively,
-// its chat translation, the stream flag. Errors match ErrBadRequest.
-func (g *Gateway) parse(a API, body []byte) (*call, error) {
-	c := &call{api: a, body: body}
+// its chat translation, the stream flag. Errors match ErrBadRequest. The
+// tenant t (nil: none) is the caller's: a streamed chat body gets its
+// stream_options and t's cache_salt in one splice, so that the body is
+// copied at most once (salt does the rest).
+func (g *Gateway) parse(a API, body []byte, t *tenant.Tenant) (*call, error) {
+	c := &call{api: a, body: body, tenant: t}
 	var head requestHead
 	if err := readHead(body, &head); err != nil {
 		return nil, badRequest("%v", err)
@@ -172,8 +176,14 @@ func (g *Gateway) parse(a API, body []byte) (*call, error) {
 			// The common case: splice the option in rather than decode
 			// and re-encode the whole body.
 			i := bytes.IndexByte(body, '{')
-			c.body = append(append(append(make([]byte, 0, len(body)+40), body[:i+1]...),
-				`"stream_options":{"include_usage":true},`...), body[i+1:]...)
+			var salt []byte
+			if t != nil && t.Salt != "" && !bytes.Contains(body, []byte(`"cache_salt"`)) {
+				v, _ := json.Marshal(t.Salt)
+				salt = append(append([]byte(`"cache_salt":`), v...), ',')
+				c.salted = true
+			}
+			c.body = append(append(append(append(make([]byte, 0, len(body)+40+len(salt)), body[:i+1]...),
+				`"stream_options":{"include_usage":true},`...), salt...), body[i+1:]...)
 		default:
 			if c.body, err = vllm.EnsureStreamUsage(body); err != nil {
 				return nil, badRequest("%v", err)

@@ -46,7 +46,8 @@ type ServerConfig struct {
 	// MaxHeaderBytes bounds a request's header block, names and values
 	// (default 64 KiB): larger gets 431 in the caller's API shape. Headers
 	// beyond twice this (plus net/http's 4 KiB slack) are refused by
-	// net/http itself with a plain-text 431 before any handler runs.
+	// net/http itself before any handler runs: a plain-text 431, in the
+	// API's shape when the server is served on ShapeErrors(ln).
 	MaxHeaderBytes int
 	// MaxBodyBytes bounds one request body (default DefaultMaxBodyBytes,
 	// 32 MiB): larger gets 413 in the caller's API shape, before any of it
@@ -103,7 +104,9 @@ func (c *ServerConfig) withDefaults() (ServerConfig, error) {
 // NewServer returns an http.Server serving h behind Limit (header, body
 // and in-flight memory caps, the body read timeout) with the configured
 // header and idle timeouts. It sets no WriteTimeout: streams last as long
-// as the generation. The caller sets Addr or calls Serve.
+// as the generation. The caller calls Serve(ShapeErrors(ln)), so that
+// net/http's own replies to unparseable requests are in the API's shape
+// too.
 func NewServer(h http.Handler, cfg ServerConfig) (*http.Server, error) {
 	lim, err := NewLimiter(h, cfg)
 	if err != nil {

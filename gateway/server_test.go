@@ -42,7 +42,7 @@ func limitServer(t *testing.T, cfg ServerConfig, hold chan struct{}) (string, *L
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = srv.Serve(ln) }()
+	go func() { _ = srv.Serve(ShapeErrors(ln)) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + ln.Addr().String(), srv.Handler.(*Limiter), reg
 }
@@ -170,16 +170,80 @@ func TestLimiterHeaderTooLarge(t *testing.T) {
 	if got := testutil.ToFloat64(mustCounter(t, reg, "header_too_large")); got != 2 {
 		t.Fatalf("header_too_large counted %v", got)
 	}
-	// A 1 MiB header never reaches a handler: net/http refuses it.
-	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader("{}"))
-	req.Header.Set("X-Session-Id", strings.Repeat("s", 1<<20))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// A 1 MiB header never reaches a handler: net/http refuses it, and
+	// ShapeErrors puts its reply in the API's shape.
+	for _, c := range []struct {
+		path      string
+		anthropic bool
+	}{{"/v1/chat/completions", false}, {"/v1/messages", true}} {
+		req, _ := http.NewRequest(http.MethodPost, url+c.path, strings.NewReader("{}"))
+		req.Header.Set("X-Session-Id", strings.Repeat("s", 1<<20))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("1 MiB header: %d", resp.StatusCode)
+		}
+		errorShape(t, c.anthropic, b)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-		t.Fatalf("1 MiB header: %d", resp.StatusCode)
+}
+
+// TestShapeErrors: requests net/http refuses before any handler runs (a
+// control character in a header, a malformed header line, a bad
+// Transfer-Encoding) get the API's error shape, and the connection closes.
+func TestShapeErrors(t *testing.T) {
+	url, _, _ := limitServer(t, ServerConfig{}, nil)
+	addr := strings.TrimPrefix(url, "http://")
+	for _, c := range []struct {
+		name, req string
+		code      int
+		anthropic bool
+	}{
+		{"control character", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Session-Id: a\x01b\r\nContent-Length: 2\r\n\r\n{}", 400, false},
+		{"control character, Messages", "POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Claude-Code-Session-Id: a\x7fb\r\nContent-Length: 2\r\n\r\n{}", 400, true},
+		{"anthropic-version", "POST /v1/other HTTP/1.1\r\nHost: x\r\nAnthropic-Version: 2023-06-01\r\nBad Header: v\r\n\r\n", 400, true},
+		{"transfer encoding", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(2 * time.Minute))
+			if _, err := io.WriteString(conn, c.req); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.code || resp.Header.Get("Content-Type") != "application/json" {
+				t.Fatalf("%d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+			}
+			errorShape(t, c.anthropic, b)
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Fatalf("the connection stayed open: %v", err)
+			}
+		})
+	}
+	// A handler's own reply and a kept-alive connection are untouched.
+	for range 2 {
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(b) != "2 true 2" {
+			t.Fatalf("%d %q", resp.StatusCode, b)
+		}
 	}
 }
 
@@ -215,6 +279,73 @@ func TestLimiterBodyReadTimeout(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(mustCounter(t, reg, "body_timeout")); got != 2 {
 		t.Fatalf("body_timeout counted %v", got)
+	}
+}
+
+// TestStalledBodiesLeaveNoConnections: 50 clients announce a 200 KiB
+// body, send a little of it and stall with their sockets open; after each
+// has its 408 the server holds none of their connections (it counts them
+// by http.Server.ConnState), though every client keeps its socket. Before
+// #34's fix all 50 stayed established past the idle timeout.
+func TestStalledBodiesLeaveNoConnections(t *testing.T) {
+	const clients = 50
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) })
+	srv, err := NewServer(h, ServerConfig{BodyReadTimeout: 300 * time.Millisecond, IdleTimeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		if st == http.StateClosed || st == http.StateHijacked {
+			delete(open, c)
+		} else {
+			open[c] = true
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ShapeErrors(ln)) }()
+	defer srv.Close()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < clients; i++ {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"model\":", 200<<10)
+	}
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Minute))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("client %d: no reply: %v", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestTimeout {
+			t.Fatalf("client %d: %d", i, resp.StatusCode)
+		}
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(open)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); count() > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d connections still established after their 408", count(), clients)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -139,7 +139,7 @@ func benchStages(b *testing.B, g *Gateway, api API, ctxBody, next []byte) {
 		t[0] = time.Now()
 		body, _ := io.ReadAll(bytes.NewReader(raw))
 		t[1] = time.Now()
-		c, err := g.parse(api, body)
+		c, err := g.parse(api, body, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -112,7 +112,7 @@ func (g *Gateway) admitTenant(w http.ResponseWriter, c *call) bool {
 // tenant's salt) and on the router's request, so the engine and the index
 // both isolate the tenant's cached prefixes.
 func salt(c *call) error {
-	if c.tenant == nil {
+	if c.tenant == nil || c.salted { // parse spliced it in already
 		return nil
 	}
 	s := c.tenant.Salt

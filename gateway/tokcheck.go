@@ -33,7 +33,8 @@ func (g *Gateway) checkTokens(wk *worker, body []byte, got []uint32) {
 	if g.cfg.TokenizerCheckEvery < 0 || (wk.tok.n.Add(1)-1)%every != 0 || !wk.tok.checking.CompareAndSwap(false, true) {
 		return
 	}
-	body = slices.Clone(body)
+	// body is not copied: request bodies are never modified in place
+	// (BufferedBody's, and every splice makes a new slice).
 	got = slices.Clone(got)
 	g.bg.Add(1)
 	go func() {

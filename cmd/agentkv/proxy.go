@@ -122,7 +122,7 @@ func serveStack(ctx context.Context, s *gateway.Stack, h http.Handler, ln net.Li
 		return err
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(gateway.ShapeErrors(ln)) }()
 	return runServer(ctx, s, srv, errc, grace, log)
 }
 
@@ -534,7 +534,7 @@ func runProxy(env *cmdEnv, args []string) error {
 		return err
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(gateway.ShapeErrors(ln)) }()
 	nr, err := f.nats.prepare(ctx, &cfg, f.listen, logger, env.stdout)
 	if err != nil {
 		_ = srv.Close()

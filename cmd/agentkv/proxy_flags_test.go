@@ -71,6 +71,15 @@ func TestProxyFlagsConfig(t *testing.T) {
 		{name: "first byte 5s", args: []string{"--first-byte-timeout", "5s"}, check: func(t *testing.T, cfg gateway.StackConfig, _ gateway.ServerConfig) {
 			require.Equal(t, 5*time.Second, cfg.Gateway.FirstByteTimeout)
 		}},
+		{name: "stream idle 5s", args: []string{"--stream-idle-timeout", "5s"}, check: func(t *testing.T, cfg gateway.StackConfig, _ gateway.ServerConfig) {
+			require.Equal(t, 5*time.Second, cfg.Gateway.StreamIdleTimeout)
+		}},
+		{name: "stream idle off", args: []string{"--stream-idle-timeout", "off"}, check: func(t *testing.T, cfg gateway.StackConfig, _ gateway.ServerConfig) {
+			require.Negative(t, cfg.Gateway.StreamIdleTimeout)
+		}},
+		{name: "stream idle 0 is the default", args: []string{"--stream-idle-timeout", "0s"}, check: func(t *testing.T, cfg gateway.StackConfig, _ gateway.ServerConfig) {
+			require.Zero(t, cfg.Gateway.StreamIdleTimeout)
+		}},
 		{name: "migration 3", args: []string{"--migration-limit", "3"}, check: func(t *testing.T, cfg gateway.StackConfig, _ gateway.ServerConfig) {
 			require.Equal(t, 3, cfg.Gateway.Failover.MigrationLimit)
 		}},

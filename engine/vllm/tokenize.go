@@ -1,12 +1,15 @@
 package vllm
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -24,45 +27,26 @@ const (
 // hashes) match the KV events it publishes. A completion whose prompt is
 // already token ids needs no request.
 func (c *Client) Tokenize(ctx context.Context, path string, body []byte) ([]uint32, error) {
-	var req map[string]json.RawMessage
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, fmt.Errorf("vllm: request body: %w", err)
+	b, ids, err := tokenizeBody(path, body)
+	if err != nil || ids != nil {
+		return ids, err
 	}
-	tk := map[string]json.RawMessage{}
-	if m, ok := req["model"]; ok {
-		tk["model"] = m
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL(TokenizePath), nil)
+	if err != nil {
+		return nil, fmt.Errorf("vllm: tokenize: %w", err)
 	}
-	switch path {
-	case ChatPath:
-		for _, k := range []string{"messages", "tools", "chat_template", "chat_template_kwargs",
-			"add_generation_prompt", "continue_final_message", "add_special_tokens", "mm_processor_kwargs"} {
-			if v, ok := req[k]; ok {
-				tk[k] = v
-			}
-		}
-		if _, ok := tk["messages"]; !ok {
-			return nil, fmt.Errorf("%w: no messages", ErrUnsupportedPrompt)
-		}
-	case CompletionPath:
-		raw := req["prompt"]
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			tk["prompt"] = raw
-			if v, ok := req["add_special_tokens"]; ok {
-				tk["add_special_tokens"] = v
-			}
-			break
-		}
-		var ids []uint32
-		if json.Unmarshal(raw, &ids) == nil {
-			return ids, nil
-		}
-		return nil, ErrUnsupportedPrompt
-	default:
-		return nil, fmt.Errorf("%w: path %q", ErrUnsupportedPrompt, path)
+	n := 0
+	for _, p := range b {
+		n += len(p)
 	}
-	b, _ := json.Marshal(tk)
-	resp, err := c.do(ctx, http.MethodPost, TokenizePath, nil, b)
+	req.ContentLength = int64(n)
+	req.GetBody = func() (io.ReadCloser, error) {
+		bs := slices.Clone(b) // a reader consumes its net.Buffers
+		return io.NopCloser(&bs), nil
+	}
+	req.Body, _ = req.GetBody()
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("vllm: tokenize: %w", err)
 	}
@@ -192,4 +176,157 @@ func PromptText(path string, body []byte) ([]byte, error) {
 		b.WriteByte('\n')
 	}
 	return []byte(b.String()), nil
+}
+
+// tokenizeBody builds the /tokenize request for body bound for path: the
+// fields the engine's tokenizer reads, as pieces of body itself between a
+// few bytes of framing, so a 30 MB prompt is sent without a copy (a decode
+// into json.RawMessage values and a re-encode made three). ids is set instead
+// for a completion whose prompt is token ids. Member names are matched as
+// sent (an escaped name is not the field).
+func tokenizeBody(path string, body []byte) (out net.Buffers, ids []uint32, err error) {
+	if !json.Valid(body) {
+		var v any
+		err = json.Unmarshal(body, &v) // the syntax error, located
+		return nil, nil, fmt.Errorf("vllm: request body: %w", err)
+	}
+	if t := bytes.TrimLeft(body, " \t\r\n"); t[0] != '{' {
+		return nil, nil, fmt.Errorf("vllm: request body: not a JSON object")
+	}
+	var keep []string
+	switch path {
+	case ChatPath:
+		keep = []string{"model", "messages", "tools", "chat_template", "chat_template_kwargs",
+			"add_generation_prompt", "continue_final_message", "add_special_tokens", "mm_processor_kwargs"}
+	case CompletionPath:
+		keep = []string{"model", "prompt", "add_special_tokens"}
+	default:
+		return nil, nil, fmt.Errorf("%w: path %q", ErrUnsupportedPrompt, path)
+	}
+	vals := make([][]byte, len(keep)) // the last of a repeated name wins, as in a decode
+	for f := (members{data: body}); ; {
+		k, v, ok := f.next()
+		if !ok {
+			break
+		}
+		for i, name := range keep {
+			if string(k) == name {
+				vals[i] = v
+			}
+		}
+	}
+	if path == CompletionPath {
+		var s string
+		if json.Unmarshal(vals[1], &s) != nil {
+			if json.Unmarshal(vals[1], &ids) == nil {
+				return nil, ids, nil
+			}
+			return nil, nil, ErrUnsupportedPrompt
+		}
+	} else if vals[1] == nil {
+		return nil, nil, fmt.Errorf("%w: no messages", ErrUnsupportedPrompt)
+	}
+	for i, v := range vals {
+		if v == nil {
+			continue
+		}
+		sep := `,"`
+		if len(out) == 0 {
+			sep = `{"`
+		}
+		out = append(out, []byte(sep+keep[i]+`":`), v)
+	}
+	return append(out, []byte{'}'}), nil, nil
+}
+
+// members iterates over the members of a valid top-level JSON object
+// without decoding or copying: key is the raw name between its quotes, val
+// the raw value (a subslice of data).
+type members struct {
+	data  []byte
+	pos   int
+	began bool
+}
+
+func (f *members) space() {
+	for f.pos < len(f.data) && (f.data[f.pos] == ' ' || f.data[f.pos] == '\t' || f.data[f.pos] == '\n' || f.data[f.pos] == '\r') {
+		f.pos++
+	}
+}
+
+func (f *members) next() (key, val []byte, ok bool) {
+	f.space()
+	want := byte(',')
+	if !f.began {
+		f.began, want = true, '{'
+	}
+	if f.pos >= len(f.data) || f.data[f.pos] != want {
+		return nil, nil, false
+	}
+	f.pos++
+	f.space()
+	if f.pos >= len(f.data) || f.data[f.pos] != '"' {
+		return nil, nil, false
+	}
+	kend := skipJSONValue(f.data, f.pos)
+	if kend < 0 {
+		return nil, nil, false
+	}
+	key = f.data[f.pos+1 : kend-1]
+	f.pos = kend
+	f.space()
+	if f.pos >= len(f.data) || f.data[f.pos] != ':' {
+		return nil, nil, false
+	}
+	f.pos++
+	f.space()
+	vend := skipJSONValue(f.data, f.pos)
+	if vend < 0 {
+		return nil, nil, false
+	}
+	val, f.pos = f.data[f.pos:vend], vend
+	return key, val, true
+}
+
+// skipJSONValue returns the index just past the valid JSON value starting
+// at data[i], or -1.
+func skipJSONValue(data []byte, i int) int {
+	if i >= len(data) {
+		return -1
+	}
+	depth := 0
+	for j := i; j < len(data); j++ {
+		switch data[j] {
+		case '"':
+			for j++; j < len(data) && data[j] != '"'; j++ {
+				if data[j] == '\\' {
+					j++
+				}
+			}
+			if j >= len(data) {
+				return -1
+			}
+			if depth == 0 {
+				return j + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return j + 1
+			}
+			if depth < 0 {
+				return j
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return j
+			}
+		}
+	}
+	if depth == 0 {
+		return len(data)
+	}
+	return -1
 }
