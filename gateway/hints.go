@@ -94,6 +94,9 @@ type HintStats struct {
 	Control kvhint.QueueStats
 	// Replies tallies the outcomes the control endpoint answered.
 	Replies kvhint.Counts
+	// Unnamed counts actions for an SGLang worker dropped because no
+	// worker's events had named their blocks (sglang.go).
+	Unnamed uint64
 }
 
 // HintChannel delivers one worker's hints. It is the worker's
@@ -104,6 +107,7 @@ type HintChannel struct {
 	queue *kvhint.Queue   // control
 	split *kvhint.Split
 	sink  kvhint.Sink
+	names *sglangHints // SGLang workers: the sink's block-name rewriting
 
 	envelopes, actions atomic.Uint64
 	replies            [6]atomic.Uint64 // by kvhint.Outcome; [0] counts blocks
@@ -228,6 +232,9 @@ func (h *HintChannel) Stats() HintStats {
 		return HintStats{}
 	}
 	st := HintStats{AttachedEnvelopes: h.envelopes.Load(), AttachedActions: h.actions.Load(), Control: h.queue.Stats()}
+	if h.names != nil {
+		st.Unnamed = h.names.dropped.Load()
+	}
 	if h.box != nil {
 		st.MailboxDropped = h.box.Dropped()
 		st.SplitDropped = h.split.Dropped()
@@ -246,16 +253,22 @@ func (h *HintChannel) Close(ctx context.Context) error {
 	return h.queue.Close(ctx)
 }
 
-// workerHints returns the hint channel of a worker spec: nil when the
-// stack has no hint policies or the worker takes no hints.
-func (s *Stack) workerHints(spec WorkerSpec, client *http.Client) *HintChannel {
+// workerHints returns the hint channel of worker w: nil when the stack
+// has no hint policies or the worker takes no hints. An SGLang worker's
+// channel names blocks as SGLang does (sglangHints).
+func (s *Stack) workerHints(w *stackWorker) *HintChannel {
+	spec := w.spec
 	if len(s.cfg.Hints) == 0 || spec.Hints == HintsOff {
 		return nil
 	}
-	h, err := NewHintChannel(spec.Hints, spec.URL, client)
+	h, err := NewHintChannel(spec.Hints, spec.URL, s.cfg.HTTPClient)
 	if err != nil {
 		s.log.Warn("gateway: worker takes no hints", "worker", spec.URL, "err", err)
 		return nil
+	}
+	if spec.Engine == EngineSGLang {
+		h.names = &sglangHints{self: &w.names, peer: s.sglangNames, inner: h.sink}
+		h.sink = h.names
 	}
 	return h
 }
