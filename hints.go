@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentkv/agentkv/flashindex"
@@ -19,20 +20,41 @@ type actingSession struct {
 	since  time.Time
 }
 
+// hintScratch is evaluateHints' reusable lists. What the sinks keep (the
+// envelopes, their Actions) is allocated afresh by the Batcher; the lists
+// are cleared before reuse so they retain nothing.
+type hintScratch struct {
+	hints []kvhint.Hint
+	out   []kvhint.Outbound
+}
+
+var hintScratchPool = sync.Pool{New: func() any { return new(hintScratch) }}
+
+func (sc *hintScratch) put() {
+	clear(sc.hints)
+	clear(sc.out)
+	sc.hints, sc.out = sc.hints[:0], sc.out[:0]
+	hintScratchPool.Put(sc)
+}
+
 // evaluateHints runs the hint policies and delivers the hints, outside the
 // router's lock. Sinks must not block (see HintReceiver).
 func (r *Router) evaluateHints(in *kvhint.Input) int {
 	if len(r.cfg.Hints) == 0 {
 		return 0
 	}
-	var hints []kvhint.Hint
+	sc := hintScratchPool.Get().(*hintScratch)
+	defer sc.put()
+	hints := sc.hints[:0]
 	for _, p := range r.cfg.Hints {
 		hints = p.Evaluate(hints, in)
 	}
+	sc.hints = hints
 	if len(hints) == 0 {
 		return 0
 	}
-	out := r.batcher.Batch(nil, hints)
+	out := r.batcher.Batch(sc.out[:0], hints)
+	sc.out = out
 	sent := 0
 	for i := range out {
 		key := indexWorkerOfHint(out[i].Worker)

@@ -205,7 +205,8 @@ type Stack struct {
 
 	capacity  *prometheus.GaugeVec // worker
 	sink      vllm.EventSink
-	blockSize int // the router's
+	hintText  *kvhint.HashText // the workers' hint channels share it (hints.go)
+	blockSize int              // the router's
 
 	cancel    context.CancelFunc
 	bg        context.Context // the loops' context, ended by Close
@@ -357,7 +358,7 @@ func newStack(cfg StackConfig) (*Stack, *agentkv.Metrics, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = NewHTTPClient()
 	}
-	s := &Stack{cfg: cfg, log: cfg.Logger, reg: cfg.Registry}
+	s := &Stack{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, hintText: kvhint.NewHashText(0)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
