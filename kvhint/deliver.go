@@ -136,12 +136,16 @@ func (e *Envelope) jsonSizeHint(spliced bool) int {
 	n := 128 + len(e.MessageID) + len(e.SessionID)
 	for i := range e.Actions {
 		a := &e.Actions[i]
-		n += 320 + len(a.ID) + len(a.SessionID)
+		per, src := 320, 160
+		if spliced { // closer to the truth: this buffer is the whole tail
+			per, src = 224, 112
+		}
+		n += per + len(a.ID) + len(a.SessionID)
 		if !spliced || len(a.Target.Blocks) < minCachedBlocks {
 			n += 21 * len(a.Target.Blocks)
 		}
 		for j := range a.Sources {
-			n += 160 + len(a.Sources[j].Endpoint)
+			n += src + len(a.Sources[j].Endpoint)
 		}
 	}
 	return n
@@ -298,14 +302,17 @@ func (m *Mailbox) Send(_ context.Context, env *Envelope) error {
 func (m *Mailbox) Take() *Envelope {
 	m.mu.Lock()
 	envs := m.envs
+	if len(envs) <= 1 { // the usual case: the list is kept for the next Send
+		var env *Envelope
+		if len(envs) == 1 {
+			env, envs[0] = envs[0], nil
+		}
+		m.envs, m.actions = envs[:0], 0
+		m.mu.Unlock()
+		return env
+	}
 	m.envs, m.actions = nil, 0
 	m.mu.Unlock()
-	switch len(envs) {
-	case 0:
-		return nil
-	case 1:
-		return envs[0]
-	}
 	out := *envs[0]
 	out.Actions = nil
 	for _, e := range envs {
