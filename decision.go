@@ -64,6 +64,10 @@ type Decision struct {
 	prompt  int
 	tracked bool // by Config.AdmissionPolicy
 	once    sync.Once
+	// chain is the prompt's routed block chain as hint policies remember
+	// it (only with hint policies): its length and last sequence hash.
+	chainLen  int
+	chainLast uint64
 }
 
 // Usage is what the engine reported for a finished request.
@@ -134,7 +138,7 @@ func (r *Router) done(d *Decision, u Usage) {
 	// Only tick-time hint policies read acting; without policies the map
 	// stays empty, which spares every turn a map insert and delete.
 	if len(r.cfg.Hints) > 0 && d.agent.Valid() && !d.agent.Final && !u.Failed {
-		r.acting[d.agent.SessionID] = actingSession{worker: d.Worker, since: now}
+		r.acting[d.agent.SessionID] = actingSession{worker: d.Worker, since: now, chainLen: d.chainLen, chainLast: d.chainLast}
 	}
 	var rel []release
 	if d.tracked {

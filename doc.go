@@ -92,6 +92,20 @@
 // or session.Info.Compacted) restarts the session's lineage; its program
 // goes on.
 //
+// # KV hints
+//
+// With Config.Hints the router evaluates the hint policies (kvhint) after
+// it picks a worker, at every tick for sessions between turns, and when a
+// session ends, and hands the envelopes to workers that take them
+// (HintReceiver). What a policy sees of where blocks live is the index's
+// answer, plus one thing the router knows before the index does: the
+// worker it routed the session's previous turn to holds that turn's prompt
+// chain. Within a second of that turn's end (previousSourceWindow), when
+// the next turn goes elsewhere and extends the previous prompt, that
+// worker is offered as a holder of the shared blocks even if its KV events
+// have not arrived yet; a quick agent turn otherwise finds no source to
+// name.
+//
 // # Admission
 //
 // With Config.Admission set, each session is a program (its ProgramID when

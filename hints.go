@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentkv/agentkv/flashindex"
@@ -13,10 +14,32 @@ import (
 // This file evaluates the KV hint policies (kvhint) on route, tick and
 // session end, and delivers their hints to workers that take them.
 
-// actingSession is a session between turns, for tick-time hint policies.
+// actingSession is a session between turns, for tick-time hint policies,
+// and what its last turn was routed with (previousSource).
 type actingSession struct {
 	worker flashindex.Worker
 	since  time.Time
+	// chainLen and chainLast are the last turn's prompt chain: how many
+	// blocks, and the last one's sequence hash (0 blocks: unknown).
+	chainLen  int
+	chainLast uint64
+}
+
+// hintScratch is evaluateHints' reusable lists. What the sinks keep (the
+// envelopes, their Actions) is allocated afresh by the Batcher; the lists
+// are cleared before reuse so they retain nothing.
+type hintScratch struct {
+	hints []kvhint.Hint
+	out   []kvhint.Outbound
+}
+
+var hintScratchPool = sync.Pool{New: func() any { return new(hintScratch) }}
+
+func (sc *hintScratch) put() {
+	clear(sc.hints)
+	clear(sc.out)
+	sc.hints, sc.out = sc.hints[:0], sc.out[:0]
+	hintScratchPool.Put(sc)
 }
 
 // evaluateHints runs the hint policies and delivers the hints, outside the
@@ -25,14 +48,18 @@ func (r *Router) evaluateHints(in *kvhint.Input) int {
 	if len(r.cfg.Hints) == 0 {
 		return 0
 	}
-	var hints []kvhint.Hint
+	sc := hintScratchPool.Get().(*hintScratch)
+	defer sc.put()
+	hints := sc.hints[:0]
 	for _, p := range r.cfg.Hints {
 		hints = p.Evaluate(hints, in)
 	}
+	sc.hints = hints
 	if len(hints) == 0 {
 		return 0
 	}
-	out := r.batcher.Batch(nil, hints)
+	out := r.batcher.Batch(sc.out[:0], hints)
+	sc.out = out
 	sent := 0
 	for i := range out {
 		key := indexWorkerOfHint(out[i].Worker)
@@ -64,9 +91,13 @@ func (r *Router) evaluateHints(in *kvhint.Input) int {
 // It builds only the parts of the Input the policies read (kvhint.Needs);
 // the session's chain is seq itself when the lineage tree took it
 // (recorded), not a copy read back from the tree.
-func (r *Router) hintsOnRoute(d *Decision, seq []uint64, matches []flashindex.Match, recorded bool) {
+func (r *Router) hintsOnRoute(d *Decision, rt *routing, matches []flashindex.Match, recorded bool) {
 	if len(r.cfg.Hints) == 0 || !d.agent.Valid() {
 		return
+	}
+	seq := rt.seq
+	if n := len(seq); n > 0 {
+		d.chainLen, d.chainLast = n, seq[n-1]
 	}
 	in := kvhint.Input{Event: kvhint.EventAdmit, Worker: hintWorker(d.Worker), Prefix: seq}
 	if d.Waited > 0 {
@@ -83,8 +114,50 @@ func (r *Router) hintsOnRoute(d *Decision, seq []uint64, matches []flashindex.Ma
 	}
 	if need&kvhint.NeedCached != 0 {
 		in.Cached = r.residencies(in.Cached, matches)
+		in.Cached = r.previousSource(in.Cached, rt.prev, d.Worker, seq, rt.start)
 	}
 	d.Hints = r.evaluateHints(&in)
+}
+
+// previousSourceWindow is how long after a turn previousSource names its
+// worker without the index's word: well beyond the KV events' lag.
+const previousSourceWindow = time.Second
+
+// previousSource adds to cached what the router knows without the index:
+// the session's previous turn ran on prev.worker with the prompt chain
+// prev describes, so that worker holds the blocks this turn shares with
+// it (on device, unless evicted since), even when its KV events have not
+// reached the index yet (they follow the turn by a few milliseconds, and
+// an agent's quick next turn comes sooner). Nothing changes when this turn
+// runs on the same worker, when its chain does not extend the previous
+// one, when the index already shows as much, or when the previous turn
+// ended more than previousSourceWindow ago (the index has heard its
+// events by then, evictions included, and is trusted).
+func (r *Router) previousSource(cached []kvhint.Residency, prev actingSession, to flashindex.Worker, seq []uint64, now time.Time) []kvhint.Residency {
+	n := prev.chainLen
+	if n == 0 || prev.worker == to || n > len(seq) || seq[n-1] != prev.chainLast || now.Sub(prev.since) > previousSourceWindow {
+		return cached
+	}
+	w := hintWorker(prev.worker)
+	for i := range cached {
+		if c := &cached[i]; c.Worker == w {
+			if c.Device+c.Host < n {
+				c.Device = n - c.Host
+			}
+			return cached
+		}
+	}
+	r.mu.Lock()
+	i, ok := r.byKey[prev.worker]
+	ep := ""
+	if ok {
+		ep = r.workers[i].info.Endpoint
+	}
+	r.mu.Unlock()
+	if !ok || ep == "" {
+		return cached
+	}
+	return append(cached, kvhint.Residency{Worker: w, Device: n, Endpoint: ep})
 }
 
 // hintsOnTick evaluates EventTick for every session between turns.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/kvhint"
+	"github.com/agentkv/agentkv/radix"
 	"github.com/agentkv/agentkv/session"
 )
 
@@ -24,8 +25,8 @@ func (r *Router) updateLineage(ac session.AgentContext, seq []uint64) bool {
 	return true
 }
 
-// namesPool holds sessionView's scratch lists of session names.
-var namesPool = sync.Pool{New: func() any { return new([]string) }}
+// segPool holds sharedRefs' scratch lists of path segments.
+var segPool = sync.Pool{New: func() any { return new([]radix.Segment) }}
 
 // sessionView builds the kvhint view of a session from the lineage tree,
 // with SharedRefs filled per radix segment when refs is set. It also
@@ -57,24 +58,22 @@ func (r *Router) sessionView(id, parent string, w flashindex.Worker, chain []uin
 // sharedRefs returns how many live sessions reference each of the n
 // leading blocks of session id's lineage (one count per radix segment).
 func (r *Router) sharedRefs(id string, n int) []int32 {
-	segs, err := r.tree.Path(id, nil)
+	sp := segPool.Get().(*[]radix.Segment)
+	defer segPool.Put(sp)
+	segs, err := r.tree.Path(id, (*sp)[:0])
+	*sp = segs[:0]
 	if err != nil {
 		return nil
 	}
 	refs := make([]int32, 0, n)
-	np := namesPool.Get().(*[]string)
-	names := (*np)[:0]
 	for _, seg := range segs {
 		if len(refs) >= n {
 			break
 		}
-		names, _ = r.tree.Sessions(seg.First, names[:0])
+		c, _ := r.tree.CountSessions(seg.First)
 		for i := 0; i < seg.Len && len(refs) < n; i++ {
-			refs = append(refs, int32(len(names)))
+			refs = append(refs, int32(c))
 		}
 	}
-	clear(names)
-	*np = names[:0]
-	namesPool.Put(np)
 	return refs
 }

@@ -128,7 +128,8 @@ type routing struct {
 	wasHeld     bool // admission held the turn before it ran
 	continuing  bool // admission kept a running program's worker
 	// book
-	id uint64 // the load tracker's id of the request
+	id   uint64        // the load tracker's id of the request
+	prev actingSession // the session's previous turn, when hints keep it
 	// stage timings for Metrics
 	tHash, tMatch, tSched time.Duration
 }
@@ -509,7 +510,8 @@ func (r *Router) bookLocked(rt *routing, req *Request) {
 	uncached := max(0, rt.prompt-rt.pick.match.Device*bs)
 	blocks := (rt.prompt + req.ExpectedOutputTokens + bs - 1) / bs
 	r.loads.start(rt.id, rt.pick.ws.key, uncached, blocks, rt.start)
-	if req.Agent.Valid() {
+	if req.Agent.Valid() && len(r.cfg.Hints) > 0 {
+		rt.prev = r.acting[req.Agent.SessionID]
 		delete(r.acting, req.Agent.SessionID)
 	}
 }
@@ -528,7 +530,7 @@ func (r *Router) commit(rt *routing, req *Request, sc *scratch) *Decision {
 		}
 	}
 	recorded := r.updateLineage(d.agent, rt.seq)
-	r.hintsOnRoute(d, rt.seq, sc.matches, recorded)
+	r.hintsOnRoute(d, rt, sc.matches, recorded)
 	if r.cfg.Trace != nil {
 		var h *flashindex.Hasher
 		if req.SequenceHashes == nil {

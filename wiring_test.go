@@ -251,3 +251,72 @@ func TestPrefixPinSeesSharedRefs(t *testing.T) {
 	require.NotEmpty(t, pinned, "the shared prompt was pinned once 3 sessions referenced it")
 	require.Len(t, pinned[0].Target.Blocks, 8)
 }
+
+// endpointWorker is a hintingWorker with a control endpoint (a share
+// source must have one).
+type endpointWorker struct{ hintingWorker }
+
+func (w *endpointWorker) Info() WorkerInfo {
+	i := w.hintingWorker.Info()
+	i.Endpoint = fmt.Sprintf("http://w%d", w.id)
+	return i
+}
+
+// TestSharePreviousWorker: a session's next turn moves worker before the
+// previous worker's KV events reached the index; the router names the
+// previous worker, which it routed the last turn to, as the kv.fetch
+// source for the blocks the turns share. Once the window has passed (the
+// index has heard everything there is) it names none; and a turn on the
+// same worker or with a chain that does not extend the last gets none.
+func TestSharePreviousWorker(t *testing.T) {
+	share, err := kvhint.NewPeerShare(kvhint.PeerShareConfig{MinGain: 4})
+	require.NoError(t, err)
+	clk := newFakeClock()
+	r, err := New(Config{BlockSize: testBS, Now: clk.Now, Index: IndexExact, Hints: []kvhint.Policy{share}})
+	require.NoError(t, err)
+	w0, w1 := &endpointWorker{hintingWorker{id: 0}}, &endpointWorker{hintingWorker{id: 1}}
+	require.NoError(t, r.AddWorker(w0))
+	require.NoError(t, r.AddWorker(w1))
+	on := func(w uint64) *Override { return &Override{AllowedWorkers: []uint64{w}} }
+
+	ac := session.AgentContext{SessionID: "s"}
+	first := tokens(160, 7)
+	d, err := r.TryRoute(&Request{Tokens: first, Agent: ac, Override: on(0)})
+	require.NoError(t, err)
+	d.Done(Usage{PromptTokens: 160})
+	require.Empty(t, w0.take())
+
+	next := append(append([]uint32{}, first...), tokens(64, 8)...)
+	d, err = r.TryRoute(&Request{Tokens: next, Agent: ac, Override: on(1)})
+	require.NoError(t, err)
+	got := w1.take()
+	require.Len(t, got, 1, "no event reached the index, yet the previous worker is named")
+	a := got[0]
+	require.Equal(t, kvhint.KindShare, a.Kind)
+	require.Len(t, a.Target.Blocks, len(first)/testBS)
+	require.Equal(t, "http://w0", a.Sources[0].Endpoint)
+	d.Done(Usage{PromptTokens: 224})
+
+	// Same worker again: nothing to fetch.
+	d, err = r.TryRoute(&Request{Tokens: next, Agent: ac, Override: on(1)})
+	require.NoError(t, err)
+	require.Empty(t, w1.take())
+	d.Done(Usage{})
+
+	// A chain that does not extend the last turn's: no source.
+	d, err = r.TryRoute(&Request{Tokens: tokens(224, 9), Agent: ac, Override: on(0)})
+	require.NoError(t, err)
+	require.Empty(t, w0.take())
+	d.Done(Usage{})
+
+	// Past the window the index is trusted, and it holds nothing.
+	d, err = r.TryRoute(&Request{Tokens: next, Agent: ac, Override: on(0)})
+	require.NoError(t, err)
+	w0.take()
+	d.Done(Usage{})
+	clk.Advance(2 * previousSourceWindow)
+	d, err = r.TryRoute(&Request{Tokens: append(next, tokens(32, 10)...), Agent: ac, Override: on(1)})
+	require.NoError(t, err)
+	require.Empty(t, w1.take())
+	d.Done(Usage{})
+}

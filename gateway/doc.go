@@ -159,7 +159,7 @@
 // (control.go).
 //
 // The worker registry (registry.go, with a Stack) is SMG's: POST /workers
-// {"url", "events", "dp_size", "apis", "token_apis", "hints"} answers 202
+// {"url", "events", "dp_size", "apis", "token_apis", "hints", "engine"} answers 202
 // with Location /workers/{id}; GET /workers/{id} reports joining, ready,
 // failed, draining or removed; DELETE /workers/{id} drains (the worker
 // leaves the health tracker, so no new request goes to it; once the
@@ -186,6 +186,19 @@
 // (engine/vllm adapters with capacity from /metrics and KV event
 // subscribers, the Router, the Gateway, the tick and refresh loops,
 // Prometheus metrics): it is what "agentkv proxy" and examples/proxy serve.
+//
+// A worker spec's Engine (engine=vllm|sglang) says which engine a worker
+// runs. An SGLang worker's events are decoded in SGLang's shape
+// (engine/sglang), its capacity read from sglang:max_total_num_tokens, and
+// its events also feed a per-worker sglang.Names before the index: the
+// map from SGLang's block names (the first 16 hex digits of a block's
+// SHA-256 as a signed int64) to the router's XXH3 hashes. Every hint
+// envelope for that worker is rewritten through it (sglang.go): explicit
+// block targets take SGLang's names, a kv.fetch's from its source's map
+// when the receiver does not hold the blocks, the envelope is written
+// with signed hashes, and an action no map can name is dropped and
+// counted (HintStats.Unnamed). vLLM workers' hints keep the router's
+// hashes, which are vLLM's own.
 //
 // A Gateway and a Stack are safe for concurrent use.
 package gateway

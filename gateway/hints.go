@@ -94,6 +94,9 @@ type HintStats struct {
 	Control kvhint.QueueStats
 	// Replies tallies the outcomes the control endpoint answered.
 	Replies kvhint.Counts
+	// Unnamed counts actions for an SGLang worker dropped because no
+	// worker's events had named their blocks (sglang.go).
+	Unnamed uint64
 }
 
 // HintChannel delivers one worker's hints. It is the worker's
@@ -104,6 +107,10 @@ type HintChannel struct {
 	queue *kvhint.Queue   // control
 	split *kvhint.Split
 	sink  kvhint.Sink
+	names *sglangHints // SGLang workers: the sink's block-name rewriting
+	// text caches the JSON of the block lists the hints name, per session
+	// (shared by a Stack's channels).
+	text *kvhint.HashText
 
 	envelopes, actions atomic.Uint64
 	replies            [6]atomic.Uint64 // by kvhint.Outcome; [0] counts blocks
@@ -131,6 +138,7 @@ func NewHintChannel(mode HintMode, baseURL string, client *http.Client) (*HintCh
 		return h, nil
 	}
 	h.box = kvhint.NewMailbox(DefaultHintMailbox)
+	h.text = kvhint.NewHashText(0)
 	h.split = &kvhint.Split{Inline: h.box, Control: q}
 	h.sink = h.split
 	return h, nil
@@ -159,12 +167,14 @@ func (h *HintChannel) Body(body []byte) []byte {
 	return h.Payload(body).Bytes()
 }
 
-// HintPayload is a forwarded request body: Head, then Tail (the kv_hints
-// field and what follows the body's closing brace; nil when no hints ride
-// the request, and Head is the body unchanged). The bytes are never
-// copied to join the two.
+// HintPayload is a forwarded request body: Head, then the parts of Tail
+// (the kv_hints field and what follows the body's closing brace; nil when
+// no hints ride the request, and Head is the body unchanged). The bytes
+// are never copied to join them, and the block-hash lists in Tail are
+// shared with the channel's kvhint.HashText, read-only.
 type HintPayload struct {
-	Head, Tail []byte
+	Head []byte
+	Tail [][]byte
 }
 
 // Payload takes the waiting route-time hints and returns body with them
@@ -177,7 +187,7 @@ func (h *HintChannel) Payload(body []byte) HintPayload {
 	if env == nil {
 		return HintPayload{Head: body}
 	}
-	head, tail, err := kvhint.AppendBodyTail(nil, body, env)
+	head, tail, err := h.text.BodyTailParts(body, env)
 	if err != nil {
 		return HintPayload{Head: body} // not a JSON object: forwarded as it is
 	}
@@ -187,7 +197,13 @@ func (h *HintChannel) Payload(body []byte) HintPayload {
 }
 
 // Len is the payload's length in bytes.
-func (p HintPayload) Len() int { return len(p.Head) + len(p.Tail) }
+func (p HintPayload) Len() int {
+	n := len(p.Head)
+	for _, t := range p.Tail {
+		n += len(t)
+	}
+	return n
+}
 
 // Bytes returns the payload as one slice (Head itself when there is no
 // Tail).
@@ -195,16 +211,41 @@ func (p HintPayload) Bytes() []byte {
 	if p.Tail == nil {
 		return p.Head
 	}
-	return append(p.Head[:len(p.Head):len(p.Head)], p.Tail...)
+	out := make([]byte, 0, p.Len())
+	out = append(out, p.Head...)
+	for _, t := range p.Tail {
+		out = append(out, t...)
+	}
+	return out
 }
 
-// reader returns a fresh reader of the payload.
-func (p HintPayload) reader() io.Reader {
-	if p.Tail == nil {
-		return bytes.NewReader(p.Head)
-	}
-	return io.MultiReader(bytes.NewReader(p.Head), bytes.NewReader(p.Tail))
+// payloadReader reads a HintPayload's parts in turn (one allocation,
+// where io.MultiReader over bytes.Readers takes one per part).
+type payloadReader struct {
+	p    HintPayload
+	part int // -1: Head
+	off  int
 }
+
+func (r *payloadReader) Read(b []byte) (int, error) {
+	for {
+		cur := r.p.Head
+		if r.part >= 0 {
+			if r.part >= len(r.p.Tail) {
+				return 0, io.EOF
+			}
+			cur = r.p.Tail[r.part]
+		}
+		if r.off < len(cur) {
+			n := copy(b, cur[r.off:])
+			r.off += n
+			return n, nil
+		}
+		r.part, r.off = r.part+1, 0
+	}
+}
+
+func (r *payloadReader) Close() error { return nil }
 
 // NewRequest returns a POST of the payload to url, with the length and
 // GetBody (so the transport may resend it on a fresh connection) that
@@ -213,12 +254,12 @@ func (p HintPayload) NewRequest(ctx context.Context, url string) (*http.Request,
 	if p.Tail == nil {
 		return http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(p.Head))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, p.reader())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, &payloadReader{p: p, part: -1})
 	if err != nil {
 		return nil, err
 	}
 	req.ContentLength = int64(p.Len())
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(p.reader()), nil }
+	req.GetBody = func() (io.ReadCloser, error) { return &payloadReader{p: p, part: -1}, nil }
 	return req, nil
 }
 
@@ -228,6 +269,9 @@ func (h *HintChannel) Stats() HintStats {
 		return HintStats{}
 	}
 	st := HintStats{AttachedEnvelopes: h.envelopes.Load(), AttachedActions: h.actions.Load(), Control: h.queue.Stats()}
+	if h.names != nil {
+		st.Unnamed = h.names.dropped.Load()
+	}
 	if h.box != nil {
 		st.MailboxDropped = h.box.Dropped()
 		st.SplitDropped = h.split.Dropped()
@@ -246,16 +290,25 @@ func (h *HintChannel) Close(ctx context.Context) error {
 	return h.queue.Close(ctx)
 }
 
-// workerHints returns the hint channel of a worker spec: nil when the
-// stack has no hint policies or the worker takes no hints.
-func (s *Stack) workerHints(spec WorkerSpec, client *http.Client) *HintChannel {
+// workerHints returns the hint channel of worker w: nil when the stack
+// has no hint policies or the worker takes no hints. An SGLang worker's
+// channel names blocks as SGLang does (sglangHints).
+func (s *Stack) workerHints(w *stackWorker) *HintChannel {
+	spec := w.spec
 	if len(s.cfg.Hints) == 0 || spec.Hints == HintsOff {
 		return nil
 	}
-	h, err := NewHintChannel(spec.Hints, spec.URL, client)
+	h, err := NewHintChannel(spec.Hints, spec.URL, s.cfg.HTTPClient)
 	if err != nil {
 		s.log.Warn("gateway: worker takes no hints", "worker", spec.URL, "err", err)
 		return nil
+	}
+	if h.text != nil {
+		h.text = s.hintText
+	}
+	if spec.Engine == EngineSGLang {
+		h.names = &sglangHints{self: &w.names, peer: s.sglangNames, inner: h.sink}
+		h.sink = h.names
 	}
 	return h
 }

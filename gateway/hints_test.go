@@ -246,3 +246,47 @@ func TestParseWorkerSpecHints(t *testing.T) {
 	_, err := ParseWorkerSpec("http://h:1,hints=sometimes")
 	require.ErrorContains(t, err, "hints")
 }
+
+// TestHintPayloadParts: a payload whose kv_hints hold a cached (shared)
+// block list reads, in small and large reads and again through GetBody,
+// as exactly the body the uncached encoder writes.
+func TestHintPayloadParts(t *testing.T) {
+	h, err := NewHintChannel(HintsInline, "http://127.0.0.1:9", nil)
+	require.NoError(t, err)
+	defer h.Close(context.Background())
+	blocks := make([]uint64, 100)
+	for i := range blocks {
+		blocks[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+	}
+	body := []byte(`{"model":"m","messages":[]}  `)
+	for turn := range 3 {
+		env := &kvhint.Envelope{MessageID: fmt.Sprint("m", turn), SessionID: "s", Actions: []kvhint.Action{
+			{ID: "a", Kind: kvhint.KindPin, TTL: time.Minute, Target: kvhint.Target{Blocks: blocks[:40+30*turn]}}}}
+		want, err := kvhint.AppendToBody(nil, body, env)
+		require.NoError(t, err)
+		require.NoError(t, h.Sink().Send(context.Background(), env))
+		p := h.Payload(body)
+		require.Greater(t, len(p.Tail), 1, "the block list is shared, not copied")
+		require.Equal(t, want, p.Bytes())
+		require.Equal(t, len(want), p.Len())
+		req, err := p.NewRequest(context.Background(), "http://127.0.0.1:9/x")
+		require.NoError(t, err)
+		require.EqualValues(t, len(want), req.ContentLength)
+		got, err := io.ReadAll(req.Body)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+		rc, err := req.GetBody()
+		require.NoError(t, err)
+		var small []byte
+		buf := make([]byte, 7)
+		for {
+			n, err := rc.Read(buf)
+			small = append(small, buf[:n]...)
+			if err == io.EOF {
+				break
+			}
+			require.NoError(t, err)
+		}
+		require.Equal(t, want, small)
+	}
+}

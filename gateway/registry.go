@@ -174,6 +174,8 @@ type WorkerStatus struct {
 	APIs      []string    `json:"apis"`
 	TokenAPIs []string    `json:"token_apis"`
 	Hints     string      `json:"hints,omitempty"`
+	// Engine is "sglang" for an SGLang worker (absent: vLLM).
+	Engine string `json:"engine,omitempty"`
 	// InFlight is the router's count of its requests in flight.
 	InFlight int    `json:"in_flight"`
 	Error    string `json:"error,omitempty"`
@@ -233,7 +235,8 @@ func (s *Stack) AddWorker(ctx context.Context, spec WorkerSpec) (uint64, error) 
 		}
 	}
 	all := *s.set.Load()
-	w := &stackWorker{spec: spec, id: uint64(len(all)), hints: s.workerHints(spec, s.cfg.HTTPClient)}
+	w := &stackWorker{spec: spec, id: uint64(len(all))}
+	w.hints = s.workerHints(w)
 	jctx, stop := context.WithCancel(s.bg)
 	w.stop = stop
 	if err := s.gw.addWorker(w.gatewayWorker()); err != nil {
@@ -400,6 +403,9 @@ func (s *Stack) statusOf(w *stackWorker) WorkerStatus {
 	if sp.Hints != HintsOff {
 		st.Hints = [...]string{"off", "inline", "control"}[sp.Hints]
 	}
+	if sp.Engine != EngineVLLM {
+		st.Engine = sp.Engine.String()
+	}
 	if m := w.failMsg.Load(); m != nil {
 		st.Error = *m
 	}
@@ -463,6 +469,8 @@ type WorkerRequest struct {
 	TokenAPIs json.RawMessage `json:"token_apis,omitempty"`
 	// Hints is "inline", "control" or "off".
 	Hints string `json:"hints,omitempty"`
+	// Engine is "vllm" (the default) or "sglang" (WorkerSpec.Engine).
+	Engine string `json:"engine,omitempty"`
 }
 
 // DecodeWorkerRequest reads a POST /workers body into a WorkerSpec; every
@@ -494,6 +502,9 @@ func DecodeWorkerRequest(body []byte) (WorkerSpec, error) {
 	var err error
 	if spec.Hints, err = ParseHintMode(req.Hints); err != nil {
 		return bad("hints %q: want inline, control or off", req.Hints)
+	}
+	if spec.Engine, err = ParseEngine(req.Engine); err != nil {
+		return bad("engine %q: want vllm or sglang", req.Engine)
 	}
 	names, err := nameList(req.APIs)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/admission"
+	"github.com/agentkv/agentkv/engine/sglang"
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/gateway/failover"
@@ -53,9 +54,14 @@ type WorkerSpec struct {
 	// all); a token-API request is translated to one it does (package
 	// translate, tokens.go).
 	TokenAPIs TokenAPIs
+	// Engine is the engine's kind ("engine=vllm|sglang"; the zero value:
+	// vLLM). It chooses the KV event shape, where the KV capacity is
+	// read, and how hints name blocks (sglang.go).
+	Engine Engine
 }
 
-// ParseWorkerSpec parses "URL[,events=EP][,replay=EP][,dp=N][,apis=LIST][,tokens=LIST]",
+// ParseWorkerSpec parses
+// "URL[,events=EP][,replay=EP][,dp=N][,apis=LIST][,tokens=LIST][,hints=MODE][,engine=vllm|sglang]",
 // LIST being API names separated by '+' (or "all"), e.g.
 // apis=chat+completions+responses+messages; tokens= lists the token APIs
 // the engine serves (generate, inference, completions; default all).
@@ -90,6 +96,12 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 				return ws, fmt.Errorf("worker %q: %w", ws.URL, err)
 			}
 			ws.Hints = m
+		case "engine":
+			e, err := ParseEngine(v)
+			if err != nil {
+				return ws, fmt.Errorf("worker %q: %w", ws.URL, err)
+			}
+			ws.Engine = e
 		case "apis":
 			set, ok := ParseAPIs(strings.ReplaceAll(v, "+", ","))
 			if !ok || set == 0 {
@@ -103,7 +115,7 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			}
 			ws.TokenAPIs = set
 		default:
-			return ws, fmt.Errorf("worker %q: unknown option %q (want events, replay, dp, apis, tokens or hints)", ws.URL, k)
+			return ws, fmt.Errorf("worker %q: unknown option %q (want events, replay, dp, apis, tokens, hints or engine)", ws.URL, k)
 		}
 	}
 	if ws.Replay != "" && ws.Events == "" {
@@ -193,7 +205,8 @@ type Stack struct {
 
 	capacity  *prometheus.GaugeVec // worker
 	sink      vllm.EventSink
-	blockSize int // the router's
+	hintText  *kvhint.HashText // the workers' hint channels share it (hints.go)
+	blockSize int              // the router's
 
 	cancel    context.CancelFunc
 	bg        context.Context // the loops' context, ended by Close
@@ -207,6 +220,9 @@ type stackWorker struct {
 	spec  WorkerSpec
 	id    uint64
 	hints *HintChannel // nil: takes no hints (hints.go)
+	// names maps an SGLang worker's block names to the router's (nil for
+	// vLLM); replaced on each connect, fed by its events (sglang.go).
+	names atomic.Pointer[sglang.Names]
 
 	// state is the worker's registry state (registry.go); member guards
 	// its router membership against a drain (rejoin).
@@ -264,7 +280,9 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	index := agentkv.IndexAuto
 	var list []*stackWorker
 	for i, spec := range cfg.Workers {
-		list = append(list, &stackWorker{spec: spec, id: uint64(i), hints: s.workerHints(spec, cfg.HTTPClient), stop: func() {}})
+		w := &stackWorker{spec: spec, id: uint64(i), stop: func() {}}
+		w.hints = s.workerHints(w)
+		list = append(list, w)
 		if spec.Events == "" && !cfg.ExternalEvents {
 			index = agentkv.IndexApproximate
 		}
@@ -340,7 +358,7 @@ func newStack(cfg StackConfig) (*Stack, *agentkv.Metrics, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = NewHTTPClient()
 	}
-	s := &Stack{cfg: cfg, log: cfg.Logger, reg: cfg.Registry}
+	s := &Stack{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, hintText: kvhint.NewHashText(0)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -465,14 +483,18 @@ func (s *Stack) connect(ctx context.Context, w *stackWorker, bs int) error {
 	spec := w.spec
 	wc := vllm.WorkerConfig{ID: w.id, URL: spec.URL, HTTPClient: s.cfg.HTTPClient, DPRanks: spec.DPRanks, BlockSize: bs}
 	if spec.Events != "" {
-		wc.Events = &vllm.Config{Endpoint: spec.Events, ReplayEndpoint: spec.Replay, Sink: s.sink, Logger: s.log,
-			// With tenants, blocks carry their cache salt as an extra key
-			// (vLLM's cache_salt), and the index must mix it in as the
-			// router does (Request.CacheSalt).
-			Decode: vllm.DecodeOptions{ExtraKeys: s.cfg.Gateway.Keys != nil}}
+		wc.Events = s.eventsConfig(w)
+	}
+	if spec.Engine == EngineSGLang {
+		if err := s.sglangCapacity(ctx, &wc); err != nil {
+			return err
+		}
 	}
 	vw, err := vllm.NewWorker(ctx, wc)
 	if err != nil {
+		return err
+	}
+	if err := w.setNames(vw.BlockSize()); err != nil {
 		return err
 	}
 	w.mu.Lock()

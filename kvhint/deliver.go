@@ -96,7 +96,7 @@ func AppendToBody(dst, body []byte, env *Envelope) ([]byte, error) {
 	}
 	n := len(dst)
 	dst = append(dst, body[:end-1]...)
-	if dst, err = appendHintsField(dst, body, end, empty, env); err != nil {
+	if dst, err = appendHintsField(dst, body, end, empty, env, nil, nil); err != nil {
 		return dst[:n], err
 	}
 	return dst, nil
@@ -109,15 +109,21 @@ func AppendToBody(dst, body []byte, env *Envelope) ([]byte, error) {
 // so a long prompt is never copied to add hints to it. Errors are
 // AppendToBody's; dst is then returned unchanged.
 func AppendBodyTail(dst, body []byte, env *Envelope) (head int, tail []byte, err error) {
+	return appendBodyTailSplice(dst, body, env, nil, nil)
+}
+
+// appendBodyTailSplice is AppendBodyTail with block-hash lists from c,
+// spliced in (sp) or copied.
+func appendBodyTailSplice(dst, body []byte, env *Envelope, c *HashText, sp *splices) (head int, tail []byte, err error) {
 	end, empty, err := bodyBounds(body)
 	if err != nil {
 		return 0, dst, err
 	}
 	n := len(dst)
 	if dst == nil {
-		dst = make([]byte, 0, env.jsonSizeHint()+len(body)-end+32)
+		dst = make([]byte, 0, env.jsonSizeHint(sp != nil)+len(body)-end+32)
 	}
-	if tail, err = appendHintsField(dst, body, end, empty, env); err != nil {
+	if tail, err = appendHintsField(dst, body, end, empty, env, c, sp); err != nil {
 		return 0, tail[:n], err
 	}
 	return end - 1, tail, nil
@@ -125,13 +131,21 @@ func AppendBodyTail(dst, body []byte, env *Envelope) (head int, tail []byte, err
 
 // jsonSizeHint is about the size of e's JSON encoding: block hashes at
 // their longest, a little for everything else.
-func (e *Envelope) jsonSizeHint() int {
+// Spliced, lists long enough to be cached (BodyTailParts) count nothing.
+func (e *Envelope) jsonSizeHint(spliced bool) int {
 	n := 128 + len(e.MessageID) + len(e.SessionID)
 	for i := range e.Actions {
 		a := &e.Actions[i]
-		n += 320 + len(a.ID) + len(a.SessionID) + 21*len(a.Target.Blocks)
+		per, src := 320, 160
+		if spliced { // closer to the truth: this buffer is the whole tail
+			per, src = 224, 112
+		}
+		n += per + len(a.ID) + len(a.SessionID)
+		if !spliced || len(a.Target.Blocks) < minCachedBlocks {
+			n += 21 * len(a.Target.Blocks)
+		}
 		for j := range a.Sources {
-			n += 160 + len(a.Sources[j].Endpoint)
+			n += src + len(a.Sources[j].Endpoint)
 		}
 	}
 	return n
@@ -163,12 +177,12 @@ func bodyBounds(body []byte) (end int, empty bool, err error) {
 
 // appendHintsField appends what follows body[:end-1] in the body with
 // hints: the kv_hints field, the closing brace and body's trailing space.
-func appendHintsField(dst, body []byte, end int, empty bool, env *Envelope) ([]byte, error) {
+func appendHintsField(dst, body []byte, end int, empty bool, env *Envelope, c *HashText, sp *splices) ([]byte, error) {
 	if !empty {
 		dst = append(dst, ',')
 	}
 	dst = append(dst, `"`+BodyField+`":`...)
-	dst, err := env.AppendJSON(dst)
+	dst, err := env.appendJSON(dst, c, sp)
 	if err != nil {
 		return dst, err
 	}
@@ -288,14 +302,17 @@ func (m *Mailbox) Send(_ context.Context, env *Envelope) error {
 func (m *Mailbox) Take() *Envelope {
 	m.mu.Lock()
 	envs := m.envs
+	if len(envs) <= 1 { // the usual case: the list is kept for the next Send
+		var env *Envelope
+		if len(envs) == 1 {
+			env, envs[0] = envs[0], nil
+		}
+		m.envs, m.actions = envs[:0], 0
+		m.mu.Unlock()
+		return env
+	}
 	m.envs, m.actions = nil, 0
 	m.mu.Unlock()
-	switch len(envs) {
-	case 0:
-		return nil
-	case 1:
-		return envs[0]
-	}
 	out := *envs[0]
 	out.Actions = nil
 	for _, e := range envs {

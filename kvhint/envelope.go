@@ -119,16 +119,28 @@ func (b *Batcher) Batch(dst []Outbound, hints []Hint) []Outbound {
 		j := start
 		for ; j < len(dst) && dst[j].Worker != h.Worker; j++ {
 		}
+		firstID := ""
 		if j == len(dst) {
+			// One string holds the message id and its first action's.
+			var buf [48]byte
+			id := append(buf[:0], b.prefix...)
+			id = append(id, '-')
+			id = strconv.AppendUint(id, b.seq.Add(1), 10)
+			n := len(id)
+			firstID = string(append(id, ".0"...))
 			dst = append(dst, Outbound{Worker: h.Worker, Envelope: Envelope{
 				ProtocolVersion: ProtocolVersion,
-				MessageID:       b.prefix + "-" + strconv.FormatUint(b.seq.Add(1), 10),
+				MessageID:       firstID[:n],
 				SessionID:       h.Action.SessionID,
 			}})
 		}
 		env := &dst[j].Envelope
 		a := h.Action
-		if a.ID == "" {
+		switch {
+		case a.ID != "":
+		case len(env.Actions) == 0 && firstID != "":
+			a.ID = firstID
+		default:
 			a.ID = env.MessageID + "." + strconv.Itoa(len(env.Actions))
 		}
 		if env.SessionID != a.SessionID {

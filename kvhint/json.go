@@ -52,6 +52,12 @@ func (e *Envelope) UnmarshalJSON(b []byte) error { return DecodeJSON(b, e) }
 // [0, MaxWireTTL]; it does not otherwise Validate. Strings that are not valid
 // UTF-8 are written with U+FFFD in place of bad bytes, as encoding/json does.
 func (e *Envelope) AppendJSON(dst []byte) ([]byte, error) {
+	return e.appendJSON(dst, nil, nil)
+}
+
+// appendJSON is AppendJSON with block-hash lists from c (nil: formatted),
+// spliced in (sp) or copied.
+func (e *Envelope) appendJSON(dst []byte, c *HashText, sp *splices) ([]byte, error) {
 	pv := e.ProtocolVersion
 	if pv == "" {
 		pv = ProtocolVersion
@@ -70,7 +76,7 @@ func (e *Envelope) AppendJSON(dst []byte) ([]byte, error) {
 			dst = append(dst, ',')
 		}
 		var err error
-		if dst, err = appendActionJSON(dst, &e.Actions[i], i, e.SignedHashes); err != nil {
+		if dst, err = appendActionJSON(dst, &e.Actions[i], i, e.SignedHashes, e.SessionID, c, sp); err != nil {
 			return dst, err
 		}
 	}
@@ -99,7 +105,7 @@ func encodeCheck(a *Action, i int) error {
 	return nil
 }
 
-func appendActionJSON(dst []byte, a *Action, i int, signed bool) ([]byte, error) {
+func appendActionJSON(dst []byte, a *Action, i int, signed bool, session string, c *HashText, sp *splices) ([]byte, error) {
 	if err := encodeCheck(a, i); err != nil {
 		return dst, err
 	}
@@ -115,18 +121,10 @@ func appendActionJSON(dst []byte, a *Action, i int, signed bool) ([]byte, error)
 	}
 	if len(a.Target.Blocks) > 0 {
 		dst, comma = appendKey(dst, comma, `"block_hashes":`)
-		dst = append(dst, '[')
-		for j, h := range a.Target.Blocks {
-			if j > 0 {
-				dst = append(dst, ',')
-			}
-			if signed && int64(h) < 0 {
-				dst = append(dst, '-')
-				h = -h // the magnitude of int64(h); 1<<63 stays itself
-			}
-			dst = appendUint64(dst, h)
+		if a.SessionID != "" {
+			session = a.SessionID
 		}
-		dst = append(dst, ']')
+		dst = c.appendList(dst, session, a.Target.Blocks, signed, sp)
 	}
 	if r := a.Target.Range; r.Unit != UnitNone {
 		dst, comma = appendKey(dst, comma, rangeKeyJSON[r.Unit])

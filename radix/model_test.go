@@ -353,6 +353,9 @@ func compare(t *RawTree, r *refTree) error {
 		if want := r.sessions(b, 0); err != nil || !slices.Equal(got, want) {
 			return fmt.Errorf("Sessions(%#x) = %v %v, ref %v", b, got, err, want)
 		}
+		if n, err := t.CountSessions(b); err != nil || n != len(got) {
+			return fmt.Errorf("CountSessions(%#x) = %d %v, Sessions lists %d", b, n, err, len(got))
+		}
 	}
 	return nil
 }

@@ -80,6 +80,13 @@ func (t *Tree) Sessions(block uint64, dst []string) ([]string, error) {
 	return t.raw.Sessions(block, dst)
 }
 
+// CountSessions is RawTree.CountSessions under the lock.
+func (t *Tree) CountSessions(block uint64) (int, error) {
+	t.mu.Lock()
+	defer t.unlock()
+	return t.raw.CountSessions(block)
+}
+
 // Under is RawTree.Under under the lock.
 func (t *Tree) Under(session string, dst []string) ([]string, error) {
 	t.mu.Lock()

@@ -142,6 +142,7 @@ type RawTree struct {
 	tail      uint32 // least recently updated session
 	epoch     uint32
 	evicted   []string
+	stack     []uint32 // collect's scratch
 }
 
 // NewRawTree returns an empty RawTree.
@@ -823,11 +824,19 @@ func (t *RawTree) nextEpoch() uint32 {
 // position p (deeper than p.depth when strict, else at least p.depth).
 func (t *RawTree) collect(p pos, strict bool, dst []string) []string {
 	ep := t.nextEpoch()
+	t.walk(p, strict, ep, func(s uint32) { dst = append(dst, t.sessions[s].id) })
+	return dst
+}
+
+// walk calls found once for each session (marked with ep) with a
+// frontier on the subtree below p (deeper than p.depth when strict, else
+// at least p.depth).
+func (t *RawTree) walk(p pos, strict bool, ep uint32, found func(uint32)) {
 	add := func(f uint32) {
 		s := t.fronts[f].session
 		if t.sessions[s].mark != ep {
 			t.sessions[s].mark = ep
-			dst = append(dst, t.sessions[s].id)
+			found(s)
 		}
 	}
 	nn := &t.nodes[p.node]
@@ -836,7 +845,7 @@ func (t *RawTree) collect(p pos, strict bool, dst []string) []string {
 			add(f)
 		}
 	}
-	stack := append([]uint32(nil), nn.children...)
+	stack := append(t.stack[:0], nn.children...)
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
@@ -845,7 +854,18 @@ func (t *RawTree) collect(p pos, strict bool, dst []string) []string {
 		}
 		stack = append(stack, t.nodes[n].children...)
 	}
-	return dst
+	t.stack = stack[:0]
+}
+
+// CountSessions is len(Sessions(block)), without listing them.
+func (t *RawTree) CountSessions(block uint64) (int, error) {
+	l, ok := t.blocks.get(block)
+	if !ok {
+		return 0, fmt.Errorf("%w: %#x", ErrUnknownBlock, block)
+	}
+	n := 0
+	t.walk(t.posOf(l), false, t.nextEpoch(), func(uint32) { n++ })
+	return n, nil
 }
 
 // Sessions appends to dst the sessions whose lineage includes block (any

@@ -257,7 +257,7 @@ type proxyFlags struct {
 // register adds the flags to fs with their defaults.
 func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", defaultProxyListen, "address to serve the APIs on")
-	fs.Var(&f.workers, "worker", "vLLM base URL[,events=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,dp=N][,apis=chat+responses+...][,tokens=generate+inference+completions][,hints=inline|control|off] (repeatable)")
+	fs.Var(&f.workers, "worker", "vLLM base URL[,events=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,dp=N][,apis=chat+responses+...][,tokens=generate+inference+completions][,hints=inline|control|off][,engine=vllm|sglang] (repeatable)")
 	fs.IntVar(&f.blockSize, "block-size", 0, "KV block size in tokens (0: read from the workers' /metrics; must match the engines)")
 	fs.StringVar(&f.policy, "policy", "kv", "worker selection: kv, round-robin, random or global-lb (VERL's default rollout balancer: sticky per session, else the fewest requests in flight)")
 	fs.StringVar(&f.affinity, "affinity", "auto", "session affinity: auto (soft: a session stays on its worker unless that one is busy; off with --policy global-lb, which is sticky itself), off, soft or hard")

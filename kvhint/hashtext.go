@@ -1,0 +1,206 @@
+package kvhint
+
+import "sync"
+
+// HashText caches the JSON text of the block-hash lists hints name, per
+// session: a hint naming a chain that an earlier hint of the same session
+// named (the session's prefix, a turn later and a few blocks longer, or
+// the same prefix for another worker) encodes only the blocks that are
+// new, and copies the rest. Encoding 512 hashes as decimal JSON is most of
+// what a kv.fetch costs on the request path; with the text cached it is a
+// copy.
+//
+// The cache holds at most MaxBlocks hashes in all (about 33 bytes each,
+// text included); beyond that it forgets whole sessions, in no particular
+// order. A nil *HashText caches nothing. HashText is safe for concurrent
+// use; its methods encode exactly what Envelope.AppendJSON and
+// AppendBodyTail do.
+type HashText struct {
+	max int
+
+	mu     sync.Mutex // guards the fields below
+	blocks int        // hashes cached in all
+	m      map[hashTextKey]*hashTextEntry
+}
+
+// DefaultHashTextBlocks is NewHashText's default bound: 262,144 hashes,
+// about 8.5 MiB.
+const DefaultHashTextBlocks = 1 << 18
+
+// minCachedBlocks is the shortest list worth caching: shorter ones are
+// formatted each time.
+const minCachedBlocks = 32
+
+type hashTextKey struct {
+	session string
+	signed  bool
+}
+
+type hashTextEntry struct {
+	hashes []uint64
+	ends   []uint32 // ends[i]: the text's length through hash i
+	text   []byte   // "h0,h1,...,hn," (each hash followed by a comma)
+}
+
+// NewHashText returns a cache of at most maxBlocks hashes (0 means
+// DefaultHashTextBlocks).
+func NewHashText(maxBlocks int) *HashText {
+	if maxBlocks <= 0 {
+		maxBlocks = DefaultHashTextBlocks
+	}
+	return &HashText{max: maxBlocks, m: map[hashTextKey]*hashTextEntry{}}
+}
+
+// AppendJSON is e.AppendJSON(dst), with block-hash lists from the cache.
+func (c *HashText) AppendJSON(dst []byte, e *Envelope) ([]byte, error) {
+	return e.appendJSON(dst, c, nil)
+}
+
+// AppendBodyTail is AppendBodyTail(dst, body, env), with block-hash lists
+// from the cache.
+func (c *HashText) AppendBodyTail(dst, body []byte, env *Envelope) (head int, tail []byte, err error) {
+	return appendBodyTailSplice(dst, body, env, c, nil)
+}
+
+// Len returns how many hashes the cache holds.
+func (c *HashText) Len() int {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.blocks
+}
+
+// appendList appends hs as a JSON array: from session's cached text when
+// it has one, and remembering it for the next time.
+// With sp, the cached text is not copied into dst: sp records it and
+// where it goes.
+func (c *HashText) appendList(dst []byte, session string, hs []uint64, signed bool, sp *splices) []byte {
+	if c == nil || session == "" || len(hs) < minCachedBlocks || len(hs) > c.max {
+		return appendHashArray(dst, hs, signed)
+	}
+	key := hashTextKey{session, signed}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.m[key]
+	if e == nil { // sized for this list and a few turns' growth
+		n := len(hs) + len(hs)/4
+		e = &hashTextEntry{hashes: make([]uint64, 0, n), ends: make([]uint32, 0, n), text: make([]byte, 0, 21*n)}
+		c.m[key] = e
+	}
+	k := commonPrefix(e.hashes, hs)
+	if k < len(e.hashes) && k < len(hs) { // the chain changed: keep what still holds
+		c.blocks -= len(e.hashes) - k
+		e.hashes, e.ends = e.hashes[:k], e.ends[:k]
+		// A fresh text: views of the old one may still be read
+		// (BodyTailParts), so its bytes are never overwritten.
+		if k == 0 {
+			e.text = nil
+		} else {
+			e.text = append([]byte(nil), e.text[:e.ends[k-1]+1]...)
+		}
+	}
+	if grow := len(hs) - len(e.hashes); grow > 0 {
+		c.evict(grow, key)
+		for _, h := range hs[len(e.hashes):] {
+			e.text = appendHash(e.text, h, signed)
+			e.ends = append(e.ends, uint32(len(e.text)))
+			e.text = append(e.text, ',')
+		}
+		c.blocks += len(hs) - len(e.hashes)
+		e.hashes = append(e.hashes, hs[len(e.hashes):]...)
+	}
+	dst = append(dst, '[')
+	if sp != nil { // shared, not copied: the text's bytes never change
+		sp.add(len(dst), e.text[:e.ends[len(hs)-1]:e.ends[len(hs)-1]])
+	} else {
+		dst = append(dst, e.text[:e.ends[len(hs)-1]]...)
+	}
+	return append(dst, ']')
+}
+
+// splices records where cached text goes in an encoding that does not
+// copy it (BodyTailParts).
+type splices struct {
+	at    []int
+	texts [][]byte
+	atBuf [2]int // room for the usual one or two lists
+	txBuf [2][]byte
+}
+
+func (sp *splices) add(at int, text []byte) {
+	sp.at = append(sp.at, at)
+	sp.texts = append(sp.texts, text)
+}
+
+// BodyTailParts is AppendBodyTail(nil, body, env) with the block-hash
+// lists from the cache, and the tail returned in parts whose concatenation
+// is AppendBodyTail's tail: the cached lists are not copied but shared.
+// The parts are read-only and stay valid (the cache never changes bytes
+// it handed out). parts is nil when err is not.
+func (c *HashText) BodyTailParts(body []byte, env *Envelope) (head int, parts [][]byte, err error) {
+	var sp splices
+	sp.at, sp.texts = sp.atBuf[:0], sp.txBuf[:0]
+	head, tail, err := appendBodyTailSplice(nil, body, env, c, &sp)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(sp.at) == 0 {
+		return head, [][]byte{tail}, nil
+	}
+	parts = make([][]byte, 0, 2*len(sp.at)+1)
+	last := 0
+	for i, at := range sp.at {
+		parts = append(parts, tail[last:at:at], sp.texts[i])
+		last = at
+	}
+	return head, append(parts, tail[last:]), nil
+}
+
+// evict forgets sessions other than keep until n more hashes fit (they
+// do once every other is gone: keep's list is at most c.max long).
+func (c *HashText) evict(n int, keep hashTextKey) {
+	for k, e := range c.m {
+		if c.blocks+n <= c.max {
+			return
+		}
+		if k == keep {
+			continue
+		}
+		c.blocks -= len(e.hashes)
+		delete(c.m, k)
+	}
+}
+
+// commonPrefix is how many leading hashes a and b share.
+func commonPrefix(a, b []uint64) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// appendHashArray appends hs as a JSON array of numbers (signed: as int64).
+func appendHashArray(dst []byte, hs []uint64, signed bool) []byte {
+	dst = append(dst, '[')
+	for j, h := range hs {
+		if j > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendHash(dst, h, signed)
+	}
+	return append(dst, ']')
+}
+
+// appendHash appends one hash in decimal (signed: as int64).
+func appendHash(dst []byte, h uint64, signed bool) []byte {
+	if signed && int64(h) < 0 {
+		dst = append(dst, '-')
+		h = -h // the magnitude of int64(h); 1<<63 stays itself
+	}
+	return appendUint64(dst, h)
+}

@@ -1,0 +1,163 @@
+package kvhint
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+// hashTextCheck encodes env with and without c and fails when they differ.
+func hashTextCheck(t testing.TB, c *HashText, env *Envelope) {
+	t.Helper()
+	want, err := env.AppendJSON(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.AppendJSON([]byte("x"), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got[1:], want) {
+		t.Fatalf("cached encoding differs:\n got %s\nwant %s", got[1:], want)
+	}
+	body := []byte(`{"a":1}`)
+	h0, t0, err0 := AppendBodyTail(nil, body, env)
+	h1, t1, err1 := c.AppendBodyTail(nil, body, env)
+	if h0 != h1 || !bytes.Equal(t0, t1) || (err0 == nil) != (err1 == nil) {
+		t.Fatalf("AppendBodyTail differs: %d %s %v / %d %s %v", h0, t0, err0, h1, t1, err1)
+	}
+	h2, parts, err2 := c.BodyTailParts(body, env)
+	if h2 != h0 || !bytes.Equal(bytes.Join(parts, nil), t0) || (err0 == nil) != (err2 == nil) {
+		t.Fatalf("BodyTailParts differs: %d %q %v", h2, parts, err2)
+	}
+	views = append(views, view{parts, bytes.Join(parts, nil)})
+}
+
+// view is a BodyTailParts result and its bytes when it was made: the
+// cache must never change bytes it handed out.
+type view struct {
+	parts [][]byte
+	was   []byte
+}
+
+var views []view
+
+func checkViews(t testing.TB) {
+	t.Helper()
+	for _, v := range views {
+		if !bytes.Equal(bytes.Join(v.parts, nil), v.was) {
+			t.Fatalf("a handed-out part changed: %s", v.was)
+		}
+	}
+	views = views[:0]
+}
+
+func chainEnv(session string, signed bool, hs []uint64) *Envelope {
+	return &Envelope{MessageID: "m", SessionID: session, SignedHashes: signed, Actions: []Action{
+		{ID: "a", Kind: KindShare, Dest: TierDevice, Target: Target{Blocks: hs},
+			Sources: []Source{{Worker: WorkerID{ID: 1}, Endpoint: "http://w1", Tier: TierDevice}}},
+		{ID: "b", SessionID: "other", Kind: KindPin, TTL: 60e9, Target: Target{Blocks: hs[:min(len(hs), 40)]}}}}
+}
+
+// TestHashText: the cached encoding equals the uncached one as a session's
+// chain grows, shrinks, diverges, switches spelling (signed) and is
+// evicted, and the cache stays within its bound.
+func TestHashText(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	chain := make([]uint64, 600)
+	for i := range chain {
+		chain[i] = r.Uint64()
+	}
+	c := NewHashText(1000)
+	for _, n := range []int{10, 40, 100, 100, 512, 60, 600, 33} {
+		hashTextCheck(t, c, chainEnv("s1", false, chain[:n]))
+		hashTextCheck(t, c, chainEnv("s1", true, chain[:n]))
+	}
+	fork := append([]uint64(nil), chain[:300]...)
+	fork[200] ^= 1
+	hashTextCheck(t, c, chainEnv("s1", false, fork))
+	hashTextCheck(t, c, chainEnv("s1", false, chain[:500]))
+	for i := range 20 { // more sessions than fit: some are forgotten
+		hashTextCheck(t, c, chainEnv(string(rune('a'+i)), false, chain[i:i+200]))
+		if c.Len() > 1000 {
+			t.Fatalf("cache holds %d hashes, bound 1000", c.Len())
+		}
+	}
+	checkViews(t)
+	var nilCache *HashText
+	hashTextCheck(t, nilCache, chainEnv("s1", false, chain[:100]))
+	views = views[:0]
+}
+
+// TestHashTextConcurrent: concurrent encodings of shared sessions agree
+// with the uncached encoding, and what was handed out never changes (run
+// with -race).
+func TestHashTextConcurrent(t *testing.T) {
+	chain := make([]uint64, 400)
+	for i := range chain {
+		chain[i] = uint64(i)*0x9e3779b97f4a7c15 + 1
+	}
+	c := NewHashText(2000)
+	body := []byte(`{"a":1}`)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []view
+			for i := range 50 {
+				n := 32 + (i*37+g*11)%360
+				if i%7 == 3 {
+					n = 100 + g // diverge from another goroutine's list
+				}
+				env := chainEnv(string(rune('a'+i%5)), g%2 == 0, chain[:n])
+				_, want, _ := AppendBodyTail(nil, body, env)
+				_, parts, err := c.BodyTailParts(body, env)
+				if err != nil || !bytes.Equal(bytes.Join(parts, nil), want) {
+					t.Errorf("goroutine %d turn %d: parts differ (%v)", g, i, err)
+					return
+				}
+				mine = append(mine, view{parts, want})
+			}
+			for _, v := range mine {
+				if !bytes.Equal(bytes.Join(v.parts, nil), v.was) {
+					t.Errorf("a handed-out part changed")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// FuzzHashText: any sequence of lists for a few sessions encodes as the
+// uncached encoder does.
+func FuzzHashText(f *testing.F) {
+	f.Add([]byte{40, 0, 1, 60, 1, 2, 35, 0, 3})
+	f.Add(bytes.Repeat([]byte{200, 2, 7}, 5))
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		c := NewHashText(700)
+		base := make([]uint64, 256)
+		for i := range base {
+			base[i] = uint64(i+1) * 0xbf58476d1ce4e5b9
+		}
+		for len(ops) >= 3 {
+			n, sess, mut := int(ops[0]), ops[1]%4, ops[2]
+			ops = ops[3:]
+			hs := append([]uint64(nil), base[:n]...)
+			if mut != 0 && n > 0 {
+				hs[int(mut)%n] = binary.LittleEndian.Uint64([]byte{mut, 1, 2, 3, 4, 5, 6, 0x80})
+			}
+			if n == 0 {
+				hs = []uint64{1}
+			}
+			hashTextCheck(t, c, chainEnv(string(rune('a'+sess)), mut%2 == 1, hs))
+			if c.Len() > 700 {
+				t.Fatalf("cache holds %d hashes", c.Len())
+			}
+		}
+		checkViews(t)
+	})
+}
