@@ -93,6 +93,13 @@ type Door struct {
 	// a batch offered at once, where nothing ends for minutes, is not held
 	// to the prior when no program comes near it. Zero: the prior alone.
 	ColdStartObserved float64
+	// ColdStartFloor, when positive (with ColdStartObserved), keeps that
+	// capped prior at least the largest worker's room under the resume
+	// ceiling divided by this: the cold start begins at this many programs
+	// a worker (16 on 440 K-token workers: 23 K each) and tightens toward
+	// ColdStartPrograms as the running programs grow, sized by what they
+	// have grown to so far. Zero: no floor.
+	ColdStartFloor int
 	// ActingGrowth, in [0, 1], is the share of its Acting programs' growth
 	// reserve that a worker keeps from new programs (with Waits.MaxWait).
 	// Zero: the door sees only the Reasoning programs' reserve.
@@ -160,6 +167,12 @@ func (c *Config) coldObserved() float64 {
 	}
 	return c.Door.ColdStartObserved
 }
+func (c *Config) coldFloor() int {
+	if c.Door == nil {
+		return 0
+	}
+	return c.Door.ColdStartFloor
+}
 func (c *Config) rebalance() bool { return c.Moves != nil }
 func (c *Config) margin() int64 {
 	if c.Moves == nil {
@@ -206,6 +219,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"MaxPending", float64(c.MaxPending)}, {"Waits.MaxWait", float64(c.maxWait())},
 		{"Moves.Margin", float64(c.margin())}, {"Door.ColdStartPrograms", float64(c.coldStart())},
 		{"Door.ActingGrowth", c.doorActing()}, {"Door.ColdStartObserved", c.coldObserved()},
+		{"Door.ColdStartFloor", float64(c.coldFloor())},
 	} {
 		if err := neg(f.name, f.v); err != nil {
 			return c, err
@@ -263,7 +277,10 @@ func (c Config) withDefaults() (Config, error) {
 // the README's admission study measures (agentkv simulate's
 // "kv+admission"; the proxy's --admission): an Acting program's weight
 // decays with a one-minute half-life; programs are sized by what programs
-// grow to, at most eight per worker until eight have ended, and the door
+// grow to: until eight have ended, by 1.5 times the largest a program has
+// grown to so far, no fewer than eight and no more than sixteen per
+// worker (a rollout batch is not held to eight per worker while its
+// programs are small); then by what ended programs grew to; and the door
 // keeps 60 % of the Acting programs' growth free; a held turn waits at
 // most 3 minutes, resumes go home first, and a program's end lets the
 // next in at once; a program between turns moves only to escape 128 K
@@ -271,7 +288,7 @@ func (c Config) withDefaults() (Config, error) {
 func Agentic() Config {
 	return Config{
 		DecayHalfLife: time.Minute,
-		Door:          &Door{ColdStartPrograms: 8, ActingGrowth: 0.6},
+		Door:          &Door{ColdStartPrograms: 8, ColdStartObserved: 1.5, ColdStartFloor: 16, ActingGrowth: 0.6},
 		Waits:         &Waits{MaxWait: 3 * time.Minute, HomeFirst: true, ResumeOnEnd: true},
 		Moves:         &Moves{Margin: 128_000},
 	}

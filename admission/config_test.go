@@ -45,6 +45,7 @@ func TestConfigValidation(t *testing.T) {
 		{"door share above 1", Config{Door: &Door{ActingGrowth: 1.5}}, "Door.ActingGrowth"},
 		{"NaN door share", Config{Door: &Door{ActingGrowth: math.NaN()}}, "Door.ActingGrowth"},
 		{"negative observed cap", Config{Door: &Door{ColdStartObserved: -1}}, "Door.ColdStartObserved"},
+		{"negative cold floor", Config{Door: &Door{ColdStartFloor: -1}}, "Door.ColdStartFloor"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

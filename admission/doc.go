@@ -157,7 +157,13 @@
 //     programs: 22.7 K tok/s and a 31 % hit rate, against 32.5 K and 69 %
 //     with it). Before eight programs have ended there is nothing to learn
 //     from: ColdStartPrograms sizes every program at an equal share of the
-//     largest worker's room (eight per worker in Agentic) until then. An
+//     largest worker's room (eight per worker in Agentic) until then; with
+//     ColdStartObserved and ColdStartFloor (Agentic: 1.5 and 16) that share
+//     starts at sixteen per worker and tightens toward eight as the running
+//     programs grow, to 1.5 times the largest tail so far, so that a rollout
+//     batch of small programs offered at once is not held to eight per
+//     worker (in simulation, 64 SWE-bench-shaped programs as one batch:
+//     makespan 80 against 95 minutes). An
 //     Acting program reserves nothing against held turns (a swap may pause
 //     it), but Door.ActingGrowth keeps a share of its growth from new
 //     programs at the door, so that programs coming back from their tools

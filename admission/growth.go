@@ -126,17 +126,24 @@ func (c *RawAdmitter) recordEnd(p *program) {
 
 // refreshGrowth sets growthEst (Config.Door): the cold-start prior until
 // growthMin programs have ended, an equal share of the largest worker's
-// room for ColdStartPrograms programs; then what was learned. The
-// workers' growth sums follow.
+// room for ColdStartPrograms programs (with ColdStartObserved, at most that
+// multiple of the largest tail so far, and with ColdStartFloor at least
+// the share for that many); then what was learned. The workers' growth
+// sums follow.
 func (c *RawAdmitter) refreshGrowth() {
 	if !c.cfg.reserveGrowth() {
 		return
 	}
 	est := c.learned
 	if c.nEnded < growthMin && c.cfg.coldStart() > 0 {
-		est = int64(c.ceiling * float64(c.maxCap()) / float64(c.cfg.coldStart()))
-		if f := c.cfg.coldObserved(); f > 0 && c.maxTail > 0 {
-			est = min(est, int64(f*float64(c.maxTail)))
+		room := c.ceiling * float64(c.maxCap())
+		est = int64(room / float64(c.cfg.coldStart()))
+		if f := c.cfg.coldObserved(); f > 0 && (c.maxTail > 0 || c.cfg.coldFloor() > 0) {
+			grown := int64(f * float64(c.maxTail))
+			if n := c.cfg.coldFloor(); n > 0 {
+				grown = max(grown, int64(room/float64(n)))
+			}
+			est = min(est, grown)
 		}
 	}
 	if est == c.growthEst {

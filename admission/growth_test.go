@@ -251,3 +251,51 @@ func TestColdStartObserved(t *testing.T) {
 	info, _ := c.Worker(1)
 	require.Equal(t, 1, info.Programs)
 }
+
+// TestColdStartFloor: with ColdStartFloor, the cold start begins at the
+// floor's share (a batch's first programs are placed sixteen to a worker's
+// room, not eight), rises with what programs have grown to (ColdStartObserved
+// times the largest tail), never above ColdStartPrograms' share; after
+// growthMin ends, what was learned rules. Progress is by events, not time.
+func TestColdStartFloor(t *testing.T) {
+	now := time.Unix(1000, 0)
+	door := &Door{ColdStartPrograms: 8, ColdStartObserved: 1.5, ColdStartFloor: 16}
+	c, err := NewRawAdmitter(Config{Door: door})
+	require.NoError(t, err)
+	require.NoError(t, c.AddWorker(1, 160_000)) // 136,000 under the ceiling
+	require.Equal(t, int64(8_500), c.growthEst, "nothing ran yet: the floor, 136,000 / 16")
+	placed := 0
+	for i := range 20 {
+		a, err := c.StartRequest(now, fmt.Sprint("p", i), 2_000)
+		require.NoError(t, err)
+		if a.Run {
+			placed++
+		}
+	}
+	require.Equal(t, 15, placed, "8,600 each with the reserve: 15 fit where the prior alone fits 7")
+	require.NoError(t, c.EndRequest(now, "p0", 6_000, 2_000))
+	require.Equal(t, int64(12_000), c.growthEst, "1.5 × the largest tail so far, 8,000")
+	require.NoError(t, c.EndRequest(now, "p1", 20_000, 0))
+	require.Equal(t, int64(17_000), c.growthEst, "never above the prior, 136,000 / 8")
+
+	// Without the floor the prior rules from the start: half as many fit.
+	c, err = NewRawAdmitter(Config{Door: &Door{ColdStartPrograms: 8}})
+	require.NoError(t, err)
+	require.NoError(t, c.AddWorker(1, 160_000))
+	placed = 0
+	for i := range 20 {
+		a, err := c.StartRequest(now, fmt.Sprint("p", i), 2_000)
+		require.NoError(t, err)
+		if a.Run {
+			placed++
+		}
+	}
+	require.Equal(t, 7, placed)
+
+	// Eight programs of two turns end at 30,000: what was learned rules.
+	c, err = NewRawAdmitter(Config{Door: door})
+	require.NoError(t, err)
+	require.NoError(t, c.AddWorker(1, 1_000_000))
+	endPrograms(t, c, now, 8, 30_000)
+	require.Equal(t, int64(30_000), c.growthEst)
+}

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentkv/agentkv"
+	"github.com/agentkv/agentkv/admission"
 	"github.com/agentkv/agentkv/engine/sim"
 	"github.com/agentkv/agentkv/trace"
 )
@@ -116,4 +117,33 @@ func TestBatchStepsFlush(t *testing.T) {
 			require.InDelta(t, one.Busy, two.Busy, 1e-9)
 		}
 	}
+}
+
+// TestBatchColdStartFloor: a batch offered at once starts cold, with no
+// program ended to learn growth from. kv+admission's cold start begins at
+// sixteen programs' share of a worker (Door.ColdStartFloor) and tightens
+// as the running programs grow, where the prior alone held the batch to
+// eight a worker: more of the batch starts at once, its first turns wait
+// less at the door, and it ends no later. The simulation is deterministic:
+// the figures depend on what the run did, not on the machine.
+func TestBatchColdStartFloor(t *testing.T) {
+	cfg := trace.DefaultSyntheticConfig()
+	cfg.Sessions = 64
+	w := trace.Synthetic(cfg)
+	prior := admission.Agentic()
+	prior.Door.ColdStartObserved, prior.Door.ColdStartFloor = 0, 0
+	run := func(p Policy) *Result {
+		opt := Options{Cluster: Cluster{Workers: 4, BlockSize: 64, DeviceBlocks: 6875}, Policy: p, Concurrency: 64, Seed: 1, Batch: true}
+		r, err := Run(&w, opt)
+		require.NoError(t, err, p.Name)
+		require.Equal(t, r.Requests, r.Finished+r.Rejected, p.Name)
+		return r
+	}
+	floor := run(mustPolicy(t, "kv+admission"))
+	held := run(Policy{Name: "kv+admission (prior alone)", Select: agentkv.KVAware, Admission: &prior})
+	t.Logf("floor: makespan %v, hold first p50 %v max %v; prior alone: makespan %v, hold first p50 %v max %v",
+		floor.Makespan, floor.HoldFirst.P50, floor.HoldFirst.Max, held.Makespan, held.HoldFirst.P50, held.HoldFirst.Max)
+	require.Positive(t, held.HoldFirst.Max, "the prior alone held first turns at the door")
+	require.Less(t, floor.HoldFirst.P50, held.HoldFirst.P50)
+	require.LessOrEqual(t, floor.Makespan, held.Makespan)
 }
