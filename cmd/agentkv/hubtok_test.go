@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"io"
 	"net/http"
 	"os"
@@ -51,22 +50,7 @@ func TestProxyTokenizerFromHubCache(t *testing.T) {
 		workers = append(workers, "--worker", m.URL()+",events="+m.EventsEndpoint())
 	}
 
-	pr, pw := io.Pipe()
-	var stderr lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(&cmdEnv{stdin: strings.NewReader(""), stdout: pw, stderr: &stderr},
-			append([]string{"proxy", "--listen", "127.0.0.1:0"}, workers...))
-		pw.Close()
-	}()
-	lines := bufio.NewScanner(pr)
-	require.True(t, lines.Scan(), "no startup line; stderr: %s", stderr.String())
-	base, _, ok := strings.Cut(strings.TrimPrefix(lines.Text(), "agentkv proxy listening on "), ": ")
-	require.True(t, ok, lines.Text())
-	go func() {
-		for lines.Scan() {
-		}
-	}()
+	base, stderr, done := runProxyInProcess(t, append([]string{"--listen", "127.0.0.1:0"}, workers...)...)
 	t.Cleanup(func() {
 		self, _ := os.FindProcess(os.Getpid())
 		_ = self.Signal(os.Interrupt)

@@ -23,22 +23,7 @@ func TestProxyAPIKeys(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys")
 	const alice, ops = "sk-alice-0123456789abcdef", "sk-ops-0123456789abcdef012"
 	require.NoError(t, os.WriteFile(keys, []byte("alice "+alice+"\nops "+ops+" admin\n"), 0o600))
-	pr, pw := io.Pipe()
-	var stderr lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(&cmdEnv{stdin: strings.NewReader(""), stdout: pw, stderr: &stderr},
-			[]string{"proxy", "--listen", "127.0.0.1:0", "--mock-workers", "1", "--api-keys", keys})
-		pw.Close()
-	}()
-	lines := bufio.NewScanner(pr)
-	require.True(t, lines.Scan(), "no startup line; stderr: %s", stderr.String())
-	base, _, ok := strings.Cut(strings.TrimPrefix(lines.Text(), "agentkv proxy listening on "), ": ")
-	require.True(t, ok, lines.Text())
-	go func() {
-		for lines.Scan() {
-		}
-	}()
+	base, stderr, done := runProxyInProcess(t, "--listen", "127.0.0.1:0", "--mock-workers", "1", "--api-keys", keys)
 	chat := func(key string) int {
 		hdr := map[string]string{}
 		if key != "" {
@@ -82,4 +67,27 @@ func TestLoopback(t *testing.T) {
 		":8000": false, "0.0.0.0:8000": false, "10.0.0.1:8000": false, "bad": false} {
 		require.Equal(t, want, loopback(addr), addr)
 	}
+}
+
+// runProxyInProcess runs `agentkv proxy args...` in this process and
+// returns its base URL (from the listening line), its stderr and its exit
+// code's channel; the proxy runs until the process gets SIGINT.
+func runProxyInProcess(t *testing.T, args ...string) (string, *lockedBuffer, <-chan int) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	stderr := new(lockedBuffer)
+	done := make(chan int, 1)
+	go func() {
+		done <- run(&cmdEnv{stdin: strings.NewReader(""), stdout: pw, stderr: stderr}, append([]string{"proxy"}, args...))
+		pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	require.True(t, lines.Scan(), "no startup line; stderr: %s", stderr.String())
+	base, _, ok := strings.Cut(strings.TrimPrefix(lines.Text(), "agentkv proxy listening on "), ": ")
+	require.True(t, ok, lines.Text())
+	go func() {
+		for lines.Scan() {
+		}
+	}()
+	return base, stderr, done
 }
