@@ -35,7 +35,9 @@
 //  4. the text is encoded without added special tokens.
 //
 // Chat satisfies gateway.Tokenizer: `agentkv proxy --tokenizer DIR`
-// loads one with LoadChat. The gateway checks its answers against the
+// loads one with LoadChat; without the flag the proxy finds DIR itself
+// with CachedModelDir (the worker's model in the Hugging Face hub cache,
+// HubCacheDir). The gateway checks its answers against the
 // worker's own /tokenize in the background and stops using it for a
 // worker on the first mismatch, so a template or version drift costs a
 // round trip per request, never a wrong routing key for long.
