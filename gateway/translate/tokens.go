@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/agentkv/agentkv/internal/tokenapi"
 )
 
 // TokenAPI names one of the token-in, token-out APIs of the engines that
@@ -291,22 +293,11 @@ func EncodeTokenRequest(api TokenAPI, tr *TokenRequest) ([]byte, error) {
 	// The ids are written directly: json.Marshal would scan them again.
 	b := make([]byte, 0, len(rest)+len(idsKey)+4+11*len(tr.Tokens))
 	b = append(append(append(b, `{"`...), idsKey...), `":`...)
-	b = appendIDs(b, tr.Tokens)
+	b = tokenapi.AppendIDs(b, tr.Tokens)
 	if len(rest) > 2 {
 		b = append(b, ',')
 	}
 	return append(b, rest[1:]...), nil
-}
-
-func appendIDs(b []byte, ids []uint32) []byte {
-	b = append(b, '[')
-	for i, t := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendUint(b, uint64(t), 10)
-	}
-	return append(b, ']')
 }
 
 // TokenLogprob is one token id and its logprob.

@@ -160,35 +160,23 @@ func (u *openAIUsage) usage() *TokenUsage {
 // {"content": [{"token", "logprob", "top_logprobs"}]}, "finish_reason"}],
 // "usage"}: a stream's objects hold the new tokens only.
 func decodeInference(b []byte) (TokenChunk, error) {
-	var v struct {
-		Choices []struct {
-			TokenIDs []uint32 `json:"token_ids"`
-			Logprobs *struct {
-				Content []struct {
+	ch, c, ok, err := firstChoice[struct {
+		TokenIDs []uint32 `json:"token_ids"`
+		Logprobs *struct {
+			Content []struct {
+				Token   string  `json:"token"`
+				Logprob float64 `json:"logprob"`
+				Top     []struct {
 					Token   string  `json:"token"`
 					Logprob float64 `json:"logprob"`
-					Top     []struct {
-						Token   string  `json:"token"`
-						Logprob float64 `json:"logprob"`
-					} `json:"top_logprobs"`
-				} `json:"content"`
-			} `json:"logprobs"`
-			Finish *string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage *openAIUsage `json:"usage"`
+				} `json:"top_logprobs"`
+			} `json:"content"`
+		} `json:"logprobs"`
+		Finish *string `json:"finish_reason"`
+	}](b)
+	if err != nil || !ok {
+		return c, err
 	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return TokenChunk{}, replyErr("%v", err)
-	}
-	var c TokenChunk
-	c.Usage = v.Usage.usage()
-	if len(v.Choices) == 0 {
-		if c.Usage == nil {
-			return TokenChunk{}, replyErr("no choices: %s", clip(b))
-		}
-		return c, nil
-	}
-	ch := v.Choices[0]
 	c.IDs = ch.TokenIDs
 	if ch.Finish != nil {
 		c.Finish = *ch.Finish
@@ -213,6 +201,29 @@ func decodeInference(b []byte) (TokenChunk, error) {
 	return c, nil
 }
 
+// firstChoice decodes an OpenAI-shaped reply (or stream chunk) whose
+// choices are C: its first choice, and a chunk holding its usage. ok is
+// false for a usage-only chunk (no choices); no choices and no usage is
+// an error.
+func firstChoice[C any](b []byte) (C, TokenChunk, bool, error) {
+	var v struct {
+		Choices []C          `json:"choices"`
+		Usage   *openAIUsage `json:"usage"`
+	}
+	var zero C
+	if err := json.Unmarshal(b, &v); err != nil {
+		return zero, TokenChunk{}, false, replyErr("%v", err)
+	}
+	c := TokenChunk{Usage: v.Usage.usage()}
+	if len(v.Choices) == 0 {
+		if c.Usage == nil {
+			return zero, TokenChunk{}, false, replyErr("no choices: %s", clip(b))
+		}
+		return zero, c, false, nil
+	}
+	return v.Choices[0], c, true, nil
+}
+
 // tokenIDString reads vLLM's "token_id:N" (return_tokens_as_token_ids).
 func tokenIDString(s string) (uint32, error) {
 	rest, ok := strings.CutPrefix(s, "token_id:")
@@ -231,30 +242,18 @@ func tokenIDString(s string) (uint32, error) {
 // of logprobs.tokens ("token_id:N"), their logprobs token_logprobs, the
 // alternatives top_logprobs (objects read in order).
 func decodeCompletions(b []byte) (TokenChunk, error) {
-	var v struct {
-		Choices []struct {
-			Text     string `json:"text"`
-			Logprobs *struct {
-				Tokens        []string          `json:"tokens"`
-				TokenLogprobs []*float64        `json:"token_logprobs"`
-				Top           []json.RawMessage `json:"top_logprobs"`
-			} `json:"logprobs"`
-			Finish *string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage *openAIUsage `json:"usage"`
+	ch, c, ok, err := firstChoice[struct {
+		Text     string `json:"text"`
+		Logprobs *struct {
+			Tokens        []string          `json:"tokens"`
+			TokenLogprobs []*float64        `json:"token_logprobs"`
+			Top           []json.RawMessage `json:"top_logprobs"`
+		} `json:"logprobs"`
+		Finish *string `json:"finish_reason"`
+	}](b)
+	if err != nil || !ok {
+		return c, err
 	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return TokenChunk{}, replyErr("%v", err)
-	}
-	var c TokenChunk
-	c.Usage = v.Usage.usage()
-	if len(v.Choices) == 0 {
-		if c.Usage == nil {
-			return TokenChunk{}, replyErr("no choices: %s", clip(b))
-		}
-		return c, nil
-	}
-	ch := v.Choices[0]
 	c.Text = ch.Text
 	if ch.Finish != nil {
 		c.Finish = *ch.Finish
@@ -428,7 +427,7 @@ func (e *TokenEncoder) sglang() []byte {
 			m.OutputTopLogprobs = append(b, ']')
 		}
 	}
-	b, _ := json.Marshal(tokenapi.GenerateResponse{Text: e.text.String(), OutputIDs: appendIDs(nil, e.ids), MetaInfo: m})
+	b, _ := json.Marshal(tokenapi.GenerateResponse{Text: e.text.String(), OutputIDs: tokenapi.AppendIDs(nil, e.ids), MetaInfo: m})
 	return b
 }
 
@@ -449,7 +448,7 @@ func appendTriples(b []byte, ids []uint32, lps []float64) []byte {
 }
 
 func (e *TokenEncoder) inference(from int, usage bool) []byte {
-	ch := tokenapi.InferenceChoice{TokenIDs: appendIDs(nil, e.ids[from:])}
+	ch := tokenapi.InferenceChoice{TokenIDs: tokenapi.AppendIDs(nil, e.ids[from:])}
 	if e.finish != "" {
 		f := e.finish
 		ch.FinishReason = &f
