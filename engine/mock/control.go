@@ -198,6 +198,11 @@ func (s *Server) AbortAll() int {
 // /reset_prefix_cache; ErrBusy while requests are in flight.
 func (s *Server) FlushCache() error { return s.drv.flush() }
 
+// CachedBlocks is how many blocks the worker's device tier holds, as its
+// KV events have described them: a router whose index shows as many for
+// this worker has caught up with its events.
+func (s *Server) CachedBlocks() int { return len(s.drv.cached(flashindex.Device)) }
+
 // SetPaused pauses or resumes generation (requests in flight keep their
 // place; new ones wait).
 func (s *Server) SetPaused(on bool) { s.drv.setPaused(on) }
