@@ -119,7 +119,11 @@ func runChaos(t *testing.T, sessions, turns int, kill, admission bool, period, d
 					break
 				}
 				if err != nil || resp.StatusCode != http.StatusOK {
-					atomic.AddInt64(&res.failedBeforeFirstByte, 1)
+					if atomic.AddInt64(&res.failedBeforeFirstByte, 1) == 1 {
+						// Why no other worker took it (for the record: a run
+						// under heavy load failed here once).
+						t.Logf("workers when the first request failed: %+v", f.stack.Gateway().Tracker().Status())
+					}
 					t.Logf("session %d turn %d: %v %v", s, turn, err, text)
 					return
 				}
@@ -329,6 +333,9 @@ func TestWedgedWorkerEjected(t *testing.T) {
 			}
 		}()
 	}
+	var stopOnce sync.Once
+	stopClients := func() { stopOnce.Do(func() { close(stop); wg.Wait() }) }
+	t.Cleanup(stopClients) // a failed check must not leave clients logging after the test
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
 		require.Eventually(t, cond, 60*time.Second, 2*time.Millisecond, what)
@@ -344,8 +351,12 @@ func TestWedgedWorkerEjected(t *testing.T) {
 	require.True(t, st.Ejected)
 	require.Equal(t, failover.ReasonTimeout, st.EjectReason)
 	require.Equal(t, failover.Up, st.Health, "its health probes stay green")
-	require.Equal(t, 1.0, gathered(t, stack.Registry(), "agentkv_gateway_worker_ejections_total", "worker", strconv.Itoa(wedged),
-		"reason", failover.ReasonTimeout))
+	// The ejection's metric is counted by the tracker's listener, just
+	// after the worker stops being routable.
+	waitFor("the ejection is counted", func() bool {
+		return gathered(t, stack.Registry(), "agentkv_gateway_worker_ejections_total", "worker", strconv.Itoa(wedged),
+			"reason", failover.ReasonTimeout) == 1
+	})
 	for _, w := range stack.Router().Workers() {
 		require.NotEqual(t, uint64(wedged), w.ID, "an ejected worker leaves the router")
 	}
@@ -378,8 +389,7 @@ func TestWedgedWorkerEjected(t *testing.T) {
 	before := served[wedged].Load()
 	waitFor("the recovered worker serves again", func() bool { return served[wedged].Load() > before+3 })
 	waitFor("its breaker closes", func() bool { return tr.Status()[wedged].Breaker == failover.Closed })
-	close(stop)
-	wg.Wait()
+	stopClients()
 	require.Zero(t, bad.Load(), "every request was answered whole")
 
 	// The gateway's own timings: no request took more than two attempts,
@@ -484,6 +494,16 @@ func TestLongPromptNotEjected(t *testing.T) {
 		require.True(t, replyComplete(ChatPath, true, resp, body), body)
 		seen[f.workerOf(resp)]++
 	}
+	// What the short prompts cost (on a loaded machine one may have met
+	// its 50 ms floor and been retried): the long prompts must add nothing.
+	counts := func() (out [3][2]float64) {
+		for w := range 3 {
+			out[w] = [2]float64{gathered(t, stack.Registry(), "agentkv_failover_retries_total", "worker", strconv.Itoa(w)),
+				gathered(t, stack.Registry(), "agentkv_failover_failures_total", "worker", strconv.Itoa(w))}
+		}
+		return out
+	}
+	before := counts()
 	for _, stream := range []bool{false, true} {
 		var b strings.Builder
 		for i := range 127_000 {
@@ -504,9 +524,8 @@ func TestLongPromptNotEjected(t *testing.T) {
 	}
 	for w, st := range stack.Gateway().Tracker().Status() {
 		require.False(t, st.Ejected, "worker %d: %+v", w, st)
-		require.Zero(t, gathered(t, stack.Registry(), "agentkv_failover_retries_total", "worker", strconv.Itoa(w)))
-		require.Zero(t, gathered(t, stack.Registry(), "agentkv_failover_failures_total", "worker", strconv.Itoa(w)))
 	}
+	require.Equal(t, before, counts(), "retries and failures per worker ([retries, failures]) before and after the long prompts")
 	mfs, err := stack.Registry().Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
