@@ -3,6 +3,7 @@ package mock
 import (
 	"context"
 	"fmt"
+	"github.com/go-zeromq/zmq4"
 	"maps"
 	"slices"
 	"sync"
@@ -85,14 +86,23 @@ func subscribe(t *testing.T, s *Server, ts *tierSets) *vllm.Subscriber {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sub.Close() })
-	deadline := time.Now().Add(10 * time.Second)
-	for !sub.Stats()[0].Connected {
-		if time.Now().After(deadline) {
-			t.Fatal("subscriber never connected")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	awaitSubscribed(t, s)
 	return sub
+}
+
+// awaitSubscribed waits until a subscription has reached s's PUB socket:
+// a dial that succeeded is not enough, the SUB socket's subscription
+// travels after it, and a batch published before it arrives is lost with
+// no later batch to reveal the gap (under -race on a loaded machine this
+// took long enough for a whole test's events to go missing).
+func awaitSubscribed(t *testing.T, s *Server) {
+	t.Helper()
+	pub := s.pub.pub.(zmq4.Topics)
+	for deadline := time.Now().Add(30 * time.Second); len(pub.Topics()) == 0; time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the subscription never reached the mock's PUB socket")
+		}
+	}
 }
 
 func chatBody(s *Server, text string, maxTokens int) map[string]any {

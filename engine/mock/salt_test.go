@@ -43,11 +43,7 @@ func TestCacheSaltIsolates(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sub.Close() })
-	for deadline := time.Now().Add(30 * time.Second); !sub.Stats()[0].Connected; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("subscriber never connected")
-		}
-	}
+	awaitSubscribed(t, s)
 	text := words(100, "s")
 	cached := func(salt string) int {
 		t.Helper()
