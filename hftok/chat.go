@@ -201,10 +201,26 @@ func (c *Chat) TokenizeChat(body []byte) ([]uint32, error) {
 // Render returns the prompt text of a chat completions request body: the
 // chat template's output before tokenization.
 func (c *Chat) Render(body []byte) (string, error) {
-	req, err := parseJSON(body)
+	text, _, err := c.render(body, nil, false)
+	return text, err
+}
+
+// render is Render, reusing what parsing prev left (nil: nothing) and,
+// with record, returning what parsing body leaves for the next body.
+func (c *Chat) render(body []byte, prev *parseMemo, record bool) (string, *parseMemo, error) {
+	req, memo, err := memoParse(body, prev, record)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
+	text, err := c.renderRequest(req)
+	if err != nil {
+		return "", nil, err
+	}
+	return text, memo, nil
+}
+
+// renderRequest renders a decoded request.
+func (c *Chat) renderRequest(req jinja.Value) (string, error) {
 	if !req.IsDict() {
 		return "", errors.New("hftok: the request is not a JSON object")
 	}

@@ -24,22 +24,22 @@ var errJSON = errors.New("hftok: invalid JSON")
 // as json.loads keeps them; a repeated key keeps its first place and its
 // last value, as a Python dict does.
 func parseJSON(b []byte) (jinja.Value, error) {
-	p := jsonParser{b: b}
-	p.space()
-	v, err := p.value(0)
-	if err != nil {
-		return jinja.Undefined(), err
-	}
-	p.space()
-	if p.i != len(p.b) {
-		return jinja.Undefined(), fmt.Errorf("%w: data after the value at byte %d", errJSON, p.i)
-	}
-	return v, nil
+	v, _, err := memoParse(b, nil, false)
+	return v, err
 }
 
 type jsonParser struct {
 	b []byte
 	i int
+
+	// memoParse's: the previous body's memo, the length of the prefix
+	// this body shares with it, and the memo being recorded (each nil or
+	// 0 in a plain parse).
+	prev *parseMemo
+	lcp  int
+	rec  *parseMemo
+	// minEq: the shortest value reused by byte equality.
+	minEq int
 }
 
 func (p *jsonParser) space() {
@@ -117,7 +117,12 @@ func (p *jsonParser) object(depth int) (jinja.Value, error) {
 		}
 		p.i++
 		p.space()
-		e, err := p.value(depth + 1)
+		var e jinja.Value
+		if depth == 0 && (p.prev != nil || p.rec != nil) {
+			e, err = p.topValue(k)
+		} else {
+			e, err = p.value(depth + 1)
+		}
 		if err != nil {
 			return jinja.Undefined(), err
 		}

@@ -19,16 +19,21 @@ const DefaultSessionBytes = 256 << 20
 // it (appending is safe: its capacity is its length). Safe for concurrent
 // use; two turns of one session at once each still get exact ids.
 func (c *Chat) TokenizeChatSession(session string, body []byte) ([]uint32, error) {
-	text, err := c.Render(body)
+	s := c.sessions()
+	if s == nil || session == "" {
+		text, err := c.Render(body)
+		if err != nil {
+			return nil, err
+		}
+		return c.tok.Encode(nil, text), nil
+	}
+	prev, memo := s.get(session)
+	text, memo, err := c.render(body, memo, true)
 	if err != nil {
 		return nil, err
 	}
-	s := c.sessions()
-	if s == nil || session == "" {
-		return c.tok.Encode(nil, text), nil
-	}
-	e, _ := c.tok.EncodeFrom(s.get(session), text)
-	s.put(session, e)
+	e, _ := c.tok.EncodeFrom(prev, text)
+	s.put(session, e, memo)
 	return e.IDs(), nil
 }
 
@@ -45,7 +50,8 @@ func (c *Chat) sessions() *sessionCache {
 	return c.sess
 }
 
-// sessionCache is a bytes-bounded LRU of each session's last Encoding.
+// sessionCache is a bytes-bounded LRU of each session's last Encoding and
+// what parsing its body left (parseMemo).
 type sessionCache struct {
 	budget int
 	mu     sync.Mutex // guards the fields below
@@ -55,22 +61,25 @@ type sessionCache struct {
 }
 
 type sessionEntry struct {
-	key string
-	e   *Encoding
+	key  string
+	e    *Encoding
+	memo *parseMemo
+	size int
 }
 
-func (s *sessionCache) get(key string) *Encoding {
+func (s *sessionCache) get(key string) (*Encoding, *parseMemo) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if el, ok := s.m[key]; ok {
 		s.lru.MoveToFront(el)
-		return el.Value.(*sessionEntry).e
+		se := el.Value.(*sessionEntry)
+		return se.e, se.memo
 	}
-	return nil
+	return nil, nil
 }
 
-func (s *sessionCache) put(key string, e *Encoding) {
-	size := e.Size() + len(key)
+func (s *sessionCache) put(key string, e *Encoding, memo *parseMemo) {
+	size := e.Size() + memo.size() + len(key)
 	if size > s.budget {
 		return
 	}
@@ -78,11 +87,11 @@ func (s *sessionCache) put(key string, e *Encoding) {
 	defer s.mu.Unlock()
 	if el, ok := s.m[key]; ok {
 		old := el.Value.(*sessionEntry)
-		s.bytes += size - old.e.Size() - len(key)
-		old.e = e
+		s.bytes += size - old.size
+		old.e, old.memo, old.size = e, memo, size
 		s.lru.MoveToFront(el)
 	} else {
-		s.m[key] = s.lru.PushFront(&sessionEntry{key: key, e: e})
+		s.m[key] = s.lru.PushFront(&sessionEntry{key: key, e: e, memo: memo, size: size})
 		s.bytes += size
 	}
 	for s.bytes > s.budget {
@@ -90,6 +99,6 @@ func (s *sessionCache) put(key string, e *Encoding) {
 		old := el.Value.(*sessionEntry)
 		s.lru.Remove(el)
 		delete(s.m, old.key)
-		s.bytes -= old.e.Size() + len(old.key)
+		s.bytes -= old.size
 	}
 }
