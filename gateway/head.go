@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/agentkv/agentkv/internal/jsonscan"
 )
 
 // requestHead is what the gateway reads of every request body itself: the
@@ -135,23 +137,11 @@ func (s *headScanner) skipValue() bool {
 		c := s.b[s.i]
 		switch c {
 		case '"':
-			j := s.i + 1
-			for {
-				k := bytes.IndexAny(s.b[j:], "\"\\")
-				if k < 0 {
-					return false
-				}
-				j += k
-				if s.b[j] == '\\' {
-					j += 2
-					if j > len(s.b) {
-						return false
-					}
-					continue
-				}
-				break
+			j := jsonscan.StringEnd(s.b, s.i)
+			if j < 0 {
+				return false
 			}
-			s.i = j + 1
+			s.i = j
 		case '{', '[':
 			depth++
 			s.i++

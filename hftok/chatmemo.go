@@ -4,6 +4,8 @@ import (
 	"bytes"
 
 	"github.com/ardanlabs/jinja"
+
+	"github.com/agentkv/agentkv/internal/jsonscan"
 )
 
 // parseMemo is what parsing one request body leaves for parsing the same
@@ -200,23 +202,9 @@ func skipJSON(b []byte, i int) (end int, ok bool) {
 	for i < len(b) {
 		switch c := b[i]; c {
 		case '"':
-			j := i + 1
-			for {
-				k := bytes.IndexByte(b[j:], '"')
-				if k < 0 {
-					return 0, false
-				}
-				j += k
-				n := 0 // backslashes before the quote
-				for b[j-1-n] == '\\' {
-					n++
-				}
-				if n%2 == 0 {
-					break
-				}
-				j++
+			if i = jsonscan.StringEnd(b, i); i < 0 {
+				return 0, false
 			}
-			i = j + 1
 			if depth == 0 {
 				return i, true
 			}

@@ -67,13 +67,23 @@ func (e *Encoding) Size() int { return len(e.text) + 4*len(e.ids) + 16*len(e.cut
 // or the Encoding of any earlier text of this Tokenizer. The second result
 // is how many ids were reused.
 func (t *Tokenizer) EncodeFrom(prev *Encoding, text string) (*Encoding, int) {
-	if t.rawAdded == nil || !utf8.ValidString(text) {
+	l := 0
+	if t.rawAdded != nil && prev != nil && len(prev.cuts) > 0 {
+		// prev's text is valid UTF-8 (only valid text gets cut points),
+		// and so is the shared prefix cut back to a rune boundary of
+		// prev's text; text is valid where its part after that is: a long
+		// prompt is checked only where it is new.
+		l = commonPrefix(prev.text, text)
+		for l > 0 && l < len(prev.text) && !utf8.RuneStart(prev.text[l]) {
+			l--
+		}
+	}
+	if t.rawAdded == nil || !utf8.ValidString(text[l:]) {
 		return &Encoding{text: text, ids: t.Encode(nil, text)}, 0
 	}
 	e := &Encoding{text: text}
 	from := 0
-	if prev != nil && len(prev.cuts) > 0 {
-		l := commonPrefix(prev.text, text)
+	if l > 0 {
 		// A match decision reads up to maxLen bytes; single_word checks
 		// read a rune past a token.
 		window := max(t.rawAdded.maxLen, utf8.UTFMax)
@@ -106,10 +116,14 @@ func (t *Tokenizer) EncodeFrom(prev *Encoding, text string) (*Encoding, int) {
 
 // commonPrefix returns the length of the longest common prefix of a and b.
 func commonPrefix(a, b string) int {
+	// Compare a block at a time first (the runtime's vectorised compare):
+	// a prompt's prefix runs to hundreds of kilobytes.
+	const chunk = 512
 	n := min(len(a), len(b))
-	// Compare 8-byte strides first: a prompt's prefix runs to hundreds of
-	// kilobytes.
 	i := 0
+	for i+chunk <= n && a[i:i+chunk] == b[i:i+chunk] {
+		i += chunk
+	}
 	for i+8 <= n && a[i:i+8] == b[i:i+8] {
 		i += 8
 	}

@@ -3,6 +3,8 @@ package session
 import (
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/agentkv/agentkv/internal/jsonscan"
 )
 
 // text is what the JSON scanner reads: a header value (string) or a body
@@ -85,15 +87,7 @@ func (f *fields[T]) next() (key, val T, ok bool) {
 // skipString returns the index just past the string starting at data[i]
 // (which must be '"'), or -1 if it is unterminated.
 func skipString[T text](data T, i int) int {
-	for j := i + 1; j < len(data); j++ {
-		switch data[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return -1
+	return jsonscan.StringEnd(data, i)
 }
 
 // skipValue returns the index just past the JSON value starting at data[i],
