@@ -3,11 +3,14 @@ package hftok
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/agentkv/agentkv/internal/cputime"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // benchChat is the Chat the benchmarks use: the first model directory in
@@ -158,10 +161,13 @@ func sessionBodies(b *testing.B, c *Chat, ctx, add int) (context, next []byte) {
 // BenchmarkChatSessionTurn times one agent turn that appends about 500
 // tokens to a context of 2 K, 32 K or 128 K tokens: whole (TokenizeChat,
 // its caches warm from the context, as the gateway tokenized before
-// sessions), session (what TokenizeChatSession does: render, then encode
-// from the context's Encoding), render (the template alone: JSON,
-// conversion, Jinja). The session figure is the per-turn cost; against
-// ctx=2K it shows how much the context still costs.
+// sessions), session (TokenizeChatSession after the context's turn: the
+// body parsed from the context's memo, then encoded from its Encoding),
+// nomemo (the same without the memo: Render, then EncodeFrom), render (the
+// template alone: JSON, conversion, Jinja). The session figure is the
+// per-turn cost; against ctx=2K it shows how much the context still
+// costs. Each reports cpu-us/op, the thread's CPU time per turn, which
+// other jobs on a shared machine do not inflate.
 func BenchmarkChatSessionTurn(b *testing.B) {
 	c, model := benchChat(b)
 	for _, ctx := range []int{2 << 10, 32 << 10, 128 << 10} {
@@ -172,32 +178,49 @@ func BenchmarkChatSessionTurn(b *testing.B) {
 		}
 		prev, _ := c.tok.EncodeFrom(nil, ctxText)
 		name := fmt.Sprintf("model=%s/ctx=%dK", model, ctx>>10)
-		b.Run(name+"/whole", func(b *testing.B) {
-			for b.Loop() {
-				if _, err := c.TokenizeChat(next); err != nil {
+		// timed runs turn b.N times, before each (untimed) and then
+		// timed, and reports the thread's CPU time per turn.
+		timed := func(b *testing.B, before, turn func() error) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var cpu time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if before != nil {
+					b.StopTimer()
+					if err := before(); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+				t0 := cputime.Thread()
+				if err := turn(); err != nil {
 					b.Fatal(err)
 				}
+				cpu += cputime.Thread() - t0
 			}
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
+		}
+		b.Run(name+"/whole", func(b *testing.B) {
+			timed(b, nil, func() error { _, err := c.TokenizeChat(next); return err })
 		})
 		b.Run(name+"/session", func(b *testing.B) {
+			timed(b, func() error { _, err := c.TokenizeChatSession("s", ctxBody); return err },
+				func() error { _, err := c.TokenizeChatSession("s", next); return err })
+		})
+		b.Run(name+"/nomemo", func(b *testing.B) {
 			reused := 0
-			for b.Loop() {
+			timed(b, nil, func() error {
 				text, err := c.Render(next)
-				if err != nil {
-					b.Fatal(err)
+				if err == nil {
+					_, reused = c.tok.EncodeFrom(prev, text)
 				}
-				var e *Encoding
-				e, reused = c.tok.EncodeFrom(prev, text)
-				_ = e
-			}
+				return err
+			})
 			b.ReportMetric(float64(reused), "reused-tokens")
 		})
 		b.Run(name+"/render", func(b *testing.B) {
-			for b.Loop() {
-				if _, err := c.Render(next); err != nil {
-					b.Fatal(err)
-				}
-			}
+			timed(b, nil, func() error { _, err := c.Render(next); return err })
 			b.ReportMetric(float64(len(next)), "body-bytes")
 		})
 	}
