@@ -21,6 +21,7 @@ import (
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/gateway/failover"
 	"github.com/agentkv/agentkv/gateway/tenant"
+	"github.com/agentkv/agentkv/gateway/translate"
 	"github.com/agentkv/agentkv/session"
 )
 
@@ -212,6 +213,9 @@ type Gateway struct {
 	m       *metrics
 	mux     *http.ServeMux
 	tokIdx  atomic.Uint64 // the worker tried first for /tokenize
+	// memos keeps what decoding recent Messages and Responses bodies
+	// left, so an agent's next turn decodes only its new items.
+	memos   *translate.Memos
 	reqSeq  atomic.Uint64
 	rids    rids      // token-API requests in flight by rid (generate.go)
 	pause   pauseGate // the router-level pause (control.go)
@@ -255,7 +259,7 @@ func New(cfg Config) (*Gateway, error) {
 	cfg.ReadyWait = orDefault(cfg.ReadyWait, DefaultReadyWait)
 	cfg.FirstByteTimeout = orDefault(cfg.FirstByteTimeout, DefaultFirstByteTimeout)
 	cfg.StreamIdleTimeout = orDefault(cfg.StreamIdleTimeout, DefaultStreamIdleTimeout)
-	g := &Gateway{cfg: cfg, log: cfg.Logger, router: cfg.Router, sess: cfg.Sessions}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, router: cfg.Router, sess: cfg.Sessions, memos: translate.NewMemos(0)}
 	g.bgCtx, g.bgCancel = context.WithCancel(context.Background())
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)

@@ -191,7 +191,7 @@ func (g *Gateway) parse(a API, body []byte, t *tenant.Tenant) (*call, error) {
 		}
 		c.chatB = c.body
 	case Responses:
-		if c.chat, c.custom, err = translate.ResponsesToChat(body); err != nil {
+		if c.chat, c.custom, err = translate.ResponsesToChatMemo(body, g.memos); err != nil {
 			return nil, err
 		}
 	case Messages, CountTokens:
@@ -201,7 +201,7 @@ func (g *Gateway) parse(a API, body []byte, t *tenant.Tenant) (*call, error) {
 				g.m.billingStripped.Inc()
 			}
 		}
-		if c.chat, err = translate.MessagesToChat(c.body); err != nil {
+		if c.chat, err = translate.MessagesToChatMemo(c.body, g.memos); err != nil {
 			return nil, err
 		}
 		if c.api == CountTokens {

@@ -41,9 +41,15 @@ func namedTool(name string) json.RawMessage {
 // tools are dropped; tool_choice any → "required", tool → the named
 // function, none → "none"; stop_sequences → stop.
 func MessagesToChat(body []byte) (*apiwire.ChatRequest, error) {
-	var in apiwire.MessagesRequest
-	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, badRequest("messages request: %v", err)
+	return MessagesToChatMemo(body, nil)
+}
+
+// MessagesToChatMemo is MessagesToChat decoding the body from ms's memo
+// of an earlier body that started the same way (nil: no memo).
+func MessagesToChatMemo(body []byte, ms *Memos) (*apiwire.ChatRequest, error) {
+	in, err := decodeMessages(body, ms)
+	if err != nil {
+		return nil, err
 	}
 	cr := &apiwire.ChatRequest{Model: in.Model, MaxTokens: in.MaxTokens, Temperature: in.Temperature, TopP: in.TopP,
 		TopK: in.TopK, Stream: in.Stream}

@@ -36,9 +36,15 @@ var customParams = json.RawMessage(`{"type":"object","properties":{"input":{"typ
 // Reasoning items are dropped (chat completions cannot carry them back).
 // custom lists the custom tools' names, for the reply's translation.
 func ResponsesToChat(body []byte) (cr *apiwire.ChatRequest, custom map[string]bool, err error) {
-	var in apiwire.ResponsesRequest
-	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, nil, badRequest("responses request: %v", err)
+	return ResponsesToChatMemo(body, nil)
+}
+
+// ResponsesToChatMemo is ResponsesToChat decoding the body from ms's
+// memo of an earlier body that started the same way (nil: no memo).
+func ResponsesToChatMemo(body []byte, ms *Memos) (cr *apiwire.ChatRequest, custom map[string]bool, err error) {
+	in, err := decodeResponses(body, ms)
+	if err != nil {
+		return nil, nil, err
 	}
 	if in.PreviousResponseID != "" {
 		return nil, nil, badRequest("previous_response_id is not supported: this gateway keeps no responses; send the whole input (store=false)")
