@@ -209,7 +209,7 @@ func (g *Gateway) parse(a API, body []byte, t *tenant.Tenant) (*call, error) {
 		}
 	}
 	if c.chat != nil {
-		if c.chatB, err = json.Marshal(c.chat); err != nil {
+		if c.chatB, err = translate.MarshalChat(c.chat, c.body, g.memos); err != nil {
 			return nil, badRequest("%v", err)
 		}
 	}

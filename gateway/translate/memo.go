@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/list"
 	"encoding/json"
+	"reflect"
 	"sync"
 
 	"github.com/zeebo/xxh3"
@@ -359,4 +360,74 @@ func decodeResponses(body []byte, ms *Memos) (*apiwire.ResponsesRequest, error) 
 		return nil, badRequest("responses request: %v", err)
 	}
 	return &in, nil
+}
+
+// chatOut is what encoding a translated chat request left: its messages
+// and each one's JSON.
+type chatOut struct {
+	msgs  []apiwire.ChatMessage
+	enc   [][]byte
+	fresh int // messages encoded, not taken from the memo
+}
+
+func (o *chatOut) size() int {
+	n := 64
+	for _, e := range o.enc {
+		n += 2*len(e) + 64
+	}
+	return n
+}
+
+// messagesHole is where the messages go in a chat request encoded with
+// none: Messages is ChatRequest's second field, after the model's string
+// (in which a quote is escaped), so the first match is the field.
+var messagesHole = []byte(`,"messages":[]`)
+
+// MarshalChat is json.Marshal(cr) for the chat request translated from
+// body, encoding again only the messages that differ from those of the
+// last request translated from a body that started the same way (ms's
+// memo; nil: none). The bytes equal json.Marshal's: an array's encoding
+// is its elements' encodings joined by commas.
+func MarshalChat(cr *apiwire.ChatRequest, body []byte, ms *Memos) ([]byte, error) {
+	if ms == nil || len(body) < minMemoBody || len(cr.Messages) == 0 {
+		return json.Marshal(cr)
+	}
+	k := ms.key('c', body)
+	prev, _ := ms.get(k).(*chatOut)
+	msgs := cr.Messages
+	cr.Messages = []apiwire.ChatMessage{}
+	frame, err := json.Marshal(cr)
+	cr.Messages = msgs
+	if err != nil {
+		return nil, err
+	}
+	at := bytes.Index(frame, messagesHole)
+	if at < 0 {
+		return json.Marshal(cr)
+	}
+	at += len(messagesHole) - 1 // at the ']'
+	out := &chatOut{msgs: msgs, enc: make([][]byte, len(msgs))}
+	n := len(frame)
+	for i := range msgs {
+		if prev != nil && i < len(prev.msgs) && reflect.DeepEqual(prev.msgs[i], msgs[i]) {
+			out.enc[i] = prev.enc[i]
+		} else {
+			if out.enc[i], err = json.Marshal(&msgs[i]); err != nil {
+				return nil, err
+			}
+			out.fresh++
+		}
+		n += len(out.enc[i]) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, frame[:at]...)
+	for i, e := range out.enc {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, e...)
+	}
+	b = append(b, frame[at:]...)
+	ms.put(k, out, out.size())
+	return b, nil
 }

@@ -24,7 +24,7 @@ func agentBodies(t testing.TB, api string, turns int) [][]byte {
 		id := fmt.Sprintf("call_%d", turn)
 		if api == "messages" {
 			items = append(items,
-				map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": fmt.Sprintf("turn %d: fix the tests ✓", turn)}}},
+				map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": fmt.Sprintf("turn %d: fix the tests ✓ <b>&amp;</b> \u2028", turn)}}},
 				map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "tool_use", "id": id, "name": "Read", "input": map[string]any{"path": fmt.Sprintf("f%d.go", turn)}}}},
 				map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": id, "content": code}}})
 		} else {
@@ -67,6 +67,11 @@ func translateBoth(t *testing.T, api string, body []byte, ms *Memos) {
 	}
 	require.NoError(t, gotErr)
 	require.True(t, reflect.DeepEqual(want, got), "%.200q", body)
+	wantB, err := json.Marshal(want)
+	require.NoError(t, err)
+	gotB, err := MarshalChat(got, body, ms)
+	require.NoError(t, err)
+	require.Equal(t, string(wantB), string(gotB), "MarshalChat")
 }
 
 // TestMemoTranslation: an agent's growing session translated turn by turn
@@ -94,6 +99,9 @@ func TestMemoTranslation(t *testing.T) {
 						reused = m.reused
 					}
 					require.Equal(t, 3*i, reused, "turn %d: every earlier item from the memo", i)
+					out, _ := ms.get(ms.key('c', b)).(*chatOut)
+					require.NotNil(t, out, "turn %d: no encoding kept", i)
+					require.LessOrEqual(t, out.fresh, 4, "turn %d: only the new turn's messages encoded (of %d)", i, len(out.msgs))
 				}
 			}
 			last := string(bodies[len(bodies)-1])
