@@ -148,3 +148,31 @@ func FuzzMemoDecode(f *testing.F) {
 		require.True(t, reflect.DeepEqual(want, got), "%q from %q", b, a)
 	})
 }
+
+// FuzzMarshalChat: a chat request encoded from the memo of any other
+// request's encoding equals json.Marshal of it.
+func FuzzMarshalChat(f *testing.F) {
+	bodies := agentBodies(f, "messages", 2)
+	f.Add(bodies[0], bodies[1])
+	f.Add([]byte(`{"messages":[{"role":"user","content":"a<b>"}],"max_tokens":1}`), []byte(`{"messages":[{"role":"user","content":"a<b>"},{"role":"assistant","content":[{"type":"text","text":"\u2028"}]}],"max_tokens":1}`))
+	slot := []byte(strings.Repeat("k", minMemoBody)) // both in one memo slot
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		ms := NewMemos(0)
+		if cr, err := MessagesToChat(a); err == nil {
+			_, err := MarshalChat(cr, slot, ms)
+			require.NoError(t, err)
+		}
+		cr, err := MessagesToChat(b)
+		if err != nil {
+			return
+		}
+		want, wantErr := json.Marshal(cr)
+		got, err := MarshalChat(cr, slot, ms)
+		if wantErr != nil {
+			require.Error(t, err)
+			return
+		}
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got))
+	})
+}
