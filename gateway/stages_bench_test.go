@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/hftok"
+	"github.com/agentkv/agentkv/internal/cputime"
 )
 
 // stageChat is the in-process tokenizer of the stage benchmark: hftok's
@@ -106,7 +107,10 @@ var stageNames = []string{"read", "parse", "identify", "tokenize", "route", "for
 // (hashing, index lookup, cost, decision), forward (the worker's request,
 // relay of its stream, usage sniffing) and finish (the router's Done,
 // trace, metrics). Each stage's time per request is reported as
-// <stage>-us and its share of the request as <stage>-%.
+// <stage>-us and its share of the request as <stage>-%; cpu-us/op is the
+// process's CPU time per request (every thread: the engine stand-in's
+// reading of the body and the garbage collector included), which other
+// jobs on a shared machine do not inflate as they do wall time.
 func BenchmarkGatewayStages(b *testing.B) {
 	up := httptest.NewServer(&benchUpstream{chunks: 8})
 	defer up.Close()
@@ -134,8 +138,10 @@ func benchStages(b *testing.B, g *Gateway, api API, ctxBody, next []byte) {
 	req := httptest.NewRequest(http.MethodPost, api.Path(), nil)
 	req.Header.Set("X-Dynamo-Session-Id", "bench")
 	var spent [7]time.Duration
+	var cpu time.Duration
 	turn := func(raw []byte, timed bool) {
 		var t [8]time.Time
+		c0 := cputime.Process()
 		t[0] = time.Now()
 		body, _ := io.ReadAll(bytes.NewReader(raw))
 		t[1] = time.Now()
@@ -169,6 +175,7 @@ func benchStages(b *testing.B, g *Gateway, api API, ctxBody, next []byte) {
 		g.finish(c, d, res.Usage, nil)
 		t[7] = time.Now()
 		if timed {
+			cpu += cputime.Process() - c0
 			for i := range spent {
 				spent[i] += t[i+1].Sub(t[i])
 			}
@@ -191,5 +198,6 @@ func benchStages(b *testing.B, g *Gateway, api API, ctxBody, next []byte) {
 		b.ReportMetric(100*float64(spent[i])/float64(total), name+"-%")
 	}
 	b.ReportMetric(float64(len(next)), "body-bytes")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
 	b.ReportMetric(0, "ns/op")
 }
