@@ -291,8 +291,14 @@ func TestWorkerGoneEverywhere(t *testing.T) {
 	d.Done(agentkv.Usage{})
 
 	require.NoError(t, r1.Close()) // the relay goes: its worker with it
+	// Router.RemoveWorker drops the worker from its list, then from the
+	// index: wait for both (under load a check between them saw the
+	// blocks still indexed).
+	gone := func(rp *Replica) bool {
+		return len(rp.r.Workers()) == 1 && len(rp.r.Index().FindMatches(mustSeq(t, []uint32{1, 2, 3, 4}), nil)) == 0
+	}
 	deadline := time.Now().Add(waitBound)
-	for time.Now().Before(deadline) && (len(a.r.Workers()) != 1 || len(b.r.Workers()) != 1) {
+	for time.Now().Before(deadline) && (!gone(a) || !gone(b)) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	for _, rp := range []*Replica{a, b} {

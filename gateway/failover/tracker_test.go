@@ -165,16 +165,21 @@ func TestTrackerWorkerDownAtStart(t *testing.T) {
 func TestTrackerFastEjectAndReturn(t *testing.T) {
 	clk := newStepClock()
 	tr, _ := newTracker(t, clk, Config{})
-	var code atomic.Int32
+	var code, other atomic.Int32
 	code.Store(200)
-	url := healthServer(t, &code)
-	other := healthServer(t, &code)
-	_ = tr.Add(0, url)
-	_ = tr.Add(1, other)
-	a0, a1 := clk.next(t), clk.next(t)
+	other.Store(200)
+	_ = tr.Add(0, healthServer(t, &code))
+	_ = tr.Add(1, healthServer(t, &other))
+	clk.next(t)
+	clk.next(t)
 	if got := tr.Allowed(nil, nil); !slices.Equal(got, []uint64{0, 1}) {
 		t.Fatalf("Allowed %v", got)
 	}
+	// Worker 0 is down: the report ejects it at once, and the probe the
+	// report wakes (without its timer) fails too, so nothing can make it
+	// routable before the checks below (under -race on a loaded box a
+	// passing probe did, between the report and the check).
+	code.Store(503)
 	tr.Report(0, Outcome{Kind: Connect, Err: errors.New("connection refused")})
 	if tr.Routable(0) {
 		t.Fatal("worker still routable after a connection refused")
@@ -182,9 +187,15 @@ func TestTrackerFastEjectAndReturn(t *testing.T) {
 	if got := tr.Allowed(nil, []uint64{1}); len(got) != 0 {
 		t.Fatalf("Allowed excluding 1: %v", got)
 	}
-	// The kick wakes worker 0's loop without its timer; its probe
-	// succeeds (the worker is back), so the breaker half-opens.
-	a := clk.next(t)
+	a := clk.next(t) // the woken probe failed; the next one waits
+	if tr.Routable(0) {
+		t.Fatalf("routable after a failed probe: %+v", tr.Status()[0])
+	}
+	// The worker is back: the next probe passes and the breaker
+	// half-opens.
+	code.Store(200)
+	clk.fire(a)
+	clk.next(t)
 	st := tr.Status()[0]
 	if st.Breaker != HalfOpen || !st.Routable {
 		t.Fatalf("after a good probe: %+v", st)
@@ -194,7 +205,6 @@ func TestTrackerFastEjectAndReturn(t *testing.T) {
 	if st := tr.Status()[0]; st.Breaker != Closed || st.BreakerOpens != 1 {
 		t.Fatalf("after two successes: %+v", st)
 	}
-	_, _, _ = a, a0, a1
 }
 
 // A stream cut mid-way wakes the worker's probe loop at once: a worker
