@@ -61,7 +61,7 @@ func memoParseMin(body []byte, prev *parseMemo, record bool, minEq int) (jinja.V
 	}
 	if prev != nil {
 		p.prev = prev
-		p.lcp = commonPrefixBytes(prev.body, body)
+		p.lcp = jsonscan.CommonPrefix(prev.body, body)
 	}
 	p.space()
 	v, err := p.value(0)
@@ -96,7 +96,7 @@ func (p *jsonParser) reuse(s *memoSpan) (jinja.Value, bool) {
 	if n < p.minEq || len(p.b)-p.i < n {
 		return jinja.Undefined(), false
 	}
-	if end, ok := skipJSON(p.b, p.i); ok && end-p.i == n && bytes.Equal(p.b[p.i:end], p.prev.body[s.start:s.end]) {
+	if end, ok := jsonscan.ValueEnd(p.b, p.i); ok && end-p.i == n && bytes.Equal(p.b[p.i:end], p.prev.body[s.start:s.end]) {
 		p.i = end
 		return s.v, true
 	}
@@ -190,68 +190,4 @@ func (p *jsonParser) messages() (jinja.Value, error) {
 			return jinja.Undefined(), p.fail("want ',' or ']'")
 		}
 	}
-}
-
-// skipJSON returns the index just after the JSON value that starts at
-// b[i], found by bracket and string structure alone (no validation: a
-// value reused by byte equality was validated when it was decoded, and
-// the parse goes on validating after it). ok is false where no end is
-// found.
-func skipJSON(b []byte, i int) (end int, ok bool) {
-	depth := 0
-	for i < len(b) {
-		switch c := b[i]; c {
-		case '"':
-			if i = jsonscan.StringEnd(b, i); i < 0 {
-				return 0, false
-			}
-			if depth == 0 {
-				return i, true
-			}
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			depth--
-			if depth < 0 {
-				return 0, false
-			}
-			if depth == 0 {
-				return i + 1, true
-			}
-		default:
-			if depth == 0 { // a number or literal: up to a delimiter
-				j := i
-				for j < len(b) && !isJSONDelim(b[j]) {
-					j++
-				}
-				return j, j > i
-			}
-		}
-		i++
-	}
-	return 0, false
-}
-
-func isJSONDelim(c byte) bool {
-	switch c {
-	case ',', '}', ']', ' ', '\t', '\n', '\r', ':':
-		return true
-	}
-	return false
-}
-
-// commonPrefixBytes is the length of the longest common prefix of a and
-// b, compared a block at a time (bodies run to megabytes).
-func commonPrefixBytes(a, b []byte) int {
-	const chunk = 1024
-	n := min(len(a), len(b))
-	i := 0
-	for i+chunk <= n && bytes.Equal(a[i:i+chunk], b[i:i+chunk]) {
-		i += chunk
-	}
-	for i < n && a[i] == b[i] {
-		i++
-	}
-	return i
 }

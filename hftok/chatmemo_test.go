@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ardanlabs/jinja"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -131,19 +132,6 @@ func TestMemoParseReusesTurns(t *testing.T) {
 				checkMemoParse(t, prev, []byte(bad), 0)
 			}
 		})
-	}
-}
-
-// TestSkipJSON: skipJSON finds the end of every value a plain parse reads.
-func TestSkipJSON(t *testing.T) {
-	for _, s := range []string{`"a\"b\\"`, `"\\\\"`, `{"a":[1,2,{"b":"]}"}]}`, `-1.5e3`, `true`, `null`, `[]`, `{}`, `"x\\\""`} {
-		end, ok := skipJSON([]byte(s+` ,"z"`), 0)
-		require.True(t, ok, s)
-		require.Equal(t, len(s), end, s)
-	}
-	for _, s := range []string{`"abc`, `[1,2`, `]`, `"\"`} {
-		_, ok := skipJSON([]byte(s), 0)
-		require.False(t, ok, s)
 	}
 }
 

@@ -146,7 +146,7 @@ func decodeMemo[R, E any](body []byte, key string, prev *arrayMemo[E], r *R, set
 	}
 	lcp := 0
 	if prev != nil {
-		lcp = commonPrefix(prev.body, body)
+		lcp = jsonscan.CommonPrefix(prev.body, body)
 	}
 	items := make([]E, len(spans))
 	reused := 0
@@ -203,7 +203,7 @@ func topArray(body []byte, key string) (start, end int, ok bool) {
 			return 0, 0, false
 		}
 		i = skipSpace(body, i+1)
-		ve, ok := skipValue(body, i)
+		ve, ok := jsonscan.ValueEnd(body, i)
 		if !ok {
 			return 0, 0, false
 		}
@@ -237,7 +237,7 @@ func itemSpans(body []byte, start, end int) ([][2]int, bool) {
 	}
 	var spans [][2]int
 	for {
-		ie, ok := skipValue(body, i)
+		ie, ok := jsonscan.ValueEnd(body, i)
 		if !ok || ie >= end {
 			return nil, false
 		}
@@ -258,63 +258,6 @@ func itemSpans(body []byte, start, end int) ([][2]int, bool) {
 
 func skipSpace(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipValue returns the index just past the JSON value at b[i], following
-// strings and nesting (not validating scalars: encoding/json decodes what
-// is not reused).
-func skipValue(b []byte, i int) (int, bool) {
-	depth := 0
-	for i < len(b) {
-		switch c := b[i]; c {
-		case '"':
-			if i = jsonscan.StringEnd(b, i); i < 0 {
-				return 0, false
-			}
-			if depth == 0 {
-				return i, true
-			}
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			depth--
-			if depth < 0 {
-				return 0, false
-			}
-			if depth == 0 {
-				return i + 1, true
-			}
-		default:
-			if depth == 0 {
-				j := i
-				for j < len(b) {
-					switch b[j] {
-					case ',', '}', ']', ' ', '\t', '\n', '\r', ':':
-						return j, j > i
-					}
-					j++
-				}
-				return j, j > i
-			}
-		}
-		i++
-	}
-	return 0, false
-}
-
-// commonPrefix is the length of the longest common prefix of a and b.
-func commonPrefix(a, b []byte) int {
-	const chunk = 1024
-	n := min(len(a), len(b))
-	i := 0
-	for i+chunk <= n && bytes.Equal(a[i:i+chunk], b[i:i+chunk]) {
-		i += chunk
-	}
-	for i < n && a[i] == b[i] {
 		i++
 	}
 	return i

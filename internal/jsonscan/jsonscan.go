@@ -56,3 +56,66 @@ func indexQuote[T ~string | ~[]byte](data T, from int) int {
 	}
 	return from + k
 }
+
+// ValueEnd returns the index just past the JSON value that starts at
+// b[i], found by its strings and nesting alone: scalars are not
+// validated (callers validate what they decode). ok is false where no end
+// is found.
+func ValueEnd(b []byte, i int) (end int, ok bool) {
+	depth := 0
+	for i < len(b) {
+		switch b[i] {
+		case '"':
+			if i = StringEnd(b, i); i < 0 {
+				return 0, false
+			}
+			if depth == 0 {
+				return i, true
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth < 0 {
+				return 0, false
+			}
+			if depth == 0 {
+				return i + 1, true
+			}
+		default:
+			if depth == 0 { // a number or literal: up to a delimiter
+				j := i
+				for j < len(b) && !isDelim(b[j]) {
+					j++
+				}
+				return j, j > i
+			}
+		}
+		i++
+	}
+	return 0, false
+}
+
+func isDelim(c byte) bool {
+	switch c {
+	case ',', '}', ']', ' ', '\t', '\n', '\r', ':':
+		return true
+	}
+	return false
+}
+
+// CommonPrefix is the length of the longest common prefix of a and b,
+// compared a block at a time (request bodies run to megabytes).
+func CommonPrefix(a, b []byte) int {
+	const chunk = 1024
+	n := min(len(a), len(b))
+	i := 0
+	for i+chunk <= n && bytes.Equal(a[i:i+chunk], b[i:i+chunk]) {
+		i += chunk
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}

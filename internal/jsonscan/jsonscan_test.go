@@ -2,6 +2,8 @@ package jsonscan
 
 import (
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // stringEndRef is the byte-by-byte walk StringEnd replaces.
@@ -70,4 +72,40 @@ func BenchmarkStringEnd(b *testing.B) {
 		}
 		b.SetBytes(int64(len(s)))
 	})
+}
+
+// TestSkipJSON: jsonscan.ValueEnd finds the end of every value a plain parse reads.
+func TestValueEnd(t *testing.T) {
+	for _, s := range []string{`"a\"b\\"`, `"\\\\"`, `{"a":[1,2,{"b":"]}"}]}`, `-1.5e3`, `true`, `null`, `[]`, `{}`, `"x\\\""`} {
+		end, ok := ValueEnd([]byte(s+` ,"z"`), 0)
+		require.True(t, ok, s)
+		require.Equal(t, len(s), end, s)
+	}
+	for _, s := range []string{`"abc`, `[1,2`, `]`, `"\"`} {
+		_, ok := ValueEnd([]byte(s), 0)
+		require.False(t, ok, s)
+	}
+}
+
+// TestCommonPrefix: CommonPrefix agrees with a byte-by-byte compare where
+// the bodies part at every offset around its block edges.
+func TestCommonPrefix(t *testing.T) {
+	a := make([]byte, 5000)
+	for i := range a {
+		a[i] = byte('a' + i%26)
+	}
+	for _, cut := range []int{0, 1, 1023, 1024, 1025, 2048, 4999, 5000} {
+		b := append([]byte(nil), a...)
+		if cut < len(b) {
+			b[cut] = '!'
+		}
+		for _, n := range []int{len(b), cut, min(cut+1, len(b))} {
+			want := 0
+			for want < min(len(a), n) && a[want] == b[want] {
+				want++
+			}
+			require.Equal(t, want, CommonPrefix(a, b[:n]), "cut %d, len %d", cut, n)
+			require.Equal(t, want, CommonPrefix(b[:n], a), "cut %d, len %d", cut, n)
+		}
+	}
 }
