@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/ardanlabs/jinja"
+
+	"github.com/agentkv/agentkv/internal/bytelru"
 )
 
 // ErrUnsupported is returned for a request this package cannot render
@@ -61,7 +63,7 @@ type Chat struct {
 
 	sessionBytes int // ChatConfig.SessionBytes
 	sessOnce     sync.Once
-	sess         *sessionCache // nil when SessionBytes < 0
+	sess         *bytelru.Cache[string, sessionMemory] // nil when SessionBytes < 0
 }
 
 // LoadChat loads a model directory as Hugging Face saves it:

@@ -144,8 +144,13 @@ func (p *jsonParser) object(depth int) (jinja.Value, error) {
 }
 
 func (p *jsonParser) array(depth int) (jinja.Value, error) {
+	return p.list(nil, func(int) (jinja.Value, error) { return p.value(depth + 1) })
+}
+
+// list reads an array, each element by item (given its index), appending
+// them to items (nil, or room made ahead).
+func (p *jsonParser) list(items []jinja.Value, item func(i int) (jinja.Value, error)) (jinja.Value, error) {
 	p.i++ // [
-	var items []jinja.Value
 	p.space()
 	if p.i < len(p.b) && p.b[p.i] == ']' {
 		p.i++
@@ -153,7 +158,7 @@ func (p *jsonParser) array(depth int) (jinja.Value, error) {
 	}
 	for {
 		p.space()
-		e, err := p.value(depth + 1)
+		e, err := item(len(items))
 		if err != nil {
 			return jinja.Undefined(), err
 		}

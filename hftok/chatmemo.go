@@ -152,42 +152,22 @@ func (p *jsonParser) topValue(key string) (jinja.Value, error) {
 // messages reads the top-level messages array element by element, each
 // from the memo where it can.
 func (p *jsonParser) messages() (jinja.Value, error) {
-	p.i++ // [
 	var items []jinja.Value
 	if p.prev != nil {
 		items = make([]jinja.Value, 0, len(p.prev.msgs)+4)
 	}
-	p.space()
-	if p.i < len(p.b) && p.b[p.i] == ']' {
-		p.i++
-		return jinja.NewList(items), nil
-	}
-	for {
-		p.space()
+	return p.list(items, func(i int) (jinja.Value, error) {
 		start := p.i
-		e, ok := p.reuse(p.msgSpan(len(items)))
+		e, ok := p.reuse(p.msgSpan(i))
 		if !ok {
 			var err error
 			if e, err = p.value(2); err != nil {
-				return jinja.Undefined(), err
+				return e, err
 			}
 		}
 		if p.rec != nil {
 			p.rec.msgs = append(p.rec.msgs, memoSpan{start: start, end: p.i, v: e})
 		}
-		items = append(items, e)
-		p.space()
-		if p.i >= len(p.b) {
-			return jinja.Undefined(), p.fail("unterminated array")
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-		case ']':
-			p.i++
-			return jinja.NewList(items), nil
-		default:
-			return jinja.Undefined(), p.fail("want ',' or ']'")
-		}
-	}
+		return e, nil
+	})
 }

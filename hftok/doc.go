@@ -34,6 +34,12 @@
 //     and continue_final_message, and the special tokens;
 //  4. the text is encoded without added special tokens.
 //
+// TokenizeChatSession does the same for one turn of an agent session,
+// from what the session's previous turn left: the body is parsed reusing
+// every message and field whose bytes are unchanged, and only the text
+// past the shared rendered prefix is encoded; the ids equal
+// TokenizeChat's. The template still runs over every message.
+//
 // Chat satisfies gateway.Tokenizer: `agentkv proxy --tokenizer DIR`
 // loads one with LoadChat; without the flag the proxy finds DIR itself
 // with CachedModelDir (the worker's model in the Hugging Face hub cache,

@@ -1,9 +1,6 @@
 package hftok
 
-import (
-	"container/list"
-	"sync"
-)
+import "github.com/agentkv/agentkv/internal/bytelru"
 
 // DefaultSessionBytes bounds the prompts a Chat remembers for incremental
 // session tokenization (ChatConfig.SessionBytes).
@@ -27,78 +24,34 @@ func (c *Chat) TokenizeChatSession(session string, body []byte) ([]uint32, error
 		}
 		return c.tok.Encode(nil, text), nil
 	}
-	prev, memo := s.get(session)
-	text, memo, err := c.render(body, memo, true)
+	prev, _ := s.Get(session)
+	text, memo, err := c.render(body, prev.memo, true)
 	if err != nil {
 		return nil, err
 	}
-	e, _ := c.tok.EncodeFrom(prev, text)
-	s.put(session, e, memo)
+	e, _ := c.tok.EncodeFrom(prev.e, text)
+	s.Put(session, sessionMemory{e, memo}, e.Size()+memo.size()+len(session))
 	return e.IDs(), nil
 }
 
-func (c *Chat) sessions() *sessionCache {
+// sessionMemory is what a session's last turn left: its Encoding and what
+// parsing its body left (parseMemo).
+type sessionMemory struct {
+	e    *Encoding
+	memo *parseMemo
+}
+
+// sessions is the bytes-bounded LRU of each session's memory, or nil when
+// SessionBytes < 0.
+func (c *Chat) sessions() *bytelru.Cache[string, sessionMemory] {
 	c.sessOnce.Do(func() {
 		budget := c.sessionBytes
 		if budget == 0 {
 			budget = DefaultSessionBytes
 		}
 		if budget > 0 {
-			c.sess = &sessionCache{budget: budget, m: map[string]*list.Element{}}
+			c.sess = bytelru.New[string, sessionMemory](budget)
 		}
 	})
 	return c.sess
-}
-
-// sessionCache is a bytes-bounded LRU of each session's last Encoding and
-// what parsing its body left (parseMemo).
-type sessionCache struct {
-	budget int
-	mu     sync.Mutex // guards the fields below
-	m      map[string]*list.Element
-	lru    list.List // of *sessionEntry, most recent first
-	bytes  int
-}
-
-type sessionEntry struct {
-	key  string
-	e    *Encoding
-	memo *parseMemo
-	size int
-}
-
-func (s *sessionCache) get(key string) (*Encoding, *parseMemo) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if el, ok := s.m[key]; ok {
-		s.lru.MoveToFront(el)
-		se := el.Value.(*sessionEntry)
-		return se.e, se.memo
-	}
-	return nil, nil
-}
-
-func (s *sessionCache) put(key string, e *Encoding, memo *parseMemo) {
-	size := e.Size() + memo.size() + len(key)
-	if size > s.budget {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if el, ok := s.m[key]; ok {
-		old := el.Value.(*sessionEntry)
-		s.bytes += size - old.size
-		old.e, old.memo, old.size = e, memo, size
-		s.lru.MoveToFront(el)
-	} else {
-		s.m[key] = s.lru.PushFront(&sessionEntry{key: key, e: e, memo: memo, size: size})
-		s.bytes += size
-	}
-	for s.bytes > s.budget {
-		el := s.lru.Back()
-		old := el.Value.(*sessionEntry)
-		s.lru.Remove(el)
-		delete(s.m, old.key)
-		s.bytes -= old.size
-	}
 }

@@ -9,6 +9,12 @@
 // server-sent event scanner they share (SSEScanner), and Claude Code's
 // billing preamble (StripBilling).
 //
+// An agent resends its whole context every turn: Memos keeps what decoding
+// recent Messages and Responses bodies left (MessagesToChatMemo,
+// ResponsesToChatMemo) and the chat JSON of their translations
+// (MarshalChat), so a next turn decodes and encodes its new items only;
+// the results equal the memo-less functions'.
+//
 // Nothing here does I/O beyond writing a stream to an http.ResponseWriter,
 // and nothing needs a gateway: every function is tested as bytes in, bytes
 // out. The functions are safe for concurrent use; the stream, writer,

@@ -2,14 +2,13 @@ package translate
 
 import (
 	"bytes"
-	"container/list"
 	"encoding/json"
 	"reflect"
-	"sync"
 
 	"github.com/zeebo/xxh3"
 
 	"github.com/agentkv/agentkv/internal/apiwire"
+	"github.com/agentkv/agentkv/internal/bytelru"
 	"github.com/agentkv/agentkv/internal/jsonscan"
 )
 
@@ -25,11 +24,7 @@ import (
 // whole body. Bounded by bytes; least recently used first out. Safe for
 // concurrent use.
 type Memos struct {
-	budget int
-	mu     sync.Mutex // guards the fields below
-	m      map[memoKey]*list.Element
-	lru    list.List // of *memoEntry, most recent first
-	bytes  int
+	c *bytelru.Cache[memoKey, any] // *arrayMemo[E] or *chatOut
 }
 
 // MemoKeyBytes is how much of a body's start names its memo slot.
@@ -47,18 +42,12 @@ type memoKey struct {
 	hash uint64
 }
 
-type memoEntry struct {
-	key  memoKey
-	m    any // *arrayMemo[E]
-	size int
-}
-
 // NewMemos returns a memo cache of about maxBytes (0: DefaultMemoBytes).
 func NewMemos(maxBytes int) *Memos {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMemoBytes
 	}
-	return &Memos{budget: maxBytes, m: map[memoKey]*list.Element{}}
+	return &Memos{c: bytelru.New[memoKey, any](maxBytes)}
 }
 
 func (ms *Memos) key(api byte, body []byte) memoKey {
@@ -66,48 +55,11 @@ func (ms *Memos) key(api byte, body []byte) memoKey {
 }
 
 func (ms *Memos) get(k memoKey) any {
-	if ms == nil {
-		return nil
-	}
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	if el, ok := ms.m[k]; ok {
-		ms.lru.MoveToFront(el)
-		return el.Value.(*memoEntry).m
-	}
-	return nil
+	v, _ := ms.c.Get(k)
+	return v
 }
 
-func (ms *Memos) put(k memoKey, m any, size int) {
-	if ms == nil || size > ms.budget {
-		return
-	}
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	if el, ok := ms.m[k]; ok {
-		e := el.Value.(*memoEntry)
-		ms.bytes += size - e.size
-		e.m, e.size = m, size
-		ms.lru.MoveToFront(el)
-	} else {
-		ms.m[k] = ms.lru.PushFront(&memoEntry{key: k, m: m, size: size})
-		ms.bytes += size
-	}
-	for ms.bytes > ms.budget {
-		el := ms.lru.Back()
-		e := el.Value.(*memoEntry)
-		ms.lru.Remove(el)
-		delete(ms.m, e.key)
-		ms.bytes -= e.size
-	}
-}
-
-// Len is how many memos are held.
-func (ms *Memos) Len() int {
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	return len(ms.m)
-}
+func (ms *Memos) put(k memoKey, m any, size int) { ms.c.Put(k, m, size) }
 
 // arrayMemo is what decoding a body's item array left: the body and each
 // item's span in it and decoded value. Items are only read afterwards
@@ -266,41 +218,36 @@ func skipSpace(b []byte, i int) int {
 // decodeMessages decodes a Messages request, from ms's memo of a body
 // that started the same way where it can.
 func decodeMessages(body []byte, ms *Memos) (*apiwire.MessagesRequest, error) {
-	var in apiwire.MessagesRequest
-	if ms != nil && len(body) >= minMemoBody {
-		k := ms.key('m', body)
-		prev, _ := ms.get(k).(*arrayMemo[apiwire.AnthropicMessage])
-		if m, ok := decodeMemo(body, "messages", prev, &in, func(r *apiwire.MessagesRequest, items []apiwire.AnthropicMessage) {
-			r.Messages = items
-		}); ok {
-			ms.put(k, m, m.size())
-			return &in, nil
-		}
-		in = apiwire.MessagesRequest{}
-	}
-	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, badRequest("messages request: %v", err)
-	}
-	return &in, nil
+	return decodeRequest(body, ms, 'm', "messages request", "messages", func(r *apiwire.MessagesRequest, items []apiwire.AnthropicMessage) {
+		r.Messages = items
+	})
 }
 
 // decodeResponses decodes a Responses request, from ms's memo of a body
 // that started the same way where it can.
 func decodeResponses(body []byte, ms *Memos) (*apiwire.ResponsesRequest, error) {
-	var in apiwire.ResponsesRequest
+	return decodeRequest(body, ms, 'r', "responses request", "input", func(r *apiwire.ResponsesRequest, items []apiwire.InputItem) {
+		r.Input = apiwire.TextOr[apiwire.InputItem]{Parts: items}
+	})
+}
+
+// decodeRequest decodes body into an R, its array member key (items E,
+// given to the R by set) from ms's memo (slot api) where it can, else
+// whole; a whole decode's error is a bad request about what.
+func decodeRequest[R, E any](body []byte, ms *Memos, api byte, what, key string, set func(*R, []E)) (*R, error) {
+	var in R
 	if ms != nil && len(body) >= minMemoBody {
-		k := ms.key('r', body)
-		prev, _ := ms.get(k).(*arrayMemo[apiwire.InputItem])
-		if m, ok := decodeMemo(body, "input", prev, &in, func(r *apiwire.ResponsesRequest, items []apiwire.InputItem) {
-			r.Input = apiwire.TextOr[apiwire.InputItem]{Parts: items}
-		}); ok {
+		k := ms.key(api, body)
+		prev, _ := ms.get(k).(*arrayMemo[E])
+		if m, ok := decodeMemo(body, key, prev, &in, set); ok {
 			ms.put(k, m, m.size())
 			return &in, nil
 		}
-		in = apiwire.ResponsesRequest{}
+		var zero R
+		in = zero
 	}
 	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, badRequest("responses request: %v", err)
+		return nil, badRequest("%s: %v", what, err)
 	}
 	return &in, nil
 }
