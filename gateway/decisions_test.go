@@ -85,6 +85,7 @@ func readmeReplayDecisions(t *testing.T, inProcess bool) string {
 	t.Cleanup(func() { _ = stack.Close() })
 	srv := httptest.NewServer(stack.Handler(""))
 	t.Cleanup(srv.Close)
+	awaitStackReady(t, stack, mocks)
 
 	// caughtUp reports whether the index holds as many device blocks of
 	// each worker as the worker holds.

@@ -130,24 +130,53 @@ func (c *e2eCluster) closeFront() error {
 	return err
 }
 
-// awaitEvents makes sure every worker's KV events reach the router before
-// the sessions start. A ZeroMQ subscriber misses what its publisher sends
-// before the subscription has reached it, so each worker gets a probe
-// request of its own (straight to the worker, unique words) until the
-// router's index shows blocks of that worker, learnt from its events.
+// awaitEvents makes sure every worker is routable and its KV events reach
+// the router before the sessions start; see awaitStackReady.
 func (c *e2eCluster) awaitEvents() {
 	c.t.Helper()
+	awaitStackReady(c.t, c.stack, c.mocks)
+}
+
+// awaitStackReady waits until every worker of the stack has passed its
+// first health probe (until then the gateway routes only to the workers
+// that have, so a first session's worker would depend on which probe came
+// back first) and its KV events reach the router. A ZeroMQ subscriber
+// misses what its publisher sends before the subscription has reached it,
+// so each worker gets a probe request of its own (straight to the worker,
+// unique words) until the router's index shows blocks of that worker,
+// learnt from its events.
+func awaitStackReady(t *testing.T, stack *Stack, mocks []*mock.Server) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for i, m := range c.mocks {
+	tr := stack.Gateway().Tracker()
+	for i := range mocks {
+		for !tr.Routable(uint64(i)) {
+			require.True(t, time.Now().Before(deadline), "worker %d never passed its first health probe", i)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	device := func(id uint64) int {
+		for _, ws := range stack.Router().Index().Stats().Workers {
+			if ws.Worker.ID == id {
+				return ws.Device
+			}
+		}
+		return 0
+	}
+	for i, m := range mocks {
 		for n := 0; ; n++ {
-			require.True(c.t, time.Now().Before(deadline), "worker %d: no KV events reached the router", i)
+			require.True(t, time.Now().Before(deadline), "worker %d: no KV events reached the router", i)
 			body := fmt.Sprintf(`{"model":%q,"max_tokens":1,"messages":[{"role":"user","content":%q}]}`,
-				m.Model(), e2eWords(3*c.bs, fmt.Sprintf("probe%dx%d", i, n)))
+				m.Model(), e2eWords(3*m.BlockSize(), fmt.Sprintf("probe%dx%d", i, n)))
 			resp, err := http.Post(m.URL()+ChatPath, "application/json", strings.NewReader(body))
-			require.NoError(c.t, err)
+			require.NoError(t, err)
 			resp.Body.Close()
-			require.Equal(c.t, http.StatusOK, resp.StatusCode)
-			if c.waitFor(250*time.Millisecond, func() bool { return c.deviceBlocks(uint64(i)) > 0 }) {
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			end := time.Now().Add(250 * time.Millisecond)
+			for device(uint64(i)) == 0 && time.Now().Before(end) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if device(uint64(i)) > 0 {
 				break
 			}
 		}

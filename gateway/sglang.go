@@ -70,8 +70,14 @@ func (s *Stack) eventsConfig(w *stackWorker) *vllm.Config {
 	// With tenants, blocks carry their cache salt as an extra key (vLLM's
 	// cache_salt), and the index must mix it in as the router does
 	// (Request.CacheSalt).
+	// With a replay socket, the first batch seen replays the engine's
+	// buffer from its start (CatchUp): what the engine stored before the
+	// subscription reached its PUB socket (a gateway joining a running
+	// engine, or the engine's first batches racing the subscription) is
+	// indexed too, instead of every later block of those chains being
+	// dropped for an unknown parent.
 	c := &vllm.Config{Endpoint: spec.Events, ReplayEndpoint: spec.Replay, Sink: s.sink, Logger: s.log,
-		Decode: vllm.DecodeOptions{ExtraKeys: s.cfg.Gateway.Keys != nil}}
+		CatchUp: spec.Replay != "", Decode: vllm.DecodeOptions{ExtraKeys: s.cfg.Gateway.Keys != nil}}
 	if spec.Engine != EngineSGLang {
 		return c
 	}

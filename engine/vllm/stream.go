@@ -114,6 +114,7 @@ type Stream struct {
 	emitFn func(*flashindex.Event) error
 
 	started  bool
+	joining  bool   // CatchUp: the first batch seen was past 0 (its fill is no gap to warn of)
 	expected uint64 // next sequence number to apply
 	lastLive uint64 // last sequence number seen on the live socket
 	epoch    []byte
@@ -224,7 +225,7 @@ func (s *Stream) Offer(ctx context.Context, topic []byte, seq uint64, payload []
 		s.started = true
 		s.expected = seq
 		if s.cfg.CatchUp {
-			s.expected = 0
+			s.expected, s.joining = 0, seq > 0
 		}
 	case restart || seq <= s.lastLive:
 		// ZeroMQ never repeats or reorders a message on one connection,
@@ -255,7 +256,13 @@ func (s *Stream) Offer(ctx context.Context, topic []byte, seq uint64, payload []
 // fill replays [s.expected, seq) and resets the worker if that fails.
 func (s *Stream) fill(ctx context.Context, seq uint64) error {
 	s.count(func(st *StreamStats) { st.Gaps++ })
-	s.cfg.Logger.Warn("vllm: sequence gap", "worker", s.cfg.Worker.String(), "expected", s.expected, "got", seq)
+	if s.joining {
+		s.cfg.Logger.Info("vllm: reading what the publisher sent before this subscriber joined from its replay buffer",
+			"worker", s.cfg.Worker.String(), "first_seen", seq)
+	} else {
+		s.cfg.Logger.Warn("vllm: sequence gap", "worker", s.cfg.Worker.String(), "expected", s.expected, "got", seq)
+	}
+	s.joining = false
 	holed := false
 	if s.cfg.Replayer != nil {
 		err := s.cfg.Replayer.Replay(ctx, s.expected, func(rseq uint64, payload []byte) {
