@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -136,4 +138,54 @@ func TestNoWorkerWaitsOnce(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(b))
 	require.GreaterOrEqual(t, took, wait)
 	require.Less(t, took, 2*wait, "one ReadyWait, not two")
+}
+
+// TestStackIndexesWhatARunningWorkerHeld: a gateway that starts beside an
+// engine already serving learns the blocks the engine stored before the
+// gateway's subscription existed, from the engine's replay buffer, when
+// the next batch arrives. Without the catch-up, the earlier blocks stay
+// unknown and every later block that extends them is dropped for an
+// unknown parent.
+func TestStackIndexesWhatARunningWorkerHeld(t *testing.T) {
+	m, err := mock.Start(mock.Config{Events: "tcp://127.0.0.1:0", Replay: "tcp://127.0.0.1:0", Speedup: 1000})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	direct := func(text string) {
+		body := fmt.Sprintf(`{"model":%q,"max_tokens":1,"messages":[{"role":"user","content":%q}]}`, m.Model(), text)
+		resp, err := http.Post(m.URL()+ChatPath, "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	// Before the gateway: a context of 8 blocks and more, published to
+	// nobody.
+	first := e2eWords(8*m.BlockSize(), "before")
+	direct(first)
+	held := m.CachedBlocks()
+	require.GreaterOrEqual(t, held, 8)
+
+	s, _ := testStack(t, StackConfig{}, WorkerSpec{URL: m.URL(), Events: m.EventsEndpoint(), Replay: m.ReplayEndpoint()})
+	device := func() int {
+		for _, ws := range s.Router().Index().Stats().Workers {
+			if ws.Worker.ID == 0 {
+				return ws.Device
+			}
+		}
+		return 0
+	}
+	// The same context grown by a turn, until a batch reaches the gateway
+	// (a SUB socket's subscription reaches the PUB socket after the dial).
+	deadline := time.Now().Add(time.Minute)
+	for n := 0; device() == 0; n++ {
+		require.True(t, time.Now().Before(deadline), "no block of the worker was ever indexed (its events extend chains the gateway never learnt)")
+		direct(first + " " + e2eWords(2*m.BlockSize(), fmt.Sprintf("after%d", n)))
+		for end := time.Now().Add(250 * time.Millisecond); device() == 0 && time.Now().Before(end); {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for device() != m.CachedBlocks() {
+		require.True(t, time.Now().Before(deadline), "the index holds %d device blocks, the worker %d", device(), m.CachedBlocks())
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Greater(t, device(), held, "the blocks stored before the gateway started are indexed too")
 }
