@@ -56,7 +56,8 @@ func (r *Router) sessionView(id, parent string, w flashindex.Worker, chain []uin
 }
 
 // sharedRefs returns how many live sessions reference each of the n
-// leading blocks of session id's lineage (one count per radix segment).
+// leading blocks of session id's lineage (one count per radix segment),
+// counted up to the hint policies' kvhint.RefsBound.
 func (r *Router) sharedRefs(id string, n int) []int32 {
 	sp := segPool.Get().(*[]radix.Segment)
 	defer segPool.Put(sp)
@@ -70,7 +71,7 @@ func (r *Router) sharedRefs(id string, n int) []int32 {
 		if len(refs) >= n {
 			break
 		}
-		c, _ := r.tree.CountSessions(seg.First)
+		c, _ := r.tree.CountSessions(seg.First, r.refs)
 		for i := 0; i < seg.Len && len(refs) < n; i++ {
 			refs = append(refs, int32(c))
 		}

@@ -41,6 +41,9 @@ type Router struct {
 	tree    *radix.Tree
 	infer   *Inferrer // nil without Config.InferSessions
 	batcher *kvhint.Batcher
+	// refs is kvhint.RefsBound of the hint policies: where the lineage
+	// tree stops counting a shared block's sessions (0: counts them all).
+	refs    int
 	log     *slog.Logger
 	metrics *Metrics
 
@@ -99,6 +102,7 @@ func New(cfg Config) (*Router, error) {
 		heldByPg: map[string][]string{},
 		acting:   map[string]actingSession{},
 		batcher:  kvhint.NewBatcher("agentkv"),
+		refs:     int(kvhint.RefsBound(cfg.Hints)),
 		sticky:   newStickyLB(GlobalLBSessions),
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 	}

@@ -65,7 +65,10 @@ type Session struct {
 	// also reference (a system prompt, a parent's context a subagent was
 	// forked from). SharedRefs[i] is the number of live sessions,
 	// this one included, that reference Shared[i]; it never increases
-	// along the chain. A missing entry means "unknown".
+	// along the chain. A missing entry means "unknown". When every policy
+	// that reads it is a RefsBounder, a router may count only up to the
+	// largest of their bounds: an entry equal to it means at least that
+	// many.
 	Shared     []uint64
 	SharedRefs []int32
 	// Unique is the rest of the chain: blocks only this session references.
@@ -197,6 +200,35 @@ type Needer interface {
 	Needs(ev Event) Need
 }
 
+// RefsBounder is a Needer that reads Session.SharedRefs only to compare
+// each count with thresholds no greater than RefsBound: counts at or above
+// the bound are all alike to it. A router then stops counting a block's
+// sessions at the bound instead of visiting every session that shares it
+// (a system prompt is shared by every session).
+type RefsBounder interface {
+	RefsBound() int32
+}
+
+// RefsBound returns the count at which the router may stop counting a
+// block's sessions for policies ps: the largest RefsBound of those that
+// need SharedRefs, or 0 (count them all) when one of those is not a
+// RefsBounder.
+func RefsBound(ps []Policy) int32 {
+	var b int32
+	for _, p := range ps {
+		nd, ok := p.(Needer)
+		if ok && (nd.Needs(EventAdmit)|nd.Needs(EventResume)|nd.Needs(EventFinish)|nd.Needs(EventTick))&NeedRefs == 0 {
+			continue
+		}
+		rb, ok := p.(RefsBounder)
+		if !ok || rb.RefsBound() <= 0 {
+			return 0
+		}
+		b = max(b, rb.RefsBound())
+	}
+	return b
+}
+
 // Needs returns what the policies read of an Input for event ev: the
 // union of their Needs, NeedAll for one that is not a Needer.
 func Needs(ps []Policy, ev Event) Need {
@@ -253,3 +285,9 @@ func (p *FinishRelease) Needs(ev Event) Need {
 	}
 	return 0
 }
+
+// RefsBound implements RefsBounder: FinishRelease tells only 1 from more.
+func (p *FinishRelease) RefsBound() int32 { return 2 }
+
+// RefsBound implements RefsBounder: PrefixPin compares with MinSessions.
+func (p *PrefixPin) RefsBound() int32 { return p.cfg.MinSessions }

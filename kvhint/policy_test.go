@@ -532,3 +532,62 @@ func TestPoliciesChainAndBatch(t *testing.T) {
 		t.Fatalf("mixed sessions: %+v", mixed[0].Envelope)
 	}
 }
+
+// TestRefsBoundKeepsHints: the built-in policies that read SharedRefs
+// give the same hints from counts stopped at RefsBound as from exact
+// counts, on random lineage trees and every event; a policy that reads
+// SharedRefs without being a RefsBounder makes the bound 0 (exact).
+func TestRefsBoundKeepsHints(t *testing.T) {
+	for seed := uint64(1); seed <= 200; seed++ {
+		r := rand.New(rand.NewPCG(seed, 29))
+		var tr tree
+		prompts := [][]uint64{tr.fresh(1 + r.IntN(5)), tr.fresh(1 + r.IntN(5)), nil}
+		for i := range 2 + r.IntN(8) {
+			tr.root(fmt.Sprint("r", i), prompts[r.IntN(len(prompts))], r.IntN(6), WorkerID{ID: uint64(r.IntN(3))})
+		}
+		for i := range r.IntN(10) {
+			p := r.IntN(len(tr.nodes))
+			tr.fork(fmt.Sprint("c", i), p, r.IntN(len(tr.nodes[p].chain)+1), r.IntN(5))
+		}
+		ps := Policies{
+			must(NewPrefixPin(PrefixPinConfig{MinSessions: int32(1 + r.IntN(5))})),
+			must(NewFinishRelease(FinishReleaseConfig{MaxBlocks: 1 + r.IntN(6)})),
+		}
+		bound := RefsBound(ps)
+		if want := max(ps[0].(*PrefixPin).cfg.MinSessions, 2); bound != want {
+			t.Fatalf("seed %d: RefsBound %d, want %d", seed, bound, want)
+		}
+		for _, i := range r.Perm(len(tr.nodes)) {
+			for _, ev := range []Event{EventAdmit, EventResume, EventFinish} {
+				in := tr.input(i, ev)
+				capped := in
+				capped.Session.SharedRefs = nil
+				for _, n := range in.Session.SharedRefs {
+					capped.Session.SharedRefs = append(capped.Session.SharedRefs, min(n, bound))
+				}
+				var want, got []Hint
+				for _, p := range ps {
+					want = p.Evaluate(want, &in)
+					got = p.Evaluate(got, &capped)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("seed %d session %s %v: refs %v capped at %d give\n%+v\nwant\n%+v", seed, tr.nodes[i].id, ev, in.Session.SharedRefs, bound, got, want)
+				}
+			}
+			tr.nodes[i].finished = true
+		}
+	}
+	exact := refsReader{}
+	if b := RefsBound(Policies{must(NewPrefixPin(PrefixPinConfig{})), exact}); b != 0 {
+		t.Fatalf("a policy that reads SharedRefs and states no bound: RefsBound %d, want 0", b)
+	}
+	share := must(NewPeerShare(PeerShareConfig{}))
+	if b := RefsBound(Policies{must(NewPrefixPin(PrefixPinConfig{})), share}); b != 4 {
+		t.Fatalf("PrefixPin's default with a policy that reads no refs: RefsBound %d, want 4", b)
+	}
+}
+
+// refsReader is a user policy that reads everything (not a Needer).
+type refsReader struct{}
+
+func (refsReader) Evaluate(dst []Hint, _ *Input) []Hint { return dst }

@@ -353,8 +353,13 @@ func compare(t *RawTree, r *refTree) error {
 		if want := r.sessions(b, 0); err != nil || !slices.Equal(got, want) {
 			return fmt.Errorf("Sessions(%#x) = %v %v, ref %v", b, got, err, want)
 		}
-		if n, err := t.CountSessions(b); err != nil || n != len(got) {
+		if n, err := t.CountSessions(b, 0); err != nil || n != len(got) {
 			return fmt.Errorf("CountSessions(%#x) = %d %v, Sessions lists %d", b, n, err, len(got))
+		}
+		for limit := 1; limit <= 3; limit++ {
+			if n, err := t.CountSessions(b, limit); err != nil || n != min(limit, len(got)) {
+				return fmt.Errorf("CountSessions(%#x, %d) = %d %v, Sessions lists %d", b, limit, n, err, len(got))
+			}
 		}
 	}
 	return nil

@@ -81,10 +81,10 @@ func (t *Tree) Sessions(block uint64, dst []string) ([]string, error) {
 }
 
 // CountSessions is RawTree.CountSessions under the lock.
-func (t *Tree) CountSessions(block uint64) (int, error) {
+func (t *Tree) CountSessions(block uint64, limit int) (int, error) {
 	t.mu.Lock()
 	defer t.unlock()
-	return t.raw.CountSessions(block)
+	return t.raw.CountSessions(block, limit)
 }
 
 // Under is RawTree.Under under the lock.

@@ -824,47 +824,60 @@ func (t *RawTree) nextEpoch() uint32 {
 // position p (deeper than p.depth when strict, else at least p.depth).
 func (t *RawTree) collect(p pos, strict bool, dst []string) []string {
 	ep := t.nextEpoch()
-	t.walk(p, strict, ep, func(s uint32) { dst = append(dst, t.sessions[s].id) })
+	t.walk(p, strict, ep, func(s uint32) bool {
+		dst = append(dst, t.sessions[s].id)
+		return true
+	})
 	return dst
 }
 
 // walk calls found once for each session (marked with ep) with a
 // frontier on the subtree below p (deeper than p.depth when strict, else
-// at least p.depth).
-func (t *RawTree) walk(p pos, strict bool, ep uint32, found func(uint32)) {
+// at least p.depth), until found returns false.
+func (t *RawTree) walk(p pos, strict bool, ep uint32, found func(uint32) bool) {
+	more := true
 	add := func(f uint32) {
 		s := t.fronts[f].session
 		if t.sessions[s].mark != ep {
 			t.sessions[s].mark = ep
-			found(s)
+			more = found(s)
 		}
 	}
 	nn := &t.nodes[p.node]
 	for _, f := range nn.ends {
-		if d := t.fronts[f].depth; d > p.depth || (!strict && d == p.depth) {
+		if d := t.fronts[f].depth; more && (d > p.depth || (!strict && d == p.depth)) {
 			add(f)
 		}
 	}
 	stack := append(t.stack[:0], nn.children...)
-	for len(stack) > 0 {
+	for more && len(stack) > 0 {
 		n := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		for _, f := range t.nodes[n].ends {
-			add(f)
+			if more {
+				add(f)
+			}
 		}
 		stack = append(stack, t.nodes[n].children...)
 	}
 	t.stack = stack[:0]
 }
 
-// CountSessions is len(Sessions(block)), without listing them.
-func (t *RawTree) CountSessions(block uint64) (int, error) {
+// CountSessions is len(Sessions(block)), without listing them, counted up
+// to limit when limit > 0: it stops at the limit's session, so a result
+// equal to limit means at least that many. A block many sessions share (a
+// system prompt) has them all below it, and an exact count walks all of
+// their paths.
+func (t *RawTree) CountSessions(block uint64, limit int) (int, error) {
 	l, ok := t.blocks.get(block)
 	if !ok {
 		return 0, fmt.Errorf("%w: %#x", ErrUnknownBlock, block)
 	}
 	n := 0
-	t.walk(t.posOf(l), false, t.nextEpoch(), func(uint32) { n++ })
+	t.walk(t.posOf(l), false, t.nextEpoch(), func(uint32) bool {
+		n++
+		return limit <= 0 || n < limit
+	})
 	return n, nil
 }
 
