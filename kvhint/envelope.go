@@ -1,7 +1,9 @@
 package kvhint
 
 import (
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 )
 
@@ -107,6 +109,15 @@ type Batcher struct {
 // something unique per router process, e.g. a host name and start time).
 func NewBatcher(prefix string) *Batcher { return &Batcher{prefix: prefix} }
 
+// decimalLen is the length of n >= 0 in decimal.
+func decimalLen(n int) int {
+	l := 1
+	for ; n >= 10; n /= 10 {
+		l++
+	}
+	return l
+}
+
 // Batch appends to dst one Outbound per distinct worker in hints, in order of
 // first appearance, each holding that worker's actions in input order. An
 // envelope's SessionID is set when all its actions share one session. The
@@ -115,38 +126,61 @@ func NewBatcher(prefix string) *Batcher { return &Batcher{prefix: prefix} }
 func (b *Batcher) Batch(dst []Outbound, hints []Hint) []Outbound {
 	start := len(dst)
 	for i := range hints {
-		h := &hints[i]
-		j := start
-		for ; j < len(dst) && dst[j].Worker != h.Worker; j++ {
+		w := hints[i].Worker
+		if slices.ContainsFunc(dst[start:], func(o Outbound) bool { return o.Worker == w }) {
+			continue
 		}
-		firstID := ""
-		if j == len(dst) {
-			// One string holds the message id and its first action's.
-			var buf [48]byte
-			id := append(buf[:0], b.prefix...)
-			id = append(id, '-')
-			id = strconv.AppendUint(id, b.seq.Add(1), 10)
-			n := len(id)
-			firstID = string(append(id, ".0"...))
-			dst = append(dst, Outbound{Worker: h.Worker, Envelope: Envelope{
-				ProtocolVersion: ProtocolVersion,
-				MessageID:       firstID[:n],
-				SessionID:       h.Action.SessionID,
-			}})
+		// The worker's actions, hints[i] first: counted, so that the
+		// envelope's actions take one allocation and its ids one string
+		// (the message id, then each unnamed action's "<message id>.<k>").
+		n, unnamed := 0, 0
+		for k := i; k < len(hints); k++ {
+			if hints[k].Worker == w {
+				n++
+				if hints[k].Action.ID == "" {
+					unnamed++
+				}
+			}
 		}
-		env := &dst[j].Envelope
-		a := h.Action
-		switch {
-		case a.ID != "":
-		case len(env.Actions) == 0 && firstID != "":
-			a.ID = firstID
-		default:
-			a.ID = env.MessageID + "." + strconv.Itoa(len(env.Actions))
+		var buf [64]byte
+		var digits [20]byte
+		msg := append(buf[:0], b.prefix...)
+		msg = append(msg, '-')
+		msg = strconv.AppendUint(msg, b.seq.Add(1), 10)
+		m := len(msg)
+		var ids strings.Builder
+		ids.Grow(m + unnamed*(m+1+decimalLen(n)))
+		ids.Write(msg)
+		k := 0
+		for j := i; j < len(hints); j++ {
+			if hints[j].Worker == w {
+				if hints[j].Action.ID == "" {
+					ids.Write(msg)
+					ids.WriteByte('.')
+					ids.Write(strconv.AppendInt(digits[:0], int64(k), 10))
+				}
+				k++
+			}
 		}
-		if env.SessionID != a.SessionID {
-			env.SessionID = ""
+		all := ids.String()
+		env := Envelope{ProtocolVersion: ProtocolVersion, MessageID: all[:m], SessionID: hints[i].Action.SessionID,
+			Actions: make([]Action, 0, n)}
+		at := m
+		for j := i; j < len(hints); j++ {
+			if hints[j].Worker != w {
+				continue
+			}
+			a := hints[j].Action
+			if a.ID == "" {
+				end := at + m + 1 + decimalLen(len(env.Actions))
+				a.ID, at = all[at:end], end
+			}
+			if env.SessionID != a.SessionID {
+				env.SessionID = ""
+			}
+			env.Actions = append(env.Actions, a)
 		}
-		env.Actions = append(env.Actions, a)
+		dst = append(dst, Outbound{Worker: w, Envelope: env})
 	}
 	return dst
 }
