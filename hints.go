@@ -25,31 +25,46 @@ type actingSession struct {
 	chainLast uint64
 }
 
-// hintScratch is evaluateHints' reusable lists. What the sinks keep (the
-// envelopes, their Actions) is allocated afresh by the Batcher; the lists
-// are cleared before reuse so they retain nothing.
+// hintScratch is a hint evaluation's reusable state: its Input (with the
+// residencies' list) and evaluateHints' lists. What the sinks keep (the
+// envelopes, their Actions) is allocated afresh by the Batcher, and no
+// hint aliases the Input's Cached list; everything is cleared before reuse
+// so it retains nothing.
 type hintScratch struct {
-	hints []kvhint.Hint
-	out   []kvhint.Outbound
+	in     kvhint.Input
+	cached []kvhint.Residency
+	hints  []kvhint.Hint
+	out    []kvhint.Outbound
 }
 
 var hintScratchPool = sync.Pool{New: func() any { return new(hintScratch) }}
 
+// getHintScratch returns a cleared hintScratch whose Input has event ev
+// and worker w.
+func getHintScratch(ev kvhint.Event, w flashindex.Worker) *hintScratch {
+	sc := hintScratchPool.Get().(*hintScratch)
+	sc.in.Event, sc.in.Worker = ev, hintWorker(w)
+	return sc
+}
+
 func (sc *hintScratch) put() {
 	clear(sc.hints)
 	clear(sc.out)
-	sc.hints, sc.out = sc.hints[:0], sc.out[:0]
+	clear(sc.cached)
+	sc.in = kvhint.Input{}
+	sc.hints, sc.out, sc.cached = sc.hints[:0], sc.out[:0], sc.cached[:0]
 	hintScratchPool.Put(sc)
 }
 
-// evaluateHints runs the hint policies and delivers the hints, outside the
-// router's lock. Sinks must not block (see HintReceiver).
-func (r *Router) evaluateHints(in *kvhint.Input) int {
+// evaluateHints runs the hint policies on sc.in and delivers the hints,
+// outside the router's lock, then returns sc to its pool. Sinks must not
+// block (see HintReceiver).
+func (r *Router) evaluateHints(sc *hintScratch) int {
+	defer sc.put()
+	in := &sc.in
 	if len(r.cfg.Hints) == 0 {
 		return 0
 	}
-	sc := hintScratchPool.Get().(*hintScratch)
-	defer sc.put()
 	hints := sc.hints[:0]
 	for _, p := range r.cfg.Hints {
 		hints = p.Evaluate(hints, in)
@@ -99,10 +114,13 @@ func (r *Router) hintsOnRoute(d *Decision, rt *routing, matches []flashindex.Mat
 	if n := len(seq); n > 0 {
 		d.chainLen, d.chainLast = n, seq[n-1]
 	}
-	in := kvhint.Input{Event: kvhint.EventAdmit, Worker: hintWorker(d.Worker), Prefix: seq}
+	ev := kvhint.EventAdmit
 	if d.Waited > 0 {
-		in.Event = kvhint.EventResume
+		ev = kvhint.EventResume
 	}
+	sc := getHintScratch(ev, d.Worker)
+	in := &sc.in
+	in.Prefix = seq
 	need := kvhint.Needs(r.cfg.Hints, in.Event)
 	in.Session = kvhint.Session{ID: d.agent.SessionID, Parent: d.agent.ParentSessionID, Worker: in.Worker}
 	if need&kvhint.NeedChain != 0 {
@@ -113,10 +131,11 @@ func (r *Router) hintsOnRoute(d *Decision, rt *routing, matches []flashindex.Mat
 		in.Session, _ = r.sessionView(d.agent.SessionID, d.agent.ParentSessionID, d.Worker, chain, need&kvhint.NeedRefs != 0)
 	}
 	if need&kvhint.NeedCached != 0 {
-		in.Cached = r.residencies(in.Cached, matches)
+		in.Cached = r.residencies(sc.cached[:0], matches)
 		in.Cached = r.previousSource(in.Cached, rt.prev, d.Worker, seq, rt.start)
+		sc.cached = in.Cached
 	}
-	d.Hints = r.evaluateHints(&in)
+	d.Hints = r.evaluateHints(sc)
 }
 
 // previousSourceWindow is how long after a turn previousSource names its
@@ -182,12 +201,14 @@ func (r *Router) hintsOnTick(now time.Time) {
 		if !ok {
 			continue
 		}
-		in := kvhint.Input{Event: kvhint.EventTick, Worker: hintWorker(it.a.worker)}
+		sc := getHintScratch(kvhint.EventTick, it.a.worker)
+		in := &sc.in
 		in.Session, in.Prefix = r.sessionView(it.id, info.Parent, it.a.worker, nil, true)
 		in.Session.Phase = kvhint.PhaseActing
 		in.Session.Acting = now.Sub(it.a.since)
-		in.Cached = r.residencies(in.Cached, r.index.FindMatches(in.Prefix, nil))
-		r.evaluateHints(&in)
+		in.Cached = r.residencies(sc.cached[:0], r.index.FindMatches(in.Prefix, nil))
+		sc.cached = in.Cached
+		r.evaluateHints(sc)
 	}
 }
 
@@ -200,11 +221,13 @@ func (r *Router) hintsOnFinish(id, parent string) {
 	r.mu.Lock()
 	a := r.acting[id]
 	r.mu.Unlock()
-	in := kvhint.Input{Event: kvhint.EventFinish, Worker: hintWorker(a.worker)}
+	sc := getHintScratch(kvhint.EventFinish, a.worker)
+	in := &sc.in
 	in.Session, in.Prefix = r.sessionView(id, parent, a.worker, nil, true)
 	in.Session.Finished = true
-	in.Cached = r.residencies(nil, r.index.FindMatches(in.Prefix, nil))
-	r.evaluateHints(&in)
+	in.Cached = r.residencies(sc.cached[:0], r.index.FindMatches(in.Prefix, nil))
+	sc.cached = in.Cached
+	r.evaluateHints(sc)
 }
 
 // residencies converts index matches to kvhint residencies, with each
