@@ -1,6 +1,10 @@
 package kvhint
 
-import "sync"
+import (
+	"bytes"
+	"sync"
+	"unsafe"
+)
 
 // HashText caches the JSON text of the block-hash lists hints name, per
 // session: a hint naming a chain that an earlier hint of the same session
@@ -173,15 +177,26 @@ func (c *HashText) evict(n int, keep hashTextKey) {
 	}
 }
 
-// commonPrefix is how many leading hashes a and b share.
+// commonPrefix is how many leading hashes a and b share. Lists run to
+// thousands of hashes and are usually equal but for a new tail, so they
+// are compared 128 hashes at a time as bytes (memequal's vector loop),
+// then one by one.
 func commonPrefix(a, b []uint64) int {
+	const chunk = 128
 	n := min(len(a), len(b))
-	for i := 0; i < n; i++ {
-		if a[i] != b[i] {
-			return i
-		}
+	i := 0
+	for i+chunk <= n && bytes.Equal(hashBytes(a[i:i+chunk]), hashBytes(b[i:i+chunk])) {
+		i += chunk
 	}
-	return n
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// hashBytes views a non-empty list of hashes as its bytes, read-only.
+func hashBytes(hs []uint64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(&hs[0])), 8*len(hs))
 }
 
 // appendHashArray appends hs as a JSON array of numbers (signed: as int64).

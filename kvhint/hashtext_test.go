@@ -161,3 +161,28 @@ func FuzzHashText(f *testing.F) {
 		checkViews(t)
 	})
 }
+
+// TestCommonPrefix: the chunked comparison agrees with a hash-by-hash
+// walk, wherever the lists part (within a chunk, on its boundary, never)
+// and whatever their lengths.
+func TestCommonPrefix(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 7))
+	for range 3000 {
+		a := make([]uint64, r.IntN(600))
+		for i := range a {
+			a[i] = r.Uint64()
+		}
+		b := append([]uint64(nil), a[:r.IntN(len(a)+1)]...)
+		b = append(b, a[len(b):min(len(a), len(b)+r.IntN(300))]...)
+		if len(b) > 0 && r.IntN(2) == 0 {
+			b[r.IntN(len(b))] ^= 1 << r.IntN(64)
+		}
+		want := 0
+		for want < min(len(a), len(b)) && a[want] == b[want] {
+			want++
+		}
+		if got := commonPrefix(a, b); got != want {
+			t.Fatalf("commonPrefix of %d and %d hashes = %d, want %d", len(a), len(b), got, want)
+		}
+	}
+}
