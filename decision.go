@@ -64,10 +64,14 @@ type Decision struct {
 	prompt  int
 	tracked bool // by Config.AdmissionPolicy
 	once    sync.Once
-	// chain is the prompt's routed block chain as hint policies remember
-	// it (only with hint policies): its length and last sequence hash.
+	// chain is the prompt's routed block chain as the session's next turn
+	// sees it (hint policies, the approximate index): its length and last
+	// sequence hash.
 	chainLen  int
 	chainLast uint64
+	// wholeAt is when the approximate index last had the session's whole
+	// chain recorded on this worker (zero: not recorded; see recordLocked).
+	wholeAt time.Time
 }
 
 // Usage is what the engine reported for a finished request.
@@ -135,10 +139,11 @@ func (r *Router) done(d *Decision, u Usage) {
 	}
 	r.mu.Lock()
 	r.loads.finish(d.id)
-	// Only tick-time hint policies read acting; without policies the map
-	// stays empty, which spares every turn a map insert and delete.
-	if len(r.cfg.Hints) > 0 && d.agent.Valid() && !d.agent.Final && !u.Failed {
-		r.acting[d.agent.SessionID] = actingSession{worker: d.Worker, since: now, chainLen: d.chainLen, chainLast: d.chainLast}
+	// Only tick-time hint policies and the approximate index's recording
+	// read acting; without them the map stays empty, which spares every
+	// turn a map insert and delete.
+	if (len(r.cfg.Hints) > 0 || !d.wholeAt.IsZero()) && d.agent.Valid() && !d.agent.Final && !u.Failed {
+		r.acting[d.agent.SessionID] = actingSession{worker: d.Worker, since: now, chainLen: d.chainLen, chainLast: d.chainLast, wholeAt: d.wholeAt}
 	}
 	var rel []release
 	if d.tracked {

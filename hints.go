@@ -23,6 +23,9 @@ type actingSession struct {
 	// blocks, and the last one's sequence hash (0 blocks: unknown).
 	chainLen  int
 	chainLast uint64
+	// wholeAt is when the approximate index last recorded the whole chain
+	// on worker (zero: it did not).
+	wholeAt time.Time
 }
 
 // hintScratch is a hint evaluation's reusable state: its Input (with the
@@ -111,9 +114,6 @@ func (r *Router) hintsOnRoute(d *Decision, rt *routing, matches []flashindex.Mat
 		return
 	}
 	seq := rt.seq
-	if n := len(seq); n > 0 {
-		d.chainLen, d.chainLast = n, seq[n-1]
-	}
 	ev := kvhint.EventAdmit
 	if d.Waited > 0 {
 		ev = kvhint.EventResume

@@ -510,10 +510,34 @@ func (r *Router) bookLocked(rt *routing, req *Request) {
 	uncached := max(0, rt.prompt-rt.pick.match.Device*bs)
 	blocks := (rt.prompt + req.ExpectedOutputTokens + bs - 1) / bs
 	r.loads.start(rt.id, rt.pick.ws.key, uncached, blocks, rt.start)
-	if req.Agent.Valid() && len(r.cfg.Hints) > 0 {
+	if req.Agent.Valid() && (len(r.cfg.Hints) > 0 || r.approximateFor(rt.pick.ws.key)) {
 		rt.prev = r.acting[req.Agent.SessionID]
 		delete(r.acting, req.Agent.SessionID)
 	}
+}
+
+// record writes what routing rt to d.Worker implies into the approximate
+// index: the prompt's blocks are about to be on the worker. A session's
+// next turn on the same worker whose prompt extends the last one's chain,
+// while the index still shows the worker holding all of it, records only
+// its new blocks (flashindex.RecordTail), so a turn's cost grows with what
+// it adds, not with its context; the context's entries are refreshed
+// whole again once a quarter of ApproxTTL has passed since they last were,
+// so they never come within three quarters of it of expiring while the
+// session keeps coming back.
+func (r *Router) record(d *Decision, rt *routing) {
+	ttl := r.cfg.ApproxTTL
+	p := &rt.prev
+	from := 0
+	if d.agent.Valid() && p.chainLen > 0 && p.worker == d.Worker && p.chainLen <= len(rt.seq) &&
+		rt.seq[p.chainLen-1] == p.chainLast && rt.pick.match.Device >= p.chainLen &&
+		!p.wholeAt.IsZero() && rt.start.Sub(p.wholeAt) < ttl/4 {
+		from, d.wholeAt = p.chainLen, p.wholeAt
+	}
+	if from == 0 && d.agent.Valid() {
+		d.wholeAt = rt.start
+	}
+	r.index.RecordTail(d.Worker, rt.seq, from, ttl)
 }
 
 // commit is the last stage, outside the lock: the session table learns of
@@ -523,8 +547,11 @@ func (r *Router) bookLocked(rt *routing, req *Request) {
 func (r *Router) commit(rt *routing, req *Request, sc *scratch) *Decision {
 	d := r.newDecision(rt, req, len(sc.cands))
 	d.boundHere = r.beginSession(rt, req)
+	if n := len(rt.seq); n > 0 && d.agent.Valid() {
+		d.chainLen, d.chainLast = n, rt.seq[n-1]
+	}
 	if len(rt.seq) > 0 && r.approximateFor(d.Worker) {
-		r.index.Record(d.Worker, rt.seq, r.cfg.ApproxTTL)
+		r.record(d, rt)
 		if dev := rt.pick.match.Device; dev < len(rt.seq) {
 			d.recorded = slices.Clone(rt.seq[dev:])
 		}

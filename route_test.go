@@ -209,3 +209,52 @@ func TestNewSessionTieBreakIsDeterministic(t *testing.T) {
 	}
 	require.Len(t, seen, 4, "64 new sessions over 4 idle workers used only %v", seen)
 }
+
+// TestTurnRecordsItsTail: without KV events, a session's next turn on the
+// same worker records only its new blocks (the context's entries are not
+// refreshed, so they expire with the turn that recorded them), until a
+// quarter of ApproxTTL has passed since the context was last recorded
+// whole; then the whole chain is refreshed and outlives the first turn's
+// expiry. A turn on another worker, or one that does not extend the last,
+// records its chain whole.
+func TestTurnRecordsItsTail(t *testing.T) {
+	const ttl = 100 * time.Second
+	ac := session.AgentContext{SessionID: "s"}
+	prompt := tokens(400, 9) // 100 blocks; each turn adds 8
+	turn := func(r *Router, n int) *Decision {
+		t.Helper()
+		d, err := r.TryRoute(&Request{Tokens: prompt[:40+32*n], Agent: ac})
+		require.NoError(t, err)
+		d.Done(Usage{})
+		return d
+	}
+	depth := func(r *Router, n int) int {
+		h, err := r.hasher("")
+		require.NoError(t, err)
+		seq := h.SequenceHashes(nil, prompt[:40+32*n])
+		for _, m := range r.Index().FindMatches(seq, nil) {
+			if m.Worker.ID == 1 {
+				return m.Device
+			}
+		}
+		return 0
+	}
+	for _, refresh := range []bool{false, true} {
+		r, clk := newTestRouter(t, Config{Affinity: AffinitySoft, Index: IndexApproximate, ApproxTTL: ttl}, 1)
+		turn(r, 0) // recorded whole at 0 s
+		clk.Advance(10 * time.Second)
+		d := turn(r, 1) // the tail only
+		require.Len(t, d.recorded, 8, "the turn's new blocks")
+		if refresh {
+			clk.Advance(20 * time.Second) // 30 s since the whole record: past ttl/4
+			turn(r, 2)
+		}
+		clk.Advance(ttl - 10*time.Second) // past the first turn's expiry
+		r.Index().Expire()
+		if refresh {
+			require.Equal(t, 10+8+8, depth(r, 2), "refreshed whole at 30 s, the context outlives the first turn's expiry")
+		} else {
+			require.Equal(t, 0, depth(r, 1), "the tail-only turn left the context's entries their expiry")
+		}
+	}
+}

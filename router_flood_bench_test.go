@@ -81,8 +81,8 @@ func BenchmarkSessionFlood(b *testing.B) {
 // TestSessionFloodBounded: issue #22. A new session id per call, 8x past
 // small session bounds: the session table, the lineage tree and the hash
 // cache stay at their bound, the approximate entries are the last calls'
-// blocks, and without hint policies nothing is kept per session between
-// turns (the acting map only serves them).
+// blocks, and what is kept per session between turns (the approximate
+// index's recording reads it) is kept only for live sessions.
 func TestSessionFloodBounded(t *testing.T) {
 	const max = 512
 	r := floodRouter(t, func(c *Config) {
@@ -105,8 +105,8 @@ func TestSessionFloodBounded(t *testing.T) {
 	r.mu.Lock()
 	acting := len(r.acting)
 	r.mu.Unlock()
-	if acting != 0 {
-		t.Fatalf("%d sessions kept between turns without hint policies", acting)
+	if acting > max {
+		t.Fatalf("%d sessions kept between turns (for the approximate index's recording), %d live", acting, max)
 	}
 	// Every call recorded its 8 blocks of its own; the 8 shared ones once
 	// per worker that took the shared prefix.

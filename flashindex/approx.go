@@ -229,6 +229,17 @@ func (s *approxSet) sorted() []approxEntry {
 // trusting chain structure (see Index.head), which makes stores somewhat
 // slower for the index's lifetime.
 func (ix *Index) Record(w Worker, seq []uint64, ttl time.Duration) {
+	ix.RecordTail(w, seq, 0, ttl)
+}
+
+// RecordTail is Record for a chain whose first from blocks w's entries
+// already cover and need no refresh (an agent session's next turn on the
+// same worker, its context recorded by a recent turn): only seq[from:] is
+// recorded, after seq[from-1], so the cost grows with the new blocks, not
+// the context. The first from blocks keep the expiry they have. When
+// seq[from-1] is no longer indexed (it expired, or was never recorded), or
+// from is out of range, the whole chain is recorded as Record does.
+func (ix *Index) RecordTail(w Worker, seq []uint64, from int, ttl time.Duration) {
 	if len(seq) == 0 {
 		return
 	}
@@ -239,6 +250,14 @@ func (ix *Index) Record(w Worker, seq []uint64, ttl time.Duration) {
 	defer ix.mu.Unlock()
 	now := ix.now()
 	ix.expireLocked(now)
+	if from > 0 && from <= len(seq) {
+		if _, _, ok := ix.locateMap(seq[from-1]); ok {
+			// The link block starts the list: found in the block map, it
+			// is a chain link (or an entry of w's, refreshed: one), and
+			// the new blocks are chained after it.
+			seq = seq[from-1:]
+		}
+	}
 	ws := ix.worker(w)
 	exp := now.Add(ttl).UnixNano()
 	ix.dupS.reset(len(seq))
