@@ -71,6 +71,10 @@ else
 	npmdir=${AGENTKV_HARNESS_CACHE:-$tmp/npm}
 	mkdir -p "$npmdir"
 	npmdir=$(cd "$npmdir" && pwd)
+	# One install at a time in a shared AGENTKV_HARNESS_CACHE (npm installs
+	# racing in one node_modules fail).
+	exec {lockfd}>"$npmdir/.lock"
+	flock "$lockfd"
 	pins="$CLAUDE_CODE $CODEX $OPENCODE $PI"
 	t0=$SECONDS
 	if [[ "$(cat "$npmdir/.agentkv-pins" 2>/dev/null)" == "$pins" && -x "$npmdir/node_modules/.bin/claude" &&
@@ -88,6 +92,7 @@ else
 		echo "$pins" >"$npmdir/.agentkv-pins"
 		echo "harness: installed in $((SECONDS - t0)) s"
 	fi
+	flock -u "$lockfd"
 	ln -s "$npmdir/node_modules/.bin" "$tmp/bin"
 
 	go build -o "$tmp/agentkv" ./cmd/agentkv

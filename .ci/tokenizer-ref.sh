@@ -49,6 +49,11 @@ node_major=$(node -p 'process.versions.node.split(".")[0]')
 cache=${AGENTKV_TOKREF_CACHE:-$HOME/.cache/agentkv-tokref}
 mkdir -p "$cache"
 cache=$(cd "$cache" && pwd)
+# One install at a time: two runs on one machine (CI beside a developer's
+# run) share the folder, and npm installs racing in one node_modules fail
+# (ENOTEMPTY). The lock is released when this script exits.
+exec {lockfd}>"$cache/.lock"
+flock "$lockfd"
 if [[ "$(cat "$cache/.agentkv-pins" 2>/dev/null)" == "$PINS" && -d "$cache/node_modules/@anush008/tokenizers" ]]; then
 	echo "tokenizer-ref: $PINS (cached in $cache)"
 else
@@ -64,6 +69,7 @@ else
 	echo "$PINS" >"$cache/.agentkv-pins"
 	echo "tokenizer-ref: installed in $((SECONDS - t0)) s"
 fi
+flock -u "$lockfd"
 modules=$cache/node_modules
 
 tmp=$(mktemp -d)
