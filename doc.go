@@ -66,7 +66,10 @@
 // zero value, IndexAuto) the router records each decision routed to such a
 // worker as approximate index entries and binds the session to it softly,
 // until the worker's first event arrives; from then on routing to it is
-// exact. IndexExact and IndexApproximate fix either behaviour.
+// exact. IndexExact and IndexApproximate fix either behaviour. A session's
+// next turn on the same worker that extends its last records only its new
+// blocks (flashindex.Index.RecordTail); its context is refreshed whole
+// once a quarter of Config.ApproxTTL has passed since it last was.
 //
 // An agent turn resends its context plus an append. The router keeps each
 // session's last block hashes and a keyed XXH3 fingerprint of every

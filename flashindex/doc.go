@@ -116,7 +116,12 @@
 // (entries with one TTL and a clock that does not step back are kept in a
 // queue; others in a heap, O(log n)), and the entries hold no pointers, so
 // a million of them add nothing to a garbage collection's marking. The
-// number of entries is bounded (see Bounds).
+// number of entries is bounded (see Bounds). [Index.RecordTail] records
+// only the blocks past a prefix the caller knows is recorded and recent
+// (an agent's next turn: its context plus a few new blocks), chained after
+// the prefix's last block, so a turn costs its new blocks, not its
+// context; the prefix keeps its expiry, and the caller refreshes it whole
+// from time to time (the router does at a quarter of the TTL).
 //
 // # Snapshots
 //

@@ -121,7 +121,13 @@
 //     referenced, never one on a live parent's chain.
 //
 // Policies combines several; PolicyFunc adapts a function. A Batcher groups
-// hints into one Envelope per worker and names messages and actions.
+// hints into one Envelope per worker and names messages and actions. A
+// policy that says what it reads (Needer) is given only that; one that
+// reads Session.SharedRefs only against thresholds (RefsBounder: PrefixPin's
+// MinSessions, FinishRelease's 2) lets the router stop counting a shared
+// block's sessions at the largest of them (RefsBound), so a system prompt
+// every session shares costs a turn the same with ten sessions or ten
+// thousand.
 //
 // # Delivery
 //

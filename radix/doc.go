@@ -46,7 +46,8 @@
 //   - Lineage: the session's chain, root first (copies one run per node);
 //     Path: the same as compressed segments, O(depth in nodes).
 //   - Frontiers: the ends of the session's branches.
-//   - Sessions(block): every session whose lineage includes block.
+//   - Sessions(block): every session whose lineage includes block;
+//     CountSessions(block, limit): how many, stopping at limit.
 //   - Under(session): sessions whose lineage contains all of the session's
 //     and goes deeper (subagents forked at or below its frontier).
 //   - Split(session): how many leading blocks of its lineage other live
