@@ -70,7 +70,7 @@ type Decision struct {
 	chainLen  int
 	chainLast uint64
 	// wholeAt is when the approximate index last had the session's whole
-	// chain recorded on this worker (zero: not recorded; see recordLocked).
+	// chain recorded on this worker (zero: not recorded; see Router.record).
 	wholeAt time.Time
 }
 
