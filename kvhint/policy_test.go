@@ -417,15 +417,7 @@ func TestFinishRelease(t *testing.T) {
 func TestFinishReleaseDifferential(t *testing.T) {
 	for seed := uint64(1); seed <= 200; seed++ {
 		r := rand.New(rand.NewPCG(seed, 23))
-		var tr tree
-		prompts := [][]uint64{tr.fresh(1 + r.IntN(5)), tr.fresh(1 + r.IntN(5)), nil}
-		for i := range 2 + r.IntN(4) {
-			tr.root(fmt.Sprint("r", i), prompts[r.IntN(len(prompts))], r.IntN(6), WorkerID{ID: uint64(r.IntN(3))})
-		}
-		for i := range r.IntN(10) {
-			p := r.IntN(len(tr.nodes))
-			tr.fork(fmt.Sprint("c", i), p, r.IntN(len(tr.nodes[p].chain)+1), r.IntN(5))
-		}
+		tr := randomTree(r, 4)
 		pol := must(NewFinishRelease(FinishReleaseConfig{MaxBlocks: 1 + r.IntN(6)}))
 		for _, i := range r.Perm(len(tr.nodes)) {
 			tr.nodes[i].finished = true
@@ -540,15 +532,7 @@ func TestPoliciesChainAndBatch(t *testing.T) {
 func TestRefsBoundKeepsHints(t *testing.T) {
 	for seed := uint64(1); seed <= 200; seed++ {
 		r := rand.New(rand.NewPCG(seed, 29))
-		var tr tree
-		prompts := [][]uint64{tr.fresh(1 + r.IntN(5)), tr.fresh(1 + r.IntN(5)), nil}
-		for i := range 2 + r.IntN(8) {
-			tr.root(fmt.Sprint("r", i), prompts[r.IntN(len(prompts))], r.IntN(6), WorkerID{ID: uint64(r.IntN(3))})
-		}
-		for i := range r.IntN(10) {
-			p := r.IntN(len(tr.nodes))
-			tr.fork(fmt.Sprint("c", i), p, r.IntN(len(tr.nodes[p].chain)+1), r.IntN(5))
-		}
+		tr := randomTree(r, 8)
 		ps := Policies{
 			must(NewPrefixPin(PrefixPinConfig{MinSessions: int32(1 + r.IntN(5))})),
 			must(NewFinishRelease(FinishReleaseConfig{MaxBlocks: 1 + r.IntN(6)})),
@@ -591,3 +575,18 @@ func TestRefsBoundKeepsHints(t *testing.T) {
 type refsReader struct{}
 
 func (refsReader) Evaluate(dst []Hint, _ *Input) []Hint { return dst }
+
+// randomTree is a random lineage forest: 2 to maxRoots+1 roots on two
+// shared prompts (or none) over 3 workers, and up to 9 forks.
+func randomTree(r *rand.Rand, maxRoots int) *tree {
+	tr := &tree{}
+	prompts := [][]uint64{tr.fresh(1 + r.IntN(5)), tr.fresh(1 + r.IntN(5)), nil}
+	for i := range 2 + r.IntN(maxRoots) {
+		tr.root(fmt.Sprint("r", i), prompts[r.IntN(len(prompts))], r.IntN(6), WorkerID{ID: uint64(r.IntN(3))})
+	}
+	for i := range r.IntN(10) {
+		p := r.IntN(len(tr.nodes))
+		tr.fork(fmt.Sprint("c", i), p, r.IntN(len(tr.nodes[p].chain)+1), r.IntN(5))
+	}
+	return tr
+}
