@@ -29,25 +29,36 @@ type actingSession struct {
 }
 
 // hintScratch is a hint evaluation's reusable state: its Input (with the
-// residencies' list) and evaluateHints' lists. What the sinks keep (the
+// residencies' list and the shared blocks' reference counts) and
+// evaluateHints' lists. What the sinks keep (the
 // envelopes, their Actions) is allocated afresh by the Batcher, and no
 // hint aliases the Input's Cached list; everything is cleared before reuse
 // so it retains nothing.
 type hintScratch struct {
 	in     kvhint.Input
 	cached []kvhint.Residency
+	refs   []int32 // in.Session.SharedRefs
 	hints  []kvhint.Hint
 	out    []kvhint.Outbound
 }
 
 var hintScratchPool = sync.Pool{New: func() any { return new(hintScratch) }}
 
-// getHintScratch returns a cleared hintScratch whose Input has event ev
-// and worker w.
-func getHintScratch(ev kvhint.Event, w flashindex.Worker) *hintScratch {
+// getHintScratch returns a cleared hintScratch whose Input has event ev,
+// worker w and the router's renewals.
+func (r *Router) getHintScratch(ev kvhint.Event, w flashindex.Worker) *hintScratch {
 	sc := hintScratchPool.Get().(*hintScratch)
-	sc.in.Event, sc.in.Worker = ev, hintWorker(w)
+	sc.in.Event, sc.in.Worker, sc.in.Renewals = ev, hintWorker(w), r.renewals
 	return sc
+}
+
+// refsIf is where sessionView keeps reference counts when they are
+// needed, else nil.
+func (sc *hintScratch) refsIf(need bool) *[]int32 {
+	if !need {
+		return nil
+	}
+	return &sc.refs
 }
 
 func (sc *hintScratch) put() {
@@ -55,7 +66,7 @@ func (sc *hintScratch) put() {
 	clear(sc.out)
 	clear(sc.cached)
 	sc.in = kvhint.Input{}
-	sc.hints, sc.out, sc.cached = sc.hints[:0], sc.out[:0], sc.cached[:0]
+	sc.hints, sc.out, sc.cached, sc.refs = sc.hints[:0], sc.out[:0], sc.cached[:0], sc.refs[:0]
 	hintScratchPool.Put(sc)
 }
 
@@ -118,9 +129,9 @@ func (r *Router) hintsOnRoute(d *Decision, rt *routing, matches []flashindex.Mat
 	if d.Waited > 0 {
 		ev = kvhint.EventResume
 	}
-	sc := getHintScratch(ev, d.Worker)
+	sc := r.getHintScratch(ev, d.Worker)
 	in := &sc.in
-	in.Prefix = seq
+	in.Prefix, in.Now = seq, rt.start
 	need := kvhint.Needs(r.cfg.Hints, in.Event)
 	in.Session = kvhint.Session{ID: d.agent.SessionID, Parent: d.agent.ParentSessionID, Worker: in.Worker}
 	if need&kvhint.NeedChain != 0 {
@@ -128,7 +139,7 @@ func (r *Router) hintsOnRoute(d *Decision, rt *routing, matches []flashindex.Mat
 		if recorded {
 			chain = seq
 		}
-		in.Session, _ = r.sessionView(d.agent.SessionID, d.agent.ParentSessionID, d.Worker, chain, need&kvhint.NeedRefs != 0)
+		in.Session, _ = r.sessionView(d.agent.SessionID, d.agent.ParentSessionID, d.Worker, chain, sc.refsIf(need&kvhint.NeedRefs != 0))
 	}
 	if need&kvhint.NeedCached != 0 {
 		in.Cached = r.residencies(sc.cached[:0], matches)
@@ -201,11 +212,12 @@ func (r *Router) hintsOnTick(now time.Time) {
 		if !ok {
 			continue
 		}
-		sc := getHintScratch(kvhint.EventTick, it.a.worker)
+		sc := r.getHintScratch(kvhint.EventTick, it.a.worker)
 		in := &sc.in
-		in.Session, in.Prefix = r.sessionView(it.id, info.Parent, it.a.worker, nil, true)
+		in.Session, in.Prefix = r.sessionView(it.id, info.Parent, it.a.worker, nil, &sc.refs)
 		in.Session.Phase = kvhint.PhaseActing
 		in.Session.Acting = now.Sub(it.a.since)
+		in.Now = now
 		in.Cached = r.residencies(sc.cached[:0], r.index.FindMatches(in.Prefix, nil))
 		sc.cached = in.Cached
 		r.evaluateHints(sc)
@@ -221,10 +233,11 @@ func (r *Router) hintsOnFinish(id, parent string) {
 	r.mu.Lock()
 	a := r.acting[id]
 	r.mu.Unlock()
-	sc := getHintScratch(kvhint.EventFinish, a.worker)
+	sc := r.getHintScratch(kvhint.EventFinish, a.worker)
 	in := &sc.in
-	in.Session, in.Prefix = r.sessionView(id, parent, a.worker, nil, true)
+	in.Session, in.Prefix = r.sessionView(id, parent, a.worker, nil, &sc.refs)
 	in.Session.Finished = true
+	in.Now = r.cfg.Now()
 	in.Cached = r.residencies(sc.cached[:0], r.index.FindMatches(in.Prefix, nil))
 	sc.cached = in.Cached
 	r.evaluateHints(sc)

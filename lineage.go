@@ -1,6 +1,7 @@
 package agentkv
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/agentkv/agentkv/flashindex"
@@ -29,11 +30,12 @@ func (r *Router) updateLineage(ac session.AgentContext, seq []uint64) bool {
 var segPool = sync.Pool{New: func() any { return new([]radix.Segment) }}
 
 // sessionView builds the kvhint view of a session from the lineage tree,
-// with SharedRefs filled per radix segment when refs is set. It also
+// with SharedRefs filled per radix segment when refs is not nil (appended
+// to *refs, which keeps the list for reuse). It also
 // returns the session's whole chain (Shared then Unique, one slice): chain
 // when the caller knows it is the session's lineage (not copied; nil reads
 // it from the tree).
-func (r *Router) sessionView(id, parent string, w flashindex.Worker, chain []uint64, refs bool) (kvhint.Session, []uint64) {
+func (r *Router) sessionView(id, parent string, w flashindex.Worker, chain []uint64, refs *[]int32) (kvhint.Session, []uint64) {
 	s := kvhint.Session{ID: id, Parent: parent, Worker: hintWorker(w)}
 	if chain == nil {
 		var err error
@@ -49,24 +51,25 @@ func (r *Router) sessionView(id, parent string, w flashindex.Worker, chain []uin
 		return s, nil
 	}
 	s.Shared, s.Unique = chain[:split.Shared:split.Shared], chain[split.Shared:]
-	if refs && split.Shared > 0 {
-		s.SharedRefs = r.sharedRefs(id, split.Shared)
+	if refs != nil && split.Shared > 0 {
+		s.SharedRefs = r.sharedRefs((*refs)[:0], id, split.Shared)
+		*refs = s.SharedRefs
 	}
 	return s, chain
 }
 
-// sharedRefs returns how many live sessions reference each of the n
-// leading blocks of session id's lineage (one count per radix segment),
+// sharedRefs appends to refs how many live sessions reference each of the
+// n leading blocks of session id's lineage (one count per radix segment),
 // counted up to the hint policies' kvhint.RefsBound.
-func (r *Router) sharedRefs(id string, n int) []int32 {
+func (r *Router) sharedRefs(refs []int32, id string, n int) []int32 {
 	sp := segPool.Get().(*[]radix.Segment)
 	defer segPool.Put(sp)
 	segs, err := r.tree.Path(id, (*sp)[:0])
 	*sp = segs[:0]
 	if err != nil {
-		return nil
+		return refs
 	}
-	refs := make([]int32, 0, n)
+	refs = slices.Grow(refs, n)
 	for _, seg := range segs {
 		if len(refs) >= n {
 			break

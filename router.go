@@ -43,9 +43,12 @@ type Router struct {
 	batcher *kvhint.Batcher
 	// refs is kvhint.RefsBound of the hint policies: where the lineage
 	// tree stops counting a shared block's sessions (0: counts them all).
-	refs    int
-	log     *slog.Logger
-	metrics *Metrics
+	refs int
+	// renewals is what lease renewals the hint policies sent
+	// (kvhint.Renewals), this router's own.
+	renewals *kvhint.Renewals
+	log      *slog.Logger
+	metrics  *Metrics
 
 	hashers sync.Map // LoRA name → *flashindex.Hasher
 	evented sync.Map // flashindex.Worker → struct{}: ranks whose KV events were applied
@@ -103,6 +106,7 @@ func New(cfg Config) (*Router, error) {
 		acting:   map[string]actingSession{},
 		batcher:  kvhint.NewBatcher("agentkv"),
 		refs:     int(kvhint.RefsBound(cfg.Hints)),
+		renewals: kvhint.NewRenewals(),
 		sticky:   newStickyLB(GlobalLBSessions),
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 	}

@@ -242,7 +242,8 @@ func TestPrefixPinSeesSharedRefs(t *testing.T) {
 				pinned = append(pinned, a)
 			}
 		}
-		view, _ := r.sessionView(fmt.Sprintf("s%d", i), "", flashindex.Worker{ID: 1}, nil, true)
+		var refs []int32
+		view, _ := r.sessionView(fmt.Sprintf("s%d", i), "", flashindex.Worker{ID: 1}, nil, &refs)
 		require.Len(t, view.Shared, min(i, 1)*8, "session %d", i)
 		for _, n := range view.SharedRefs {
 			// Counted up to the pin's MinSessions (kvhint.RefsBound).
@@ -320,4 +321,46 @@ func TestSharePreviousWorker(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, w1.take())
 	d.Done(Usage{})
+}
+
+// TestPrefixPinRenewedEveryQuarterTTL: with the shared prompt pinned on a
+// worker that holds it, later turns of any session send no pin until a
+// quarter of the lease has passed; a second router with the same policy
+// keeps its own memory and pins on its first turn.
+func TestPrefixPinRenewedEveryQuarterTTL(t *testing.T) {
+	pin, err := kvhint.NewPrefixPin(kvhint.PrefixPinConfig{MinSessions: 2, TTL: 4 * time.Minute})
+	require.NoError(t, err)
+	sys := tokens(32, 1) // 8 shared blocks
+	turns := func(r *Router, w *hintingWorker, clk *fakeClock, from, n int) (pins int) {
+		for i := from; i < from+n; i++ {
+			prompt := append(append([]uint32{}, sys...), tokens(8, uint32(10+i))...)
+			d, err := r.TryRoute(&Request{Tokens: prompt, Agent: session.AgentContext{SessionID: fmt.Sprintf("s%d", i%4)}})
+			require.NoError(t, err)
+			d.Done(Usage{PromptTokens: len(prompt)})
+			for _, a := range w.take() {
+				if a.Kind == kvhint.KindPin {
+					pins++
+				}
+			}
+			clk.Advance(10 * time.Second)
+		}
+		return pins
+	}
+	newRouter := func() (*Router, *hintingWorker, *fakeClock) {
+		clk := newFakeClock()
+		r, err := New(Config{BlockSize: testBS, Now: clk.Now, Hints: []kvhint.Policy{pin}})
+		require.NoError(t, err)
+		w := &hintingWorker{id: 1}
+		require.NoError(t, r.AddWorker(w))
+		return r, w, clk
+	}
+	r, w, clk := newRouter()
+	// Turn 0 has no shared prefix; turn 1 pins; turns 2-5 (up to 50 s
+	// after it) send none.
+	require.Equal(t, 1, turns(r, w, clk, 0, 6))
+	clk.Advance(time.Minute - 50*time.Second) // a quarter of the lease since the pin
+	require.Equal(t, 1, turns(r, w, clk, 6, 6), "renewed once a quarter of the lease had passed, then not")
+
+	r2, w2, clk2 := newRouter()
+	require.Equal(t, 1, turns(r2, w2, clk2, 0, 3), "another router's memory is its own")
 }

@@ -35,8 +35,9 @@ func (w *benchWorker) HintSink() kvhint.Sink {
 }
 
 // hintBench is a router over 4 workers; worker 0 holds every session's
-// 8K-token context (from KV events), and each turn is placed on worker 1,
-// so the share policy names worker 0 on every call.
+// 8K-token context (from KV events), worker 1 only the 128-token system
+// prompt they share, and each turn is placed on worker 1, so the share
+// policy names worker 0 on every call.
 type hintBench struct {
 	r       *agentkv.Router
 	ws      []*benchWorker
@@ -88,6 +89,20 @@ func newHintBench(b testing.TB, policies string) *hintBench {
 			parent = ev.Blocks[0].EngineHash
 		}
 	}
+	// Worker 1 holds the shared system prompt, as every worker serving
+	// these sessions would (so the pin policy sees its pin taken).
+	ev := flashindex.Event{Worker: flashindex.Worker{ID: 1}, Kind: flashindex.Stored}
+	var parent uint64
+	for i := 0; i < 128; i += 16 {
+		evID++
+		ev.EventID = evID
+		ev.Blocks = []flashindex.StoredBlock{{EngineHash: uint64(i/16 + 1), Tokens: hb.prompts[0][i : i+16]}}
+		ev.Parent, ev.HasParent = parent, i > 0
+		if err := r.ApplyEvent(&ev); err != nil {
+			b.Fatal(err)
+		}
+		parent = ev.Blocks[0].EngineHash
+	}
 	return hb
 }
 
@@ -121,8 +136,10 @@ func (hb *hintBench) turn(ctx context.Context, s, n int) time.Duration {
 // the forwarded body add to a routed 8K-token turn: the same turns are
 // routed by a router without hints and one with, interleaved in one run,
 // and the p99s and their difference and ratio are reported. Both routers
-// index exactly (worker 1 publishes no events, so no approximate entry
-// tells the router it holds the prefix and share keeps firing). Each
+// index exactly (worker 1's events name only the system prompt, so no
+// approximate entry tells the router it holds the rest and share keeps
+// firing; the pin of the system prompt is renewed a quarter of its lease
+// after it was sent, not on every turn). Each
 // session's first turn, whose share list is formatted rather than copied
 // from the cache, is timed apart (first-share-p50-added-us). Times are the thread's CPU
 // time (the goroutine locked to its thread), which leaves out the time

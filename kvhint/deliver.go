@@ -121,7 +121,7 @@ func appendBodyTailSplice(dst, body []byte, env *Envelope, c *HashText, sp *spli
 	}
 	n := len(dst)
 	if dst == nil {
-		dst = make([]byte, 0, env.jsonSizeHint(sp != nil)+len(body)-end+32)
+		dst = make([]byte, 0, env.jsonSizeHint()+len(body)-end+32)
 	}
 	if tail, err = appendHintsField(dst, body, end, empty, env, c, sp); err != nil {
 		return 0, tail[:n], err
@@ -131,21 +131,13 @@ func appendBodyTailSplice(dst, body []byte, env *Envelope, c *HashText, sp *spli
 
 // jsonSizeHint is about the size of e's JSON encoding: block hashes at
 // their longest, a little for everything else.
-// Spliced, lists long enough to be cached (BodyTailParts) count nothing.
-func (e *Envelope) jsonSizeHint(spliced bool) int {
+func (e *Envelope) jsonSizeHint() int {
 	n := 128 + len(e.MessageID) + len(e.SessionID)
 	for i := range e.Actions {
 		a := &e.Actions[i]
-		per, src := 320, 160
-		if spliced { // closer to the truth: this buffer is the whole tail
-			per, src = 224, 112
-		}
-		n += per + len(a.ID) + len(a.SessionID)
-		if !spliced || len(a.Target.Blocks) < minCachedBlocks {
-			n += 21 * len(a.Target.Blocks)
-		}
+		n += 320 + len(a.ID) + len(a.SessionID) + 21*len(a.Target.Blocks)
 		for j := range a.Sources {
-			n += src + len(a.Sources[j].Endpoint)
+			n += 160 + len(a.Sources[j].Endpoint)
 		}
 	}
 	return n

@@ -116,27 +116,38 @@ func (c *HashText) appendList(dst []byte, session string, hs []uint64, signed bo
 		e.hashes = append(e.hashes, hs[len(e.hashes):]...)
 	}
 	dst = append(dst, '[')
-	if sp != nil { // shared, not copied: the text's bytes never change
-		sp.add(len(dst), e.text[:e.ends[len(hs)-1]:e.ends[len(hs)-1]])
-	} else {
-		dst = append(dst, e.text[:e.ends[len(hs)-1]]...)
+	text := e.text[:e.ends[len(hs)-1]:e.ends[len(hs)-1]]
+	if sp == nil || !sp.add(len(dst), text) { // spliced: shared, not copied (its bytes never change)
+		dst = append(dst, text...)
 	}
 	return append(dst, ']')
 }
 
 // splices records where cached text goes in an encoding that does not
-// copy it (BodyTailParts).
+// copy it (BodyTailParts): up to maxSplices lists (an envelope's usual
+// one or two long ones); past that, lists are copied.
 type splices struct {
-	at    []int
-	texts [][]byte
-	atBuf [2]int // room for the usual one or two lists
-	txBuf [2][]byte
+	n     int
+	at    [maxSplices]int
+	texts [maxSplices][]byte
 }
 
-func (sp *splices) add(at int, text []byte) {
-	sp.at = append(sp.at, at)
-	sp.texts = append(sp.texts, text)
+const maxSplices = 4
+
+// add records text as going at offset at, or reports false when sp is
+// full (the caller copies it instead).
+func (sp *splices) add(at int, text []byte) bool {
+	if sp.n == maxSplices {
+		return false
+	}
+	sp.at[sp.n], sp.texts[sp.n] = at, text
+	sp.n++
+	return true
 }
+
+// tailBufs holds BodyTailParts' encoding buffers: the tail is encoded in
+// one, then copied out at its exact size.
+var tailBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
 // BodyTailParts is AppendBodyTail(nil, body, env) with the block-hash
 // lists from the cache, and the tail returned in parts whose concatenation
@@ -145,17 +156,23 @@ func (sp *splices) add(at int, text []byte) {
 // it handed out). parts is nil when err is not.
 func (c *HashText) BodyTailParts(body []byte, env *Envelope) (head int, parts [][]byte, err error) {
 	var sp splices
-	sp.at, sp.texts = sp.atBuf[:0], sp.txBuf[:0]
-	head, tail, err := appendBodyTailSplice(nil, body, env, c, &sp)
+	buf := tailBufs.Get().(*[]byte)
+	head, enc, err := appendBodyTailSplice((*buf)[:0], body, env, c, &sp)
 	if err != nil {
+		tailBufs.Put(buf)
 		return 0, nil, err
 	}
-	if len(sp.at) == 0 {
+	tail := append([]byte(nil), enc...)
+	if cap(enc) <= 64<<10 {
+		*buf = enc[:0]
+		tailBufs.Put(buf)
+	}
+	if sp.n == 0 {
 		return head, [][]byte{tail}, nil
 	}
-	parts = make([][]byte, 0, 2*len(sp.at)+1)
+	parts = make([][]byte, 0, 2*sp.n+1)
 	last := 0
-	for i, at := range sp.at {
+	for i, at := range sp.at[:sp.n] {
 		parts = append(parts, tail[last:at:at], sp.texts[i])
 		last = at
 	}

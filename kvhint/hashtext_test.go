@@ -85,6 +85,14 @@ func TestHashText(t *testing.T) {
 			t.Fatalf("cache holds %d hashes, bound 1000", c.Len())
 		}
 	}
+	// More long lists than BodyTailParts splices: the rest are copied.
+	many := &Envelope{MessageID: "m", SessionID: "s9"}
+	for i := range maxSplices + 2 {
+		many.Actions = append(many.Actions, Action{ID: string(rune('a' + i)), SessionID: string(rune('p' + i)),
+			Kind: KindPin, TTL: 60e9, Target: Target{Blocks: chain[i : i+40]}})
+	}
+	hashTextCheck(t, c, many)
+	hashTextCheck(t, c, many)
 	checkViews(t)
 	var nilCache *HashText
 	hashTextCheck(t, nilCache, chainEnv("s1", false, chain[:100]))

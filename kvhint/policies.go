@@ -150,7 +150,8 @@ type PrefixPinConfig struct {
 	// MaxBlocks caps the pinned prefix (root-most blocks kept). Default
 	// DefaultChunkBlocks.
 	MaxBlocks int
-	// TTL is the lease; each admitted turn renews it. Default 5m.
+	// TTL is the lease; admitted turns renew it (with Input.Renewals at
+	// most every TTL/4, see PrefixPin). Default 5m.
 	TTL time.Duration
 }
 
@@ -159,6 +160,16 @@ type PrefixPinConfig struct {
 // prompt or a common agent scaffold. It fires on EventAdmit and EventResume,
 // so the lease is renewed while sessions keep using the prefix and lapses
 // after TTL when they stop.
+//
+// With Input.Renewals (a router's memory of what it sent), a renewal is sent
+// at most every TTL/4 per worker and pinned prefix: a turn that comes sooner
+// after the last pin of the same blocks on the same worker sends none (the
+// lease still has more than 3/4 of its TTL to run), where otherwise every
+// turn of every session sharing a system prompt would re-pin it. That holds
+// only while the index shows the worker holding the whole prefix on device
+// (Input.Cached), so a pin that reached a worker before its blocks did, or
+// one whose blocks the worker has lost since, is sent again on the next
+// turn.
 //
 // A PrefixPin is immutable and safe for concurrent use.
 type PrefixPin struct{ cfg PrefixPinConfig }
@@ -198,6 +209,13 @@ func (p *PrefixPin) Evaluate(dst []Hint, in *Input) []Hint {
 	}
 	n = min(n, p.cfg.MaxBlocks)
 	if n < p.cfg.MinBlocks {
+		return dst
+	}
+	held := false
+	if r := in.residency(in.Worker); r != nil && r.Device >= n {
+		held = true
+	}
+	if !in.Renewals.Due(RenewalKey{Kind: KindPin, Worker: in.Worker, Last: s.Shared[n-1], Blocks: n}, in.Now, p.cfg.TTL/4, held) {
 		return dst
 	}
 	return append(dst, Hint{Worker: in.Worker, Action: Action{

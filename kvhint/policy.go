@@ -123,6 +123,12 @@ type Input struct {
 	// Cached is what each worker holds of Prefix, one entry per worker
 	// that holds any of it. Order does not matter.
 	Cached []Residency
+	// Now is the router's clock at the event (a simulator's virtual
+	// time), and Renewals its memory of the leases it renewed: policies
+	// that renew leases use them to renew no more often than needed. A
+	// nil Renewals (a caller without them) makes every renewal due.
+	Now      time.Time
+	Renewals *Renewals
 }
 
 // residency returns the entry for w, or nil.
@@ -260,11 +266,11 @@ func (p *TailOffload) Needs(ev Event) Need {
 	return NeedChain | NeedCached
 }
 
-// Needs implements Needer: the shared prefix and its references on admit
-// and resume, nothing otherwise.
+// Needs implements Needer: the shared prefix and its references, and the
+// selected worker's residency, on admit and resume; nothing otherwise.
 func (p *PrefixPin) Needs(ev Event) Need {
 	if routeTime(ev) {
-		return NeedChain | NeedRefs
+		return NeedChain | NeedRefs | NeedCached
 	}
 	return 0
 }

@@ -590,3 +590,137 @@ func randomTree(r *rand.Rand, maxRoots int) *tree {
 	}
 	return tr
 }
+
+// TestPrefixPinRenewal: a pin of the same prefix on the same worker is sent
+// again only TTL/4 after the last one the worker could take (it held the
+// prefix on device), and every time without a clock.
+func TestPrefixPinRenewal(t *testing.T) {
+	var tr tree
+	system := tr.fresh(8)
+	var ids []int
+	for i := range 5 {
+		ids = append(ids, tr.root(fmt.Sprint("s", i), system, 3, w1))
+	}
+	ttl := 8 * time.Minute
+	p := must(NewPrefixPin(PrefixPinConfig{MinSessions: 4, TTL: ttl}))
+	rn := NewRenewals()
+	t0 := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	pins := func(id int, w WorkerID, held int, now time.Time) bool {
+		t.Helper()
+		in := tr.input(ids[id], EventAdmit)
+		in.Worker, in.Now, in.Renewals = w, now, rn
+		in.Cached = []Residency{{Worker: w, Device: held}}
+		got := p.Evaluate(nil, &in)
+		if len(got) > 1 || len(got) == 1 && !slices.Equal(got[0].Action.Target.Blocks, system) {
+			t.Fatalf("got %+v", got)
+		}
+		return len(got) == 1
+	}
+	steps := []struct {
+		name string
+		id   int
+		w    WorkerID
+		held int
+		at   time.Duration
+		want bool
+	}{
+		{"first pin", 0, w2, 8, 0, true},
+		{"another session, same prefix and worker, soon after", 1, w2, 11, time.Second, false},
+		{"just before TTL/4", 2, w2, 8, ttl/4 - 1, false},
+		{"another worker", 0, w1, 8, time.Second, true},
+		{"TTL/4 after the first", 3, w2, 8, ttl / 4, true},
+		{"a clock that went back", 3, w2, 8, ttl/4 - time.Second, true},
+		{"a worker without the whole prefix", 0, w3, 7, 0, true},
+		{"... is pinned again on its next turn", 1, w3, 7, time.Second, true},
+		{"... until it holds it", 2, w3, 8, 2 * time.Second, true},
+		{"... then not", 3, w3, 8, 3 * time.Second, false},
+		{"the index lost it: pinned again", 4, w3, 0, 4 * time.Second, true},
+	}
+	for _, s := range steps {
+		if got := pins(s.id, s.w, s.held, t0.Add(s.at)); got != s.want {
+			t.Fatalf("%s: pinned %v, want %v", s.name, got, s.want)
+		}
+	}
+	// Without a clock, or without a memory, every turn pins.
+	for range 3 {
+		if !pins(0, w2, 8, time.Time{}) {
+			t.Fatal("no clock: no pin")
+		}
+	}
+	rn = nil
+	for range 3 {
+		if !pins(0, w2, 8, t0) {
+			t.Fatal("no memory: no pin")
+		}
+	}
+	// A longer shared prefix is another pin.
+	lower := must(NewPrefixPin(PrefixPinConfig{MinSessions: 1, TTL: ttl}))
+	in := tr.input(ids[0], EventAdmit)
+	in.Worker, in.Now, in.Renewals, in.Cached = w2, t0, NewRenewals(), []Residency{{Worker: w2, Device: 11}}
+	if got := lower.Evaluate(nil, &in); len(got) != 1 || len(got[0].Action.Target.Blocks) != len(in.Session.Shared) {
+		t.Fatalf("MinSessions 1: %+v", got)
+	}
+}
+
+// TestPrefixPinRenewalReference compares PrefixPin's renewals with a naive
+// model that keeps every pin it sent, on random turns of random sessions
+// over three workers, and checks that the memory stays bounded.
+func TestPrefixPinRenewalReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	const ttl = 4 * time.Minute
+	p := must(NewPrefixPin(PrefixPinConfig{MinSessions: 1, TTL: ttl}))
+	rn := NewRenewals()
+	type key struct {
+		w    WorkerID
+		last uint64
+	}
+	sent := map[key]time.Time{} // the reference: the last pin each worker could take
+	now := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	workers := []WorkerID{w1, w2, w3}
+	prefixes := make([][]uint64, 40)
+	for i := range prefixes {
+		for j := range 1 + r.IntN(6) {
+			prefixes[i] = append(prefixes[i], uint64(i*100+j+1))
+		}
+	}
+	fired := 0
+	for step := range 20000 {
+		now = now.Add(time.Duration(r.IntN(int(ttl / 40))))
+		pre := prefixes[r.IntN(len(prefixes))]
+		w := workers[r.IntN(len(workers))]
+		held := r.IntN(len(pre) + 2)
+		in := Input{Event: EventAdmit, Worker: w, Now: now, Renewals: rn, Prefix: pre,
+			Session: Session{ID: "s", Shared: pre, SharedRefs: slices.Repeat([]int32{2}, len(pre))},
+			Cached:  []Residency{{Worker: w, Device: held}}}
+		got := len(p.Evaluate(nil, &in)) == 1
+		k := key{w, pre[len(pre)-1]}
+		at, ok := sent[k]
+		want := held < len(pre) || !ok || now.Sub(at) >= ttl/4
+		switch {
+		case held < len(pre):
+			delete(sent, k)
+		case want:
+			sent[k] = now
+		}
+		if got != want {
+			t.Fatalf("step %d: worker %v prefix %v held %d: pinned %v, want %v", step, w, pre, held, got, want)
+		}
+		if got {
+			fired++
+		}
+	}
+	if fired == 0 || fired == 20000 {
+		t.Fatalf("%d pins of 20000 turns: the test exercised nothing", fired)
+	}
+	// Bounded: many prefixes on one worker never keep more than
+	// MaxRenewals entries.
+	for i := range 3 * MaxRenewals {
+		pre := []uint64{uint64(1e9 + i)}
+		in := Input{Event: EventAdmit, Worker: w1, Now: now, Renewals: rn, Prefix: pre,
+			Session: Session{ID: "s", Shared: pre, SharedRefs: []int32{2}}, Cached: []Residency{{Worker: w1, Device: 1}}}
+		p.Evaluate(nil, &in)
+	}
+	if n := rn.Len(); n > MaxRenewals || n == 0 {
+		t.Fatalf("%d renewals remembered, bound %d", n, MaxRenewals)
+	}
+}
