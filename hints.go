@@ -104,7 +104,7 @@ func (r *Router) evaluateHints(sc *hintScratch) int {
 			continue
 		}
 		env := out[i].Envelope
-		if err := sink.Send(context.Background(), &env); err != nil {
+		if err := sink.Send(context.Background(), env); err != nil {
 			r.log.Debug("agentkv: hint not delivered", "worker", key.String(), "err", err)
 			continue
 		}
@@ -132,7 +132,7 @@ func (r *Router) hintsOnRoute(d *Decision, rt *routing, matches []flashindex.Mat
 	sc := r.getHintScratch(ev, d.Worker)
 	in := &sc.in
 	in.Prefix, in.Now = seq, rt.start
-	need := kvhint.Needs(r.cfg.Hints, in.Event)
+	need := r.needs[ev]
 	in.Session = kvhint.Session{ID: d.agent.SessionID, Parent: d.agent.ParentSessionID, Worker: in.Worker}
 	if need&kvhint.NeedChain != 0 {
 		var chain []uint64

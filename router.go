@@ -47,8 +47,10 @@ type Router struct {
 	// renewals is what lease renewals the hint policies sent
 	// (kvhint.Renewals), this router's own.
 	renewals *kvhint.Renewals
-	log      *slog.Logger
-	metrics  *Metrics
+	// needs is kvhint.Needs of the hint policies for each event.
+	needs   [kvhint.EventFinish + 1]kvhint.Need
+	log     *slog.Logger
+	metrics *Metrics
 
 	hashers sync.Map // LoRA name → *flashindex.Hasher
 	evented sync.Map // flashindex.Worker → struct{}: ranks whose KV events were applied
@@ -109,6 +111,9 @@ func New(cfg Config) (*Router, error) {
 		renewals: kvhint.NewRenewals(),
 		sticky:   newStickyLB(GlobalLBSessions),
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+	}
+	for ev := range r.needs {
+		r.needs[ev] = kvhint.Needs(cfg.Hints, kvhint.Event(ev))
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)

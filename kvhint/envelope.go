@@ -90,10 +90,18 @@ type Hint struct {
 	Action Action
 }
 
-// Outbound is an envelope addressed to one worker.
+// Outbound is an envelope addressed to one worker. The envelope is the
+// Outbound's own (Batch allocates it), so a sink may keep it.
 type Outbound struct {
 	Worker   WorkerID
-	Envelope Envelope
+	Envelope *Envelope
+}
+
+// oneAction is an envelope with room for one action, in one allocation:
+// most envelopes a router sends hold one.
+type oneAction struct {
+	env Envelope
+	one [1]Action
 }
 
 // Batcher groups hints into one envelope per worker and names them. Message
@@ -119,7 +127,8 @@ func decimalLen(n int) int {
 }
 
 // Batch appends to dst one Outbound per distinct worker in hints, in order of
-// first appearance, each holding that worker's actions in input order. An
+// first appearance, each holding a new envelope of that worker's actions in
+// input order. An
 // envelope's SessionID is set when all its actions share one session. The
 // actions are copied; their Target.Blocks and Sources slices still alias the
 // hints'.
@@ -163,8 +172,14 @@ func (b *Batcher) Batch(dst []Outbound, hints []Hint) []Outbound {
 			}
 		}
 		all := ids.String()
-		env := Envelope{ProtocolVersion: ProtocolVersion, MessageID: all[:m], SessionID: hints[i].Action.SessionID,
-			Actions: make([]Action, 0, n)}
+		var env *Envelope
+		if n == 1 {
+			blk := new(oneAction)
+			env, blk.env.Actions = &blk.env, blk.one[:0:1]
+		} else {
+			env = &Envelope{Actions: make([]Action, 0, n)}
+		}
+		env.ProtocolVersion, env.MessageID, env.SessionID = ProtocolVersion, all[:m], hints[i].Action.SessionID
 		at := m
 		for j := i; j < len(hints); j++ {
 			if hints[j].Worker != w {
