@@ -113,7 +113,10 @@
 //     ACTING longer than a threshold; prefetch colder blocks of the request
 //     prefix back to device when its next turn is admitted or it resumes.
 //   - PrefixPin: pin the leading shared blocks that at least N live sessions
-//     reference (a system prompt), renewing the lease on every turn.
+//     reference (a system prompt), renewing the lease as turns use it: with
+//     the router's Renewals (Input.Renewals, Input.Now), at most every
+//     quarter of the lease per worker and prefix while the worker holds it,
+//     not on every turn of every session that shares it.
 //   - PeerShare: when the selected worker lacks a prefix another worker
 //     holds, name the best sources (longest prefix, ties to the smaller
 //     worker, as Dynamo's best_source does).
