@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -71,4 +73,47 @@ func FuzzReadHead(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) { checkHead(t, b) })
+}
+
+// chunky is a reader that returns at most 3 bytes a call, and says
+// nothing of its end until asked again.
+type chunky struct{ b []byte }
+
+func (c *chunky) Read(p []byte) (int, error) {
+	if len(c.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), 3)], c.b)
+	c.b = c.b[n:]
+	return n, nil
+}
+
+// TestReadAll: a body read into a buffer of its declared length equals
+// io.ReadAll's, whatever the declaration says.
+func TestReadAll(t *testing.T) {
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hello there"}]}`)
+	n := int64(len(body))
+	for _, tc := range []struct {
+		name     string
+		declared int64
+		wantErr  bool
+	}{
+		{"exact", n, false},
+		{"unknown", -1, false},
+		{"zero", 0, false},
+		{"declared shorter than sent", n - 5, false},
+		{"declared longer than sent", n + 5, true},
+		{"declared over the limit", 1 << 40, false},
+	} {
+		got, err := readAll(&chunky{body}, tc.declared, 1<<20)
+		if tc.wantErr {
+			if err == nil {
+				t.Errorf("%s: no error for a short body", tc.name)
+			}
+			continue
+		}
+		if err != nil || !bytes.Equal(got, body) {
+			t.Errorf("%s: %q, %v", tc.name, got, err)
+		}
+	}
 }

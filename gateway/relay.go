@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentkv/agentkv"
@@ -319,13 +320,18 @@ func (sv *streamSoFar) learn(ch *apiwire.ChatChunk) {
 		if c.Index != 0 {
 			continue
 		}
-		if t := deref(c.Delta.Content); t != "" {
-			sv.text.WriteString(t)
-			sv.chunks++
-		}
+		sv.learnContent(deref(c.Delta.Content))
 		if len(c.Delta.ToolCalls) > 0 || deref(c.Delta.ReasoningContent) != "" {
 			sv.noResume = true
 		}
+	}
+}
+
+// learnContent folds a content delta of choice 0 into what was sent.
+func (sv *streamSoFar) learnContent(t string) {
+	if t != "" {
+		sv.text.WriteString(t)
+		sv.chunks++
 	}
 }
 
@@ -400,9 +406,15 @@ const maxPendingEvent = 1 << 20
 // whole events at a time (up to the last blank line read), so a reply cut
 // mid-event leaves the client at an event boundary, where forward can
 // append the API's error event or a migration's continuation.
+// relayBufs holds passThrough's read buffers: nothing keeps one past the
+// call (writes and the sniffer copy what they keep).
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 func (r *relay) passThrough(sn *translate.Sniffer) AttemptResult {
 	fl, _ := r.w.(http.Flusher)
-	buf := make([]byte, 32<<10)
+	bp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bp)
+	buf := *bp
 	var pend []byte // a stream's bytes after its last event boundary
 	var werr error
 	write := func(b []byte) {
@@ -484,8 +496,20 @@ func (r *relay) writeEvents(b []byte, write func([]byte)) {
 		ev := b[:i+2]
 		b = b[i+2:]
 		data, ok := bytes.CutPrefix(bytes.TrimSpace(ev), []byte("data:"))
+		if !ok {
+			write(ev)
+			continue
+		}
+		data = bytes.TrimSpace(data)
+		if r.sv.migrations == 0 {
+			if c, plain := plainDelta(data); plain { // most chunks: no decoding
+				r.sv.learnContent(c)
+				write(ev)
+				continue
+			}
+		}
 		var ch apiwire.ChatChunk
-		if ok && json.Unmarshal(bytes.TrimSpace(data), &ch) == nil {
+		if json.Unmarshal(data, &ch) == nil {
 			if r.sv.migrations > 0 && roleOnly(&ch) {
 				continue
 			}

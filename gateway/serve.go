@@ -17,6 +17,7 @@ import (
 	"github.com/agentkv/agentkv/gateway/tenant"
 	"github.com/agentkv/agentkv/gateway/translate"
 	"github.com/agentkv/agentkv/internal/apiwire"
+	"github.com/agentkv/agentkv/internal/jsonscan"
 	"github.com/agentkv/agentkv/session"
 )
 
@@ -109,7 +110,28 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, a API) {
 
 func isJSONObject(b []byte) bool {
 	b = bytes.TrimSpace(b)
-	return len(b) > 0 && b[0] == '{' && json.Valid(b)
+	return len(b) > 0 && b[0] == '{' && jsonscan.Valid(b)
+}
+
+// readAll is io.ReadAll into a buffer of the body's declared length n
+// (when it is known and at most max), so a known body is read without the
+// copies of a growing buffer.
+func readAll(r io.Reader, n, max int64) ([]byte, error) {
+	if n <= 0 || n > max {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, err
+	}
+	var one [1]byte // a body longer than declared (net/http's never is)
+	if k, err := r.Read(one[:]); k > 0 {
+		rest, err := io.ReadAll(r)
+		return append(append(b, one[0]), rest...), err
+	} else if err != nil && err != io.EOF {
+		return nil, err
+	}
+	return b, nil
 }
 
 // readBody reads the request body within MaxBodyBytes and checks it is a
@@ -118,7 +140,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, a API) ([]byt
 	body, ok := BufferedBody(r) // read ahead, within its limits, by a Limiter
 	var err error
 	if !ok || int64(len(body)) > g.cfg.MaxBodyBytes {
-		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+		body, err = readAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes), r.ContentLength, g.cfg.MaxBodyBytes)
 		if err == nil { // a Limiter decodes a compressed body itself
 			body, err = decodeBody(r.Header.Get("Content-Encoding"), body, g.cfg.MaxBodyBytes)
 		}

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/agentkv/agentkv/internal/jsonscan"
 )
 
 // Request paths of the OpenAI-compatible API.
@@ -185,7 +187,7 @@ func PromptText(path string, body []byte) ([]byte, error) {
 // for a completion whose prompt is token ids. Member names are matched as
 // sent (an escaped name is not the field).
 func tokenizeBody(path string, body []byte) (out net.Buffers, ids []uint32, err error) {
-	if !json.Valid(body) {
+	if !jsonscan.Valid(body) {
 		var v any
 		err = json.Unmarshal(body, &v) // the syntax error, located
 		return nil, nil, fmt.Errorf("vllm: request body: %w", err)
