@@ -87,7 +87,7 @@ type proxyProc struct {
 
 // startProxyProc starts "agentkv proxy" on a free port with args; it does
 // not wait for it.
-func startProxyProc(t *testing.T, args ...string) *proxyProc {
+func startProxyProc(t testing.TB, args ...string) *proxyProc {
 	t.Helper()
 	base := "127.0.0.1:" + strconv.Itoa(freeport.Port(t))
 	p := startProcess(t, append([]string{"proxy", "--listen", base}, args...)...)
@@ -96,7 +96,7 @@ func startProxyProc(t *testing.T, args ...string) *proxyProc {
 }
 
 // noRaces fails the test if p, under -race, reported a data race.
-func noRaces(t *testing.T, name string, p *cliProcess) {
+func noRaces(t testing.TB, name string, p *cliProcess) {
 	t.Cleanup(func() {
 		if log := p.stderr.String(); strings.Contains(log, "WARNING: DATA RACE") {
 			t.Errorf("the %s process reported a data race:\n%s", name, log)
@@ -105,7 +105,7 @@ func noRaces(t *testing.T, name string, p *cliProcess) {
 }
 
 // listening waits for the proxy's "listening" line.
-func (pp *proxyProc) listening(t *testing.T) string {
+func (pp *proxyProc) listening(t testing.TB) string {
 	t.Helper()
 	return pp.p.line(t, "agentkv proxy listening on "+pp.base)
 }

@@ -42,6 +42,9 @@ type fakeVLLM struct {
 	// Knobs, set before the first request.
 	noCacheInfo bool          // /metrics lacks cache_config_info
 	noTokenize  bool          // /tokenize answers 404
+	// tokenize, if set, answers /tokenize for a chat body (else one
+	// token per byte of renderChat).
+	tokenize func(body []byte) ([]uint32, error)
 	arrived     chan struct{} // if set, receives one value per chat request on arrival
 	gateFirst   chan struct{} // if set, a stream waits on it before its first chunk
 	gateRest    chan struct{} // if set, a stream waits on it after its first chunk
@@ -56,7 +59,7 @@ type fakeVLLM struct {
 const fakeCompletionTokens = 7
 const fakeCachedTokens = 16
 
-func newFakeVLLM(t *testing.T, blockSize, blocks int) *fakeVLLM {
+func newFakeVLLM(t testing.TB, blockSize, blocks int) *fakeVLLM {
 	t.Helper()
 	f := &fakeVLLM{blockSize: blockSize, blocks: blocks}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
@@ -107,6 +110,16 @@ func (f *fakeVLLM) serve(w http.ResponseWriter, r *http.Request) {
 	case "/tokenize":
 		if f.noTokenize {
 			http.NotFound(w, r)
+			return
+		}
+		if f.tokenize != nil {
+			body, _ := io.ReadAll(r.Body)
+			toks, err := f.tokenize(body)
+			if err != nil {
+				http.Error(w, `{"error":"bad tokenize request"}`, http.StatusBadRequest)
+				return
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"tokens": toks, "count": len(toks), "max_model_len": 1 << 20})
 			return
 		}
 		var req struct {

@@ -42,6 +42,10 @@ var agentkvBin struct {
 }
 
 func TestMain(m *testing.M) {
+	if addr := os.Getenv(bareHopEnv); addr != "" { // BenchmarkFrontDoor's bare hop
+		runBareHop(addr, os.Getenv(bareHopUpstreamsEnv))
+		return
+	}
 	code := m.Run()
 	if agentkvBin.dir != "" {
 		_ = os.RemoveAll(agentkvBin.dir)
@@ -51,7 +55,7 @@ func TestMain(m *testing.M) {
 
 // agentkvBinary builds this command ("go build", without the test's
 // instrumentation) into a temporary directory, once.
-func agentkvBinary(t *testing.T) string {
+func agentkvBinary(t testing.TB) string {
 	t.Helper()
 	agentkvBin.once.Do(func() {
 		dir, err := os.MkdirTemp("", "agentkv-bin-")
@@ -83,7 +87,7 @@ type cliProcess struct {
 	lines  chan string
 }
 
-func startProcess(t *testing.T, args ...string) *cliProcess {
+func startProcess(t testing.TB, args ...string) *cliProcess {
 	t.Helper()
 	cmd := exec.Command(agentkvBinary(t), args...)
 	p := &cliProcess{cmd: cmd, stderr: &lockedBuffer{}, lines: make(chan string, 64)}
@@ -107,7 +111,7 @@ func startProcess(t *testing.T, args ...string) *cliProcess {
 	return p
 }
 
-func (p *cliProcess) line(t *testing.T, prefix string) string {
+func (p *cliProcess) line(t testing.TB, prefix string) string {
 	t.Helper()
 	// A bound for a process that hangs, far above a start-up on a loaded
 	// machine (the process's own start-up waits log their retries).

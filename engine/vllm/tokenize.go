@@ -56,18 +56,21 @@ func (c *Client) Tokenize(ctx context.Context, path string, body []byte) ([]uint
 	if resp.StatusCode/100 != 2 {
 		return nil, statusErr(resp)
 	}
-	var out struct {
-		Tokens []uint32 `json:"tokens"`
-	}
 	// The engine's reply is untrusted: read at most MaxTokenizeReplyBytes.
-	lr := &io.LimitedReader{R: resp.Body, N: MaxTokenizeReplyBytes + 1}
-	if err := json.NewDecoder(lr).Decode(&out); err != nil {
-		if lr.N <= 0 {
-			return nil, fmt.Errorf("vllm: tokenize reply: %w (more than %d bytes)", ErrReplyTooLarge, MaxTokenizeReplyBytes)
-		}
+	var buf bytes.Buffer
+	if cl := resp.ContentLength; cl > 0 && cl <= MaxTokenizeReplyBytes {
+		buf.Grow(int(cl) + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(&io.LimitedReader{R: resp.Body, N: MaxTokenizeReplyBytes + 1}); err != nil {
 		return nil, fmt.Errorf("vllm: tokenize reply: %w", err)
 	}
-	return out.Tokens, nil
+	if buf.Len() > MaxTokenizeReplyBytes {
+		return nil, fmt.Errorf("vllm: tokenize reply: %w (more than %d bytes)", ErrReplyTooLarge, MaxTokenizeReplyBytes)
+	}
+	if ids, err = decodeTokens(buf.Bytes()); err != nil {
+		return nil, fmt.Errorf("vllm: tokenize reply: %w", err)
+	}
+	return ids, nil
 }
 
 // MaxTokenizeReplyBytes bounds a /tokenize reply: 64 MiB, several million

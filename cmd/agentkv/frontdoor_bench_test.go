@@ -1,0 +1,250 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv/hftok"
+	"github.com/agentkv/agentkv/internal/freeport"
+)
+
+// The bare hop BenchmarkFrontDoor measures the proxy against: this test
+// binary, re-run with AGENTKV_BAREHOP=listen address and
+// AGENTKV_BAREHOP_UPSTREAMS=comma-separated URLs, serves a
+// net/http/httputil reverse proxy that picks the upstream by a hash of
+// the session header and flushes every write, with the proxy's idle
+// connection pool, and does nothing else.
+const (
+	bareHopEnv          = "AGENTKV_BAREHOP"
+	bareHopUpstreamsEnv = "AGENTKV_BAREHOP_UPSTREAMS"
+)
+
+// runBareHop serves the bare hop until killed.
+func runBareHop(listen, upstreams string) {
+	var targets []*url.URL
+	for _, u := range strings.Split(upstreams, ",") {
+		t, err := url.Parse(u)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		targets = append(targets, t)
+	}
+	rp := &httputil.ReverseProxy{
+		FlushInterval: -1,
+		Transport:     &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 90 * time.Second},
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			h := fnv.New32a()
+			_, _ = io.WriteString(h, pr.In.Header.Get("X-Session-Id"))
+			pr.SetURL(targets[int(h.Sum32())%len(targets)])
+		},
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	fmt.Println("barehop listening on", listen)
+	_ = http.Serve(ln, rp)
+}
+
+// procCPU is the process's user + system CPU time so far, from
+// /proc/PID/stat (in clock ticks of 10 ms).
+func procCPU(tb testing.TB, pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	require.NoError(tb, err)
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:])) // fields from the third on
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	require.NoError(tb, err1)
+	require.NoError(tb, err2)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// frontDoorBodies are 64 sessions' chat requests of about 2,000 tokens
+// (hftok's test BPE), streamed: a system prompt and a user turn of code.
+func frontDoorBodies(tb testing.TB, chat *hftok.Chat) (bodies [][]byte, tokens int) {
+	for s := range 64 {
+		var code strings.Builder
+		for i := 0; ; i++ {
+			fmt.Fprintf(&code, "func handler%d_%d(w http.ResponseWriter, r *http.Request) {\n\tif err := check(r, %d); err != nil {\n\t\thttp.Error(w, err.Error(), 400)\n\t}\n}\n", s, i, i*7)
+			if code.Len() < 1500 {
+				continue
+			}
+			body, err := json.Marshal(map[string]any{"model": "m", "stream": true, "max_tokens": 64,
+				"messages": []any{map[string]any{"role": "system", "content": "You are a careful coding agent."},
+					map[string]any{"role": "user", "content": "Why does this fail?\n" + code.String()}}})
+			require.NoError(tb, err)
+			ids, err := chat.TokenizeChat(body)
+			require.NoError(tb, err)
+			if len(ids) >= 2000 {
+				bodies, tokens = append(bodies, body), tokens+len(ids)
+				break
+			}
+		}
+	}
+	return bodies, tokens / len(bodies)
+}
+
+// frontDoorTarget is one process under measurement.
+type frontDoorTarget struct {
+	name string
+	base string
+	pid  int
+}
+
+// frontDoorRound sends n streamed requests to t, c at a time, and returns
+// the TTFBs, the process's CPU and the wall time.
+func frontDoorRound(tb testing.TB, client *http.Client, t frontDoorTarget, bodies [][]byte, n, c int) ([]time.Duration, time.Duration, time.Duration) {
+	var mu sync.Mutex
+	var ttfbs []time.Duration
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	cpu0, t0 := procCPU(tb, t.pid), time.Now()
+	var wg sync.WaitGroup
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				req, err := http.NewRequest(http.MethodPost, t.base+"/v1/chat/completions", bytes.NewReader(bodies[i%len(bodies)]))
+				if err != nil {
+					tb.Error(err)
+					return
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Session-Id", "s"+strconv.Itoa(i%len(bodies)))
+				start := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					tb.Error(err)
+					return
+				}
+				var one [1]byte
+				_, err = io.ReadFull(resp.Body, one[:])
+				d := time.Since(start)
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					tb.Errorf("%s: status %d, %v", t.name, resp.StatusCode, err)
+					return
+				}
+				mu.Lock()
+				ttfbs = append(ttfbs, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return ttfbs, procCPU(tb, t.pid) - cpu0, time.Since(t0)
+}
+
+// BenchmarkFrontDoor measures, process against process on the same
+// machine, what `agentkv proxy` costs against a bare Go reverse proxy
+// (net/http/httputil, the upstream picked by a hash of the session
+// header): each in its own process in front of the same stand-in vLLM
+// (an in-process fake that streams at once), 64 sessions of about 2,000
+// tokens, at 1 and at 200 streams. The proxy runs as a vLLM user starts
+// it, --worker URL, with a readable tokenizer (--tokenizer, hftok's test
+// BPE and tools template) and, as "proxy-tokenize", without one (each
+// request's prompt tokenized by the engine's /tokenize). Per target:
+// its process's CPU per request (from /proc, so the client and the engine
+// stand-in in this process do not count), TTFB p50 and requests per second;
+// and the proxy's ratios to the bare hop. Rounds alternate between the
+// targets, b.N requests per target and concurrency.
+func BenchmarkFrontDoor(b *testing.B) {
+	tokDir := b.TempDir()
+	for name, src := range map[string]string{"tokenizer.json": "../../hftok/testdata/tiny.json", "chat_template.jinja": "../../hftok/testdata/chat/tools.jinja"} {
+		data, err := os.ReadFile(src)
+		require.NoError(b, err)
+		require.NoError(b, os.WriteFile(filepath.Join(tokDir, name), data, 0o644))
+	}
+	require.NoError(b, os.WriteFile(filepath.Join(tokDir, "tokenizer_config.json"),
+		[]byte(`{"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>"}`), 0o644))
+	chat, err := hftok.LoadChat(tokDir, hftok.ChatConfig{})
+	require.NoError(b, err)
+	bodies, promptTokens := frontDoorBodies(b, chat)
+
+	// The engine stand-ins tokenize as the model does (hftok), as a vLLM
+	// serving it would: the in-process tokenizer's checks agree, and the
+	// /tokenize path gets as many ids as the prompt has tokens.
+	inproc, viaTokenize := newFakeVLLM(b, 16, 1<<20), newFakeVLLM(b, 16, 1<<20)
+	inproc.tokenize, viaTokenize.tokenize = chat.TokenizeChat, chat.TokenizeChat
+
+	// The bare hop, this binary re-run.
+	barePort := freeport.Port(b)
+	bare := exec.Command(os.Args[0], "-test.run=^$")
+	bare.Env = append(os.Environ(), bareHopEnv+"=127.0.0.1:"+strconv.Itoa(barePort), bareHopUpstreamsEnv+"="+inproc.URL())
+	out, err := bare.StdoutPipe()
+	require.NoError(b, err)
+	bare.Stderr = os.Stderr
+	require.NoError(b, bare.Start())
+	b.Cleanup(func() { _ = bare.Process.Kill(); _ = bare.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(b, err, "the bare hop did not start")
+	require.True(b, strings.HasPrefix(line, "barehop listening"), line)
+
+	proxy := startProxyProc(b, "--worker", inproc.URL(), "--tokenizer", tokDir)
+	proxy.listening(b)
+	proxyTok := startProxyProc(b, "--worker", viaTokenize.URL(), "--tokenizer", "off")
+	proxyTok.listening(b)
+	targets := []frontDoorTarget{
+		{"bare", "http://127.0.0.1:" + strconv.Itoa(barePort), bare.Process.Pid},
+		{"proxy", proxy.base, proxy.p.cmd.Process.Pid},
+		{"proxy-tokenize", proxyTok.base, proxyTok.p.cmd.Process.Pid},
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024}}
+	for _, t := range targets { // warm: connections, session memories
+		frontDoorRound(b, client, t, bodies, 400, 50)
+	}
+	const rounds = 4
+	n := max(b.N/rounds, 50)
+	b.ResetTimer()
+	b.ReportMetric(float64(promptTokens), "prompt-tokens")
+	for _, c := range []int{1, 200} {
+		ttfb := make([][]time.Duration, len(targets))
+		cpu := make([]time.Duration, len(targets))
+		wall := make([]time.Duration, len(targets))
+		for range rounds {
+			for i, t := range targets {
+				ds, cp, w := frontDoorRound(b, client, t, bodies, n, c)
+				ttfb[i], cpu[i], wall[i] = append(ttfb[i], ds...), cpu[i]+cp, wall[i]+w
+			}
+		}
+		reqs := float64(rounds * n)
+		us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+		for i, t := range targets {
+			slices.Sort(ttfb[i])
+			b.ReportMetric(us(cpu[i])/reqs, fmt.Sprintf("%s-c%d-cpu-us/req", t.name, c))
+			b.ReportMetric(us(ttfb[i][len(ttfb[i])/2]), fmt.Sprintf("%s-c%d-ttfb-p50-us", t.name, c))
+			b.ReportMetric(reqs/wall[i].Seconds(), fmt.Sprintf("%s-c%d-req/s", t.name, c))
+			if i > 0 {
+				b.ReportMetric(float64(cpu[i])/float64(cpu[0]), fmt.Sprintf("%s-c%d-cpu-ratio", t.name, c))
+				b.ReportMetric(wall[0].Seconds()/wall[i].Seconds(), fmt.Sprintf("%s-c%d-throughput-ratio", t.name, c))
+			}
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+}
