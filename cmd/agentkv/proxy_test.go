@@ -40,14 +40,14 @@ type fakeVLLM struct {
 	blocks    int
 
 	// Knobs, set before the first request.
-	noCacheInfo bool          // /metrics lacks cache_config_info
-	noTokenize  bool          // /tokenize answers 404
+	noCacheInfo bool // /metrics lacks cache_config_info
+	noTokenize  bool // /tokenize answers 404
 	// tokenize, if set, answers /tokenize for a chat body (else one
 	// token per byte of renderChat).
-	tokenize func(body []byte) ([]uint32, error)
-	arrived     chan struct{} // if set, receives one value per chat request on arrival
-	gateFirst   chan struct{} // if set, a stream waits on it before its first chunk
-	gateRest    chan struct{} // if set, a stream waits on it after its first chunk
+	tokenize  func(body []byte) ([]uint32, error)
+	arrived   chan struct{} // if set, receives one value per chat request on arrival
+	gateFirst chan struct{} // if set, a stream waits on it before its first chunk
+	gateRest  chan struct{} // if set, a stream waits on it after its first chunk
 
 	mu       sync.Mutex // guards the fields below
 	chats    int
