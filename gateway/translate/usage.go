@@ -309,6 +309,10 @@ func (s *Sniffer) onEvent(event string, data []byte) {
 		if !ChunkMatters(data) {
 			return // a plain content delta: nothing to learn
 		}
+		if finished, ok := learnFast(data, &s.u); ok {
+			s.done = s.done || finished
+			return
+		}
 		var c apiwire.ChatChunk
 		if !sniffJSON(data, &c) {
 			return
