@@ -11,6 +11,10 @@ import (
 	"github.com/agentkv/agentkv/internal/apiwire"
 )
 
+// teeSink applies each event to its sinks in order. The index goes before
+// the tier sets that converge watches, so that once they describe the
+// cache the index has every event too (the other order let converge
+// return between the two for the last event).
 type teeSink []vllm.EventSink
 
 func (t teeSink) Apply(ev *flashindex.Event) error {
@@ -34,7 +38,7 @@ func TestCacheSaltIsolates(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := newTierSets()
-	sub, err := vllm.NewSubscriber(vllm.Config{WorkerID: 1, Endpoint: s.EventsEndpoint(), ReplayEndpoint: s.ReplayEndpoint(), Sink: teeSink{ts, ix},
+	sub, err := vllm.NewSubscriber(vllm.Config{WorkerID: 1, Endpoint: s.EventsEndpoint(), ReplayEndpoint: s.ReplayEndpoint(), Sink: teeSink{ix, ts},
 		Decode: vllm.DecodeOptions{ExtraKeys: true}, CatchUp: true, ReconnectMin: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
