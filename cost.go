@@ -94,6 +94,7 @@ type costInput struct {
 	activePrefillTokens int
 	decodeBlocks        int
 	requests            int
+	prefillFirst        bool // Override.PrefillFirst: decode blocks weigh PrefillFirstDecodeWeight
 }
 
 // cost evaluates Dynamo's default selector cost for one worker:
@@ -112,6 +113,9 @@ func (c CostConfig) cost(in costInput) Cost {
 	k.Credit = c.OverlapWeight*float64(in.device) + c.HostWeight*float64(in.host) +
 		c.DiskWeight*float64(in.disk) + c.SharedWeight*float64(in.shared)
 	k.DecodeBlocks = float64(in.decodeBlocks)
+	if in.prefillFirst {
+		k.DecodeBlocks *= PrefillFirstDecodeWeight
+	}
 	k.Requests = c.RequestWeight * float64(in.requests)
 	k.Logit = math.Max(0, k.PrefillBlocks-k.Credit) + k.DecodeBlocks + k.Requests
 	return k

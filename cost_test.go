@@ -41,6 +41,11 @@ func TestCostHandComputed(t *testing.T) {
 			want: Cost{PrefillBlocks: 30, Credit: 10, DecodeBlocks: 7, Logit: 27},
 		},
 		{
+			name: "prefill first: decode load only breaks ties",
+			in:   costInput{blockSize: 16, requestTokens: 160, device: 10, activePrefillTokens: 320, decodeBlocks: 1024, prefillFirst: true},
+			want: Cost{PrefillBlocks: 30, Credit: 10, DecodeBlocks: 1, Logit: 21},
+		},
+		{
 			name: "credit never makes prefill negative",
 			in:   costInput{blockSize: 16, requestTokens: 32, device: 2, host: 10, decodeBlocks: 1},
 			want: Cost{PrefillBlocks: 2, Credit: 9.5, DecodeBlocks: 1, Logit: 1},
@@ -53,6 +58,18 @@ func TestCostHandComputed(t *testing.T) {
 	}
 	withReq := CostConfig{RequestWeight: 0.5}.withDefaults()
 	require.InDelta(t, 1.5, withReq.cost(costInput{blockSize: 16, requests: 3}).Requests, 1e-12)
+}
+
+// TestPrefillFirstPlacement: a worker with more decoding sequences but no
+// prompt queued wins a PrefillFirst request from one whose prefills are
+// queued, which Dynamo's cost (the default) places the other way.
+func TestPrefillFirstPlacement(t *testing.T) {
+	c := CostConfig{}.withDefaults()
+	busyDecode := costInput{blockSize: 16, requestTokens: 531, decodeBlocks: 130}
+	queuedPrefill := costInput{blockSize: 16, requestTokens: 531, activePrefillTokens: 531, decodeBlocks: 0}
+	require.Greater(t, c.cost(busyDecode).Logit, c.cost(queuedPrefill).Logit, "Dynamo's cost stacks prompts")
+	busyDecode.prefillFirst, queuedPrefill.prefillFirst = true, true
+	require.Less(t, c.cost(busyDecode).Logit, c.cost(queuedPrefill).Logit, "prefill first spreads them")
 }
 
 func TestCostConfigValidate(t *testing.T) {

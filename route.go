@@ -62,7 +62,23 @@ type Override struct {
 	// AllowedRanks restricts the candidates to these worker ranks (a
 	// session binding held outside this router; see replicas.go).
 	AllowedRanks []flashindex.Worker
+	// PrefillFirst prices the workers for the request's time to first
+	// token: by the prompt tokens to compute there (the prefills in
+	// flight and the request's uncached tokens), the decode load counting
+	// only PrefillFirstDecodeWeight as much. Dynamo's cost weighs a block
+	// of a decoding sequence as much as a block of prompt still to
+	// compute, which balances KV memory; an engine step, though, costs
+	// ~66 µs per prompt token and ~0.1 µs per token of decode context
+	// (engine/sim's Llama-3-8B timing), so a latency-bound request placed
+	// by decode blocks lands beside the prefills it then waits for. The
+	// gateway sets it for a tenant under its fair share while another is
+	// over (gateway/tenant.Under).
+	PrefillFirst bool
 }
+
+// PrefillFirstDecodeWeight is the weight of the decode load when
+// Override.PrefillFirst is set: a tie-break.
+const PrefillFirstDecodeWeight = 1.0 / 1024
 
 // Route routes req, blocking while admission control holds it. It returns
 // ctx.Err() if ctx ends first, with the held turn withdrawn. The caller
@@ -302,6 +318,7 @@ func (r *Router) priceLocked(rt *routing, req *Request, sc *scratch) error {
 			blockSize: r.cfg.BlockSize, requestTokens: rt.prompt,
 			device: c.match.Device, host: c.match.Host, disk: c.match.Disk, shared: c.shared,
 			activePrefillTokens: l.PrefillTokens, decodeBlocks: l.DecodeBlocks, requests: l.Requests,
+			prefillFirst: o != nil && o.PrefillFirst,
 		})
 	}
 	return nil

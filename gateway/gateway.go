@@ -173,6 +173,15 @@ type Config struct {
 	// TenantLimits configures the per-tenant limits and fair share (used
 	// only with Keys).
 	TenantLimits tenant.LimitsConfig
+	// TenantYield configures the yield gate (tenant.Gate), used with Keys
+	// and TenantLimits.Capacity > 0: while the engines are contended, a
+	// tenant over its weighted share has its requests held in the gateway
+	// (at most MaxHold) while the worker they were routed to computes
+	// another tenant's prompt, and sent to each worker Slots at a time;
+	// a tenant under its share has its new sessions placed by the prompt
+	// tokens queued on each worker (agentkv.Override.PrefillFirst). A
+	// negative MaxHold turns both off.
+	TenantYield tenant.GateConfig
 	// HideWorkerAddresses names workers to clients by their router ID
 	// ("worker 2") instead of their URL: in X-Agentkv-Worker, in error
 	// replies and stream error events (worker addresses and hosts in
@@ -221,6 +230,7 @@ type Gateway struct {
 	pause   pauseGate // the router-level pause (control.go)
 	tracker *failover.Tracker
 	limits  *tenant.Limits // with Config.Keys
+	gate    *tenant.Gate   // with Config.Keys, a Capacity and TenantYield on (yield.go)
 	// registry is the Stack that adds and drains workers at run time
 	// (registry.go); nil for a Gateway built alone.
 	registry *Stack
@@ -306,6 +316,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.Keys != nil {
 		g.limits = tenant.NewLimits(cfg.TenantLimits)
+		if cfg.TenantLimits.Capacity > 0 && cfg.TenantYield.MaxHold >= 0 {
+			g.gate = tenant.NewGate(cfg.TenantYield)
+		}
 	}
 	g.mux = g.routes()
 	return g, nil

@@ -185,7 +185,7 @@ func tokenError(w http.ResponseWriter, sglang bool, status int, msg string) {
 // passed through to a worker that serves the API, translated to one it
 // does serve otherwise (translateTokens).
 func (g *Gateway) serveTokens(w http.ResponseWriter, r *http.Request, sglang bool) {
-	tc, agent, cacheSalt, release, ok := g.readTokens(w, r, sglang)
+	tc, tn, agent, cacheSalt, release, ok := g.readTokens(w, r, sglang)
 	if !ok {
 		return
 	}
@@ -205,11 +205,12 @@ func (g *Gateway) serveTokens(w http.ResponseWriter, r *http.Request, sglang boo
 		defer g.rids.del(tc.rid)
 	}
 	var d *agentkv.Decision
+	st := g.standing(tn)
 	err := g.pause.wait(ctx)
 	if err == nil {
 		id := "gw" + strconv.FormatUint(g.reqSeq.Add(1), 10)
 		d, err = g.router.Route(ctx, &agentkv.Request{ID: id, Tokens: tc.tokens, Agent: agent, CacheSalt: cacheSalt,
-			Override: &agentkv.Override{AllowedWorkers: g.tracker.Allowed(nil, nil)}})
+			Override: &agentkv.Override{AllowedWorkers: g.tracker.Allowed(nil, nil), PrefillFirst: st == tenant.Under}})
 	}
 	switch {
 	case err != nil && ent.aborted.Load():
@@ -227,14 +228,23 @@ func (g *Gateway) serveTokens(w http.ResponseWriter, r *http.Request, sglang boo
 		tokenError(w, sglang, http.StatusServiceUnavailable, "agentkv gateway: routed to an unknown worker")
 		return
 	}
+	tk, err := g.enterGate(ctx, st, wk.ID)
+	if err != nil { // the client left (or aborted the rid) while it yielded
+		d.Done(agentkv.Usage{Failed: true})
+		if ent.aborted.Load() {
+			g.abortedReply(w, tc)
+		}
+		return
+	}
+	defer tk.Done()
 	target := tokenTarget(wk, tc.api)
 	ent.routed(wk, target == tc.api)
 	var u agentkv.Usage
 	var ferr error
 	if target == tc.api {
-		u, ferr = g.passTokens(ctx, w, wk, tc.api.Path(), tc.body, d, sglang)
+		u, ferr = g.passTokens(ctx, w, wk, tc.api.Path(), tc.body, d, sglang, &tk)
 	} else {
-		u, ferr = g.translateTokens(ctx, w, wk, target, tc, d, ent)
+		u, ferr = g.translateTokens(ctx, w, wk, target, tc, d, ent, &tk)
 	}
 	u.Failed = ferr != nil
 	u.API = tc.api.Path()
@@ -258,9 +268,10 @@ func tokenTarget(wk *worker, api TokenAPI) TokenAPI {
 // readTokens authenticates and reads a token-API call, scoping its
 // session and rid by its tenant and taking the tenant's limits (release
 // gives them back); false when it has answered.
-func (g *Gateway) readTokens(w http.ResponseWriter, r *http.Request, sglang bool) (tc *tokenCall, agent session.AgentContext, cacheSalt string, release func(), ok bool) {
+func (g *Gateway) readTokens(w http.ResponseWriter, r *http.Request, sglang bool) (tc *tokenCall, tn *tenant.Tenant, agent session.AgentContext, cacheSalt string, release func(), ok bool) {
 	release = func() {}
-	tn, err := g.authenticateKey(r)
+	var err error
+	tn, err = g.authenticateKey(r)
 	if err != nil {
 		tokenError(w, sglang, http.StatusUnauthorized, err.Error())
 		return
@@ -279,7 +290,7 @@ func (g *Gateway) readTokens(w http.ResponseWriter, r *http.Request, sglang bool
 		return
 	}
 	if tn == nil {
-		return tc, agent, "", release, true
+		return tc, nil, agent, "", release, true
 	}
 	// A tenant's sessions and rids are its own. The vLLM token API takes
 	// the tenant's cache_salt; SGLang's /generate has no cache salt, so
@@ -300,22 +311,22 @@ func (g *Gateway) readTokens(w http.ResponseWriter, r *http.Request, sglang bool
 		if tc.body, err = setCacheSalt(tc.body, cacheSalt); err != nil {
 			release()
 			tokenError(w, sglang, http.StatusBadRequest, err.Error())
-			return nil, agent, "", func() {}, false
+			return nil, nil, agent, "", func() {}, false
 		}
 	}
-	return tc, agent, cacheSalt, release, true
+	return tc, tn, agent, cacheSalt, release, true
 }
 
 // passTokens forwards body to wk and copies the reply through, reading
 // the usage from it (meta_info, or vLLM's usage) for the router.
-func (g *Gateway) passTokens(ctx context.Context, w http.ResponseWriter, wk *worker, path string, body []byte, d *agentkv.Decision, sglang bool) (agentkv.Usage, error) {
+func (g *Gateway) passTokens(ctx context.Context, w http.ResponseWriter, wk *worker, path string, body []byte, d *agentkv.Decision, sglang bool, tk *tenant.Ticket) (agentkv.Usage, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, wk.URL+path, bytes.NewReader(body))
 	if err != nil {
 		tokenError(w, sglang, http.StatusInternalServerError, err.Error())
 		return agentkv.Usage{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := g.cfg.HTTPClient.Do(req)
+	resp, err := g.doGated(req, tk)
 	if err != nil {
 		if ctx.Err() == nil {
 			tokenError(w, sglang, http.StatusBadGateway, "agentkv gateway: worker "+wk.URL+" failed: "+err.Error())

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/agentkv/agentkv/gateway/tenant"
 	"io"
 	"net/http"
 
@@ -26,7 +27,7 @@ var errTokenCut = errors.New("gateway: the worker's token stream ended without a
 
 // translateTokens sends tc to wk in the target token API and answers the
 // client in its own.
-func (g *Gateway) translateTokens(ctx context.Context, w http.ResponseWriter, wk *worker, target TokenAPI, tc *tokenCall, d *agentkv.Decision, ent *ridEntry) (agentkv.Usage, error) {
+func (g *Gateway) translateTokens(ctx context.Context, w http.ResponseWriter, wk *worker, target TokenAPI, tc *tokenCall, d *agentkv.Decision, ent *ridEntry, tk *tenant.Ticket) (agentkv.Usage, error) {
 	fail := func(status int, msg string, err error) (agentkv.Usage, error) {
 		tokenError(w, tc.sglang, status, msg)
 		return agentkv.Usage{}, err
@@ -48,7 +49,7 @@ func (g *Gateway) translateTokens(ctx context.Context, w http.ResponseWriter, wk
 		return fail(http.StatusInternalServerError, err.Error(), err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := g.cfg.HTTPClient.Do(req)
+	resp, err := g.doGated(req, tk)
 	switch {
 	case err != nil && ent.aborted.Load():
 		g.abortedReply(w, tc)

@@ -12,6 +12,7 @@ type metrics struct {
 	failures        *prometheus.CounterVec // api, kind
 	billingStripped prometheus.Counter
 	tenantRejected  *prometheus.CounterVec   // reason
+	tenantYield     *prometheus.HistogramVec // outcome
 	duration        *prometheus.HistogramVec // api
 }
 
@@ -41,12 +42,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		tenantRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "tenant_rejected_total",
 			Help: "Requests refused by tenant checks (Config.Keys, TenantLimits), by reason: unauthorized (401), forbidden (403, an admin path), tenant_in_flight, tenant_sessions, tenant_fair_share (429)."},
 			[]string{"reason"}),
+		tenantYield: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "tenant_yield_wait_seconds",
+			Help:    "How long requests of a tenant over its fair share waited in the gateway for their worker (Config.TenantYield), by outcome: sent (the worker was clear) or forced (MaxHold passed).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 12)},
+			[]string{"outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "request_duration_seconds",
 			Help: "End-to-end time of routed requests, by API.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)},
 			[]string{"api"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.responses, m.usage, m.tokenize, m.tokenizerChecks, m.translated, m.failures, m.billingStripped, m.tenantRejected, m.duration} {
+		for _, c := range []prometheus.Collector{m.responses, m.usage, m.tokenize, m.tokenizerChecks, m.translated, m.failures, m.billingStripped, m.tenantRejected, m.tenantYield, m.duration} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentkv/agentkv"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/gateway/tenant"
 	"github.com/agentkv/agentkv/gateway/translate"
 	"github.com/agentkv/agentkv/internal/apiwire"
 )
@@ -120,6 +121,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 		// already been sent as the assistant's message to continue.
 		body = sv.continuation
 	}
+	defer c.ticket.Done()             // at the latest: an attempt's place in the yield gate ends with it
 	payload := wk.Hints.Payload(body) // body, or body and its kv_hints
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -159,7 +161,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 	}
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	r := relay{g: g, ctx: ctx, actx: actx, w: w, d: d, body: receiving{resp.Body, at}, upstreamCT: resp.Header.Get("Content-Type"),
-		sv: sv, dog: dog, track: g.migrationLimit > 0 && c.api == Chat && stream, at: at}
+		sv: sv, dog: dog, track: g.migrationLimit > 0 && c.api == Chat && stream, at: at, ticket: &c.ticket}
 	defer func() { decoded(at, &res) }()
 	switch {
 	case native:
@@ -348,6 +350,7 @@ type relay struct {
 	dog        *watchdog
 	track      bool              // follow chat content in sv (migration is on)
 	at         *failover.Attempt // the tracker's attempt (first byte, speed)
+	ticket     *tenant.Ticket    // given back at the first byte (yield.go)
 	started    bool              // this attempt's first byte reached the client
 	lastProg   time.Time
 }
@@ -368,6 +371,7 @@ func (r *relay) progress() {
 		r.started, r.lastProg = true, now
 		r.sv.started = true
 		r.d.FirstToken()
+		r.ticket.Done()
 		r.at.FirstByte()
 		return
 	}

@@ -56,7 +56,8 @@ type call struct {
 	waitedReady bool
 
 	// forward
-	id string // request id, also the translated reply's id
+	id     string        // request id, also the translated reply's id
+	ticket tenant.Ticket // the attempt's place in the yield gate (yield.go)
 }
 
 // serve handles one API request: read, translate, identify, tokenize,
@@ -438,8 +439,9 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, c *call, fw 
 	if c.tenant != nil {
 		cacheSalt = c.tenant.Salt
 	}
+	st := g.standing(c.tenant)
 	d, err := route(ctx, &agentkv.Request{ID: reqID, Tokens: c.tokens, Agent: c.agent, CacheSalt: cacheSalt,
-		Override: &agentkv.Override{AllowedWorkers: fw.allowed}})
+		Override: &agentkv.Override{AllowedWorkers: fw.allowed, PrefillFirst: st == tenant.Under}})
 	switch {
 	case err == nil:
 		if a := d.Agent(); a.Inferred && !c.agent.Valid() {
@@ -474,6 +476,11 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, c *call, fw 
 		g.finish(c, d, Usage{}, ErrUnknownWorker)
 		g.endWith(w, c, &fw.sv, http.StatusServiceUnavailable, "agentkv gateway: routed to an unknown worker")
 		return nil, nil, stop
+	}
+	if c.ticket, err = g.enterGate(ctx, st, wk.ID); err != nil {
+		g.finish(c, d, Usage{}, fmt.Errorf("%w: %w", ErrClientGone, err))
+		g.clientGone(c)
+		return nil, nil, stop // the client left while its request yielded
 	}
 	return d, wk, proceed
 }

@@ -43,10 +43,21 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, req *apiwire.ChatR
 		return apiwire.ChatChunk{ID: id, Object: apiwire.ObjectChatCompletionChunk, Created: created, Model: model,
 			Choices: []apiwire.ChatChunkChoice{{Delta: d, FinishReason: fin, Logprobs: jsonNull}}}
 	}
-	if err := sw.Data(chunk(apiwire.ChatDelta{Role: "assistant", Content: apiwire.Ptr("")}, nil)); err != nil {
+	// The headers go at once; the role chunk, as vLLM sends it, with the
+	// first output (its stream starts when the engine returns the first
+	// token), so a stream's first byte is its time to first token.
+	w.WriteHeader(http.StatusOK)
+	if err := sw.Flush(); err != nil {
 		return
 	}
+	role := false
 	cached, err := g.wait(r.Context(), &rf, func(from, to int) error {
+		if !role {
+			role = true
+			if err := sw.Data(chunk(apiwire.ChatDelta{Role: "assistant", Content: apiwire.Ptr("")}, nil)); err != nil {
+				return err
+			}
+		}
 		if g.tool != nil {
 			if err := sw.Data(chunk(apiwire.ChatDelta{ToolCalls: []apiwire.ToolCallDelta{{ID: g.toolID, Type: "function",
 				Function: apiwire.FunctionCallDelta{Name: g.tool.Name}}}}, nil)); err != nil {
@@ -64,6 +75,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, req *apiwire.ChatR
 	if err != nil {
 		s.streamError(sw, err)
 		return
+	}
+	if !role { // nothing generated (a cut at 0 tokens)
+		sw.Data(chunk(apiwire.ChatDelta{Role: "assistant", Content: apiwire.Ptr("")}, nil))
 	}
 	sw.Data(chunk(apiwire.ChatDelta{}, &finish))
 	if req.IncludeUsage() {

@@ -42,8 +42,14 @@
 // under its share is still let through. The gateway answers every refusal
 // with 429 and Retry-After in the caller's API shape.
 //
+// Limits.Standing says where a tenant stands against its share (Under,
+// Even, Over), and Gate keeps an Over tenant's prefills out of the engine
+// steps that compute the others': on each worker, its requests wait while
+// a request of another standing awaits its first token, and go one (Slots)
+// at a time, at most GateConfig.MaxHold.
+//
 // # Concurrency
 //
-// Keys and Tenant are immutable once parsed; Set and Limits are safe for
-// concurrent use.
+// Keys and Tenant are immutable once parsed; Set, Limits and Gate are safe
+// for concurrent use.
 package tenant

@@ -165,6 +165,70 @@ func (l *Limits) EndSession(t *Tenant, session string) {
 	}
 }
 
+// Standing is where a tenant stands against its weighted share
+// (Limits.Standing).
+type Standing int
+
+// Standings.
+const (
+	// Even: no limits, or the tenant holds its weighted share of the
+	// requests in flight, or is not past its share of Capacity.
+	Even Standing = iota
+	// Under: the tenant holds less than its weighted share of the
+	// requests in flight (so another tenant holds more): its requests'
+	// time to first token is what the share protects.
+	Under
+	// Over: the tenant holds at least its weighted share of Capacity and
+	// more than its share of what is in flight (another tenant holds
+	// less): its prefills yield to the others' (Gate).
+	Over
+)
+
+// String returns the standing's name.
+func (s Standing) String() string {
+	switch s {
+	case Even:
+		return "even"
+	case Under:
+		return "under"
+	case Over:
+		return "over"
+	}
+	return "unknown"
+}
+
+// Standing returns where tenant t stands now, counting the requests of it
+// that Acquire let through (a request asking about itself is counted).
+// With Capacity 0 or a nil t it is Even. In integers, with n the tenant's
+// requests in flight, w its weight, N all requests in flight and W the
+// weights of the tenants with requests in flight (its own included):
+// Under is n·W < N·w; Over is n·W ≥ Capacity·w and n·W > N·w. Shares are
+// not held until Capacity requests are in flight (Acquire), but a
+// tenant's standing counts from the start: a rollout filling an idle
+// capacity is over its share the moment an interactive tenant arrives.
+// O(1).
+func (l *Limits) Standing(t *Tenant) Standing {
+	if t == nil || l.cfg.Capacity <= 0 {
+		return Even
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, w, live, all := 0, t.Weight, l.weightLive, l.inFlight
+	if u := l.state[t.Name]; u != nil {
+		n, w = u.inFlight, u.weight
+	}
+	if n == 0 {
+		live += w
+	}
+	switch {
+	case n*live < all*w:
+		return Under
+	case n*live >= l.cfg.Capacity*w && n*live > all*w:
+		return Over
+	}
+	return Even
+}
+
 // InFlight returns tenant name's requests in flight.
 func (l *Limits) InFlight(name string) int {
 	l.mu.Lock()

@@ -1,0 +1,116 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentkv/agentkv/engine/mock"
+	"github.com/agentkv/agentkv/gateway/tenant"
+)
+
+// TestTenantYield: with the engines contended, a request of the tenant
+// over its share waits in the gateway while its worker computes the other
+// tenant's prompt, and is sent once that prompt's first token comes; the
+// over-share tenant's next request past its share still gets 429 with
+// Retry-After. Over real HTTP to a mock worker paused (no step runs) until
+// the requests are in place.
+func TestTenantYield(t *testing.T) {
+	m, err := mock.Start(mock.Config{MinOutput: 2, MaxOutput: 2, Speedup: 1000})
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	ks, err := tenant.Parse(strings.NewReader("chat " + keyChat + "\nrollout " + keyRL + "\n"))
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	s, err := NewStack(context.Background(), StackConfig{Workers: []WorkerSpec{{URL: m.URL(), Tokenizer: m}},
+		Refresh: -1, Affinity: DefaultAffinity, Registry: reg,
+		Gateway: Config{Keys: tenant.NewSet(ks), TenantLimits: tenant.LimitsConfig{Capacity: 4},
+			TenantYield: tenant.GateConfig{MaxHold: time.Minute}}})
+	require.NoError(t, err)
+	srv := httptest.NewServer(s.Handler(""))
+	t.Cleanup(func() { srv.Close(); _ = s.Close() })
+	fb := &fairBench{model: m.Model(), fair: srv, client: NewHTTPClient()}
+	g := s.Gateway()
+	gate := func() (waiting, yielding, protected int) { return g.gate.Waiting(0) }
+	await := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !ok(); time.Sleep(time.Millisecond) {
+			require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
+		}
+	}
+
+	m.SetPaused(true)
+	type result struct {
+		who  string
+		code int
+		err  error
+	}
+	results := make(chan result, 4)
+	var wg sync.WaitGroup
+	send := func(who, key, session string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, code, _, err := fb.send(srv.URL, key, session, e2eWords(40, who+"-"))
+			results <- result{who, code, err}
+		}()
+	}
+	// Capacity 4. The rollout alone: even, sent at once (each marked
+	// protected until its first token).
+	send("r1", keyRL, "p1")
+	send("r2", keyRL, "p2")
+	await("the rollout's two requests at the worker", func() bool { _, _, p := gate(); return p == 2 })
+	require.Equal(t, tenant.Even, g.limits.Standing(&tenant.Tenant{Name: "rollout", Weight: 1}))
+	// The chat tenant arrives (3 in flight: not contended yet), sent at
+	// once.
+	send("c1", keyChat, "c1")
+	await("the chat request at the worker", func() bool { _, _, p := gate(); return p == 3 })
+	// The rollout's third request fills the capacity: the rollout is
+	// over its share (3 of 4 with 2 tenants active), the chat under, and
+	// the request yields to the chat's prompt.
+	send("r3", keyRL, "p3")
+	await("the rollout's third request to yield", func() bool { w, _, _ := gate(); return w == 1 })
+	require.Equal(t, tenant.Under, g.limits.Standing(&tenant.Tenant{Name: "chat", Weight: 1}))
+	require.Equal(t, tenant.Over, g.limits.Standing(&tenant.Tenant{Name: "rollout", Weight: 1}))
+	// A fourth is past the share: 429 with Retry-After, as before.
+	_, code, wait, err := fb.send(srv.URL, keyRL, "p4", "four")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, code)
+	require.Equal(t, time.Second, wait)
+	select {
+	case r := <-results:
+		t.Fatalf("%s answered while the worker was paused: %d %v", r.who, r.code, r.err)
+	default:
+	}
+
+	m.SetPaused(false)
+	wg.Wait()
+	close(results)
+	for r := range results {
+		require.NoError(t, r.err, r.who)
+		require.Equal(t, http.StatusOK, r.code, r.who)
+	}
+	w, y, p := gate()
+	require.Zero(t, w+y+p, "the gate holds nothing once the replies are done")
+	require.Equal(t, 1, testutil.CollectAndCount(g.m.tenantYield, "agentkv_gateway_tenant_yield_wait_seconds"))
+	h := &strings.Builder{}
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "agentkv_gateway_tenant_yield_wait_seconds" {
+			for _, mt := range mf.Metric {
+				h.WriteString(mt.GetLabel()[0].GetValue())
+				require.EqualValues(t, 1, mt.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	require.Equal(t, "sent", h.String(), "the yielding request was sent when the worker was clear, not forced")
+}
