@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentkv/agentkv/engine/mock"
@@ -437,6 +438,39 @@ func TestWedgedWorkerEjected(t *testing.T) {
 		served[1].Load(), served[2].Load(), retried, mocks[wedged].WedgedTotal())
 }
 
+// summed is the sum of the counters or gauges name whose labels include
+// the given name/value pairs (0 when there is none).
+func summed(t *testing.T, g prometheus.Gatherer, name string, labels ...string) (sum float64) {
+	t.Helper()
+	mfs, err := g.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				if hasLabels(m.GetLabel(), labels) {
+					sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
+func hasLabels(have []*dto.LabelPair, want []string) bool {
+	for i := 0; i+1 < len(want); i += 2 {
+		found := false
+		for _, lp := range have {
+			if lp.GetName() == want[i] && lp.GetValue() == want[i+1] {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
 // gathered returns the value of the counter or gauge name whose labels
 // include the given name/value pairs (0 when there is none).
 func gathered(t *testing.T, g prometheus.Gatherer, name string, labels ...string) float64 {
@@ -447,18 +481,9 @@ func gathered(t *testing.T, g prometheus.Gatherer, name string, labels ...string
 		if mf.GetName() != name {
 			continue
 		}
-	metrics:
 		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue metrics
-				}
+			if !hasLabels(m.GetLabel(), labels) {
+				continue
 			}
 			if c := m.GetCounter(); c != nil {
 				return c.GetValue()
@@ -480,6 +505,7 @@ func TestLongPromptNotEjected(t *testing.T) {
 	// A small floor, so only the scaling by size lets the long prompt
 	// through; a factor that leaves room for a loaded machine.
 	fc.Outlier = failover.OutlierConfig{FirstByteFloor: 50 * time.Millisecond, FirstByteFactor: 6, LatencyMinSamples: 3}
+	fc.Breaker.OpenFor = 200 * time.Millisecond
 	var specs []WorkerSpec
 	var cfgs []mock.Config
 	for range 3 {
@@ -497,21 +523,35 @@ func TestLongPromptNotEjected(t *testing.T) {
 	for i := range 3 {
 		f.waitRoutable(i, true)
 	}
-	// Short prompts teach the tracker each worker's speed.
-	seen := map[int]int{}
+	// Short prompts teach the tracker each worker's speed. On a loaded
+	// machine one may be ejected on the way (a latency outlier, or its
+	// first byte past the 50 ms floor); its breaker's short opening
+	// (OpenFor above) ends, a probe readmits it, and the warm-up goes on
+	// until each worker has its samples: bounded by progress, not a count.
+	seen, n := map[int]int{}, 0
 	for i := 0; len(seen) < 3 || seen[0] < 4 || seen[1] < 4 || seen[2] < 4; i++ {
-		require.Less(t, i, 500, "the short prompts did not reach every worker")
+		for w := range 3 {
+			if seen[w] < 4 && !f.routable(w) {
+				f.waitRoutable(w, true)
+			}
+		}
 		resp, body, err := f.post(context.Background(), ChatPath, fmt.Sprint("short", i), chatBody(longPrompt(i), true))
 		require.NoError(t, err)
 		require.True(t, replyComplete(ChatPath, true, resp, body), body)
 		seen[f.workerOf(resp)]++
+		n = i + 1
+		require.Less(t, n, 2000, "the short prompts did not reach every worker: %v %+v", seen, stack.Gateway().Tracker().Status())
 	}
+	t.Logf("the short prompts took %d requests to reach every worker 4 times: %v", n, seen)
 	// What the short prompts cost (on a loaded machine one may have met
-	// its 50 ms floor and been retried): the long prompts must add nothing.
-	counts := func() (out [3][2]float64) {
+	// its 50 ms floor and been retried, or been ejected): the long prompts
+	// must add nothing.
+	counts := func() (out [3][3]float64) {
 		for w := range 3 {
-			out[w] = [2]float64{gathered(t, stack.Registry(), "agentkv_failover_retries_total", "worker", strconv.Itoa(w)),
-				gathered(t, stack.Registry(), "agentkv_failover_failures_total", "worker", strconv.Itoa(w))}
+			ws := strconv.Itoa(w)
+			out[w] = [3]float64{gathered(t, stack.Registry(), "agentkv_failover_retries_total", "worker", ws),
+				gathered(t, stack.Registry(), "agentkv_failover_failures_total", "worker", ws),
+				summed(t, stack.Registry(), "agentkv_gateway_worker_ejections_total", "worker", ws)}
 		}
 		return out
 	}
@@ -534,15 +574,7 @@ func TestLongPromptNotEjected(t *testing.T) {
 			require.Greater(t, took, tr.FirstByteDeadline(uint64(w), 200, 8), "the long prompt needed its scaled deadline")
 		}
 	}
-	for w, st := range stack.Gateway().Tracker().Status() {
-		require.False(t, st.Ejected, "worker %d: %+v", w, st)
-	}
-	require.Equal(t, before, counts(), "retries and failures per worker ([retries, failures]) before and after the long prompts")
-	mfs, err := stack.Registry().Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		require.NotEqual(t, "agentkv_gateway_worker_ejections_total", mf.GetName(), "a worker was ejected")
-	}
+	require.Equal(t, before, counts(), "retries, failures and ejections per worker before and after the long prompts")
 }
 
 // TestStreamWedgedMidway: a worker that stops a stream mid-way (the mock's
