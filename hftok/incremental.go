@@ -1,7 +1,9 @@
 package hftok
 
 import (
+	"slices"
 	"sort"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -30,8 +32,52 @@ import (
 // and safe to share.
 type Encoding struct {
 	text string
-	ids  []uint32
+	ids  []uint32   // a prefix of buf.ids
 	cuts []cutPoint // ascending offsets
+	buf  *idBuf
+}
+
+// idBuf is the array a chain of Encodings shares: a session's turns each
+// extend the last one's ids, and copying a 128 K-token context's ids every
+// turn cost more than encoding the turn. An Encoding's ids are a prefix of
+// ids that never changes; claimed is the longest prefix any Encoding has
+// taken, and ids are written only past it, under mu, before the Encoding
+// that takes them exists, so a write never touches ids an Encoding holds.
+type idBuf struct {
+	mu      sync.Mutex
+	ids     []uint32 // the whole array, len == cap
+	claimed int
+}
+
+func newIDBuf(ids []uint32) *idBuf {
+	return &idBuf{ids: ids[:cap(ids)], claimed: len(ids)}
+}
+
+// extend returns the ids prev.ids[:keep] ++ rest and the array they lie
+// in: prev's own array when rest agrees with what the array holds after
+// keep (prev's ids, then what later Encodings of the array claimed) and
+// the array has room for the rest; else a new array with room for later
+// turns.
+func (prev *Encoding) extend(keep int, rest []uint32) ([]uint32, *idBuf) {
+	n := keep + len(rest)
+	if b := prev.buf; b != nil && n <= len(b.ids) {
+		b.mu.Lock()
+		agree := min(n, b.claimed)
+		ok := slices.Equal(rest[:agree-keep], b.ids[keep:agree])
+		if ok && n > b.claimed {
+			copy(b.ids[b.claimed:n], rest[b.claimed-keep:])
+			b.claimed = n
+		}
+		b.mu.Unlock()
+		if ok {
+			return b.ids[:n:n], b
+		}
+	}
+	ids := make([]uint32, n, n+n/4+1024)
+	copy(ids, prev.ids[:keep])
+	copy(ids[keep:], rest)
+	b := newIDBuf(ids)
+	return b.ids[:n:n], b
 }
 
 // cutPoint is a safe point to continue encoding from: the byte offset of
@@ -79,10 +125,11 @@ func (t *Tokenizer) EncodeFrom(prev *Encoding, text string) (*Encoding, int) {
 		}
 	}
 	if t.rawAdded == nil || !utf8.ValidString(text[l:]) {
-		return &Encoding{text: text, ids: t.Encode(nil, text)}, 0
+		ids := t.Encode(nil, text)
+		return &Encoding{text: text, ids: ids[:len(ids):len(ids)], buf: newIDBuf(ids)}, 0
 	}
 	e := &Encoding{text: text}
-	from := 0
+	from, keep := 0, 0
 	if l > 0 {
 		// A match decision reads up to maxLen bytes; single_word checks
 		// read a rune past a token.
@@ -92,26 +139,36 @@ func (t *Tokenizer) EncodeFrom(prev *Encoding, text string) (*Encoding, int) {
 		i := sort.Search(len(prev.cuts), func(i int) bool { return prev.cuts[i].off+window > l }) - 1
 		if i >= 0 {
 			c := prev.cuts[i]
-			e.ids = make([]uint32, c.n, c.n+(len(text)-c.off)/3+16)
-			copy(e.ids, prev.ids[:c.n])
+			keep, from = c.n, c.off
 			e.cuts = append(make([]cutPoint, 0, i+8), prev.cuts[:i]...)
-			from = c.off
 		}
 	}
-	reused := len(e.ids)
+	// The rest, at one id a byte at most (an added token is at least a
+	// byte; a byte-level or byte-fallback BPE emits at most one id a
+	// byte) when it follows kept ids, so it is never copied while it grows.
+	var rest []uint32
+	if keep > 0 {
+		rest = make([]uint32, 0, len(text)-from+16)
+	}
 	off := from
 	t.rawAdded.split(text[from:], func(id int64, piece string) {
 		if id >= 0 {
 			if t.rawAdded.cuttable(uint32(id), piece) {
-				e.cuts = append(e.cuts, cutPoint{off: off, n: len(e.ids)})
+				e.cuts = append(e.cuts, cutPoint{off: off, n: keep + len(rest)})
 			}
-			e.ids = append(e.ids, uint32(id))
+			rest = append(rest, uint32(id))
 		} else {
-			e.ids = t.encodeSegment(e.ids, piece)
+			rest = t.encodeSegment(rest, piece)
 		}
 		off += len(piece)
 	})
-	return e, reused
+	if keep > 0 {
+		e.ids, e.buf = prev.extend(keep, rest)
+	} else {
+		e.buf = newIDBuf(rest)
+		e.ids = rest[:len(rest):len(rest)]
+	}
+	return e, keep
 }
 
 // commonPrefix returns the length of the longest common prefix of a and b.

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -64,6 +65,72 @@ func TestEncodeFromProperty(t *testing.T) {
 			require.Greater(t, reusedTurns, 100, "%s: turns reuse the previous ids", name)
 		}
 	}
+}
+
+// TestEncodeFromSharedArray: Encodings extend one another's id arrays in
+// place (an agent's turns); from any earlier Encoding, branching (a turn
+// retried, a context rewritten, an older turn resent), every Encoding
+// made still equals Encode of its text at the end, so no extension wrote
+// over ids another Encoding holds. Concurrent turns from one Encoding
+// (run under -race) each get exact ids and leave the others' intact.
+func TestEncodeFromSharedArray(t *testing.T) {
+	tok := mustLoad(t, "tiny.json")
+	r := rand.New(rand.NewPCG(3, 4))
+	turnText := func(i int) string {
+		// Valid UTF-8: a text that is not is encoded whole, in its own array.
+		words := strings.ToValidUTF8(fragmentText(r, r.IntN(6)), "?")
+		return fmt.Sprintf("<|im_start|>user\nturn %d: %s<|im_end|>\n<|im_start|>assistant\n", i, words)
+	}
+	type made struct {
+		e    *Encoding
+		want []uint32
+	}
+	first, _ := tok.EncodeFrom(nil, turnText(0))
+	all := []made{{first, tok.Encode(nil, first.Text())}}
+	appended, shared := 0, 0
+	for i := 1; i < 400; i++ {
+		from, latest := all[len(all)-1], true
+		if r.IntN(4) == 0 {
+			from, latest = all[r.IntN(len(all))], false
+		}
+		text := from.e.Text()
+		if r.IntN(6) == 0 { // cut back
+			text, latest = text[:r.IntN(len(text)+1)], false
+		}
+		text += turnText(i)
+		next, _ := tok.EncodeFrom(from.e, text)
+		if latest {
+			appended++
+			if next.buf == from.e.buf {
+				shared++
+			}
+		}
+		all = append(all, made{next, tok.Encode(nil, text)})
+	}
+	for i, m := range all {
+		require.Equal(t, m.want, m.e.IDs(), "encoding %d", i)
+	}
+	require.Greater(t, shared, appended*9/10, "turns appended to the latest extend its array (of %d)", appended)
+
+	base, _ := tok.EncodeFrom(nil, strings.Repeat(turnText(0), 50))
+	baseIDs := slices.Clone(base.IDs())
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				text := base.Text() + fmt.Sprintf("<|im_start|>user\ngoroutine %d turn %d<|im_end|>\n", g%2, i%3)
+				e, _ := tok.EncodeFrom(base, text)
+				if got, want := e.IDs(), tok.Encode(nil, text); !slices.Equal(got, want) {
+					t.Errorf("goroutine %d turn %d: ids differ from Encode", g, i)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, baseIDs, base.IDs())
 }
 
 // TestEncodeFromReusesAppendedTurn: a conversation rendered as a chat
