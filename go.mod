@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/anthropics/anthropic-sdk-go v1.84.0
-	github.com/ardanlabs/jinja v1.8.0
 	github.com/armon/go-radix v1.0.0
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/dlclark/regexp2 v1.11.5

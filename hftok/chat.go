@@ -10,7 +10,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/agentkv/agentkv/internal/jinja"
 
 	"github.com/agentkv/agentkv/internal/bytelru"
 )
@@ -60,6 +60,11 @@ type Chat struct {
 	openai  bool                   // content reaches the template as parts
 	strict  bool                   // ChatConfig.ToolStrict
 	globals map[string]jinja.Value // special tokens and default kwargs; read-only after NewChat
+
+	// reuseConv: a session turn may reuse the previous turn's converted
+	// messages (the template calls no method that changes a value in
+	// place, which would leak one render's change into the next).
+	reuseConv bool
 
 	sessionBytes int // ChatConfig.SessionBytes
 	sessOnce     sync.Once
@@ -117,7 +122,8 @@ func NewChat(tok *Tokenizer, tokenizerConfigJSON []byte, cfg ChatConfig) (*Chat,
 	if err != nil {
 		return nil, fmt.Errorf("hftok: chat template: %w", err)
 	}
-	c := &Chat{tok: tok, tmpl: tmpl, strict: cfg.ToolStrict, globals: map[string]jinja.Value{}, sessionBytes: cfg.SessionBytes}
+	c := &Chat{tok: tok, tmpl: tmpl, strict: cfg.ToolStrict, globals: map[string]jinja.Value{}, sessionBytes: cfg.SessionBytes,
+		reuseConv: !mutatingCall.MatchString(src)}
 	switch cfg.ContentFormat {
 	case "", "auto":
 		c.openai = loopsOverContent.MatchString(src)
@@ -214,17 +220,31 @@ func (c *Chat) render(body []byte, prev *parseMemo, record bool) (string, *parse
 	if err != nil {
 		return "", nil, err
 	}
-	text, err := c.renderRequest(req)
+	var prevConv []convMemo
+	if prev != nil && c.reuseConv {
+		prevConv = prev.conv
+	}
+	text, conv, err := c.renderRequest(req, len(body), prevConv)
 	if err != nil {
 		return "", nil, err
+	}
+	if memo != nil && c.reuseConv {
+		memo.conv = conv
 	}
 	return text, memo, nil
 }
 
-// renderRequest renders a decoded request.
-func (c *Chat) renderRequest(req jinja.Value) (string, error) {
+// mutatingCall finds a template's calls of the methods that change a
+// list or dict in place.
+var mutatingCall = regexp.MustCompile(`\.\s*(update|pop|popitem|setdefault|clear|append|extend|insert|remove|sort|reverse)\s*\(`)
+
+// renderRequest renders a decoded request; size is the request body's
+// length, about the rendered prompt's (room made for it up front). prev
+// is the previous turn's converted messages (conversation), the second
+// result this one's.
+func (c *Chat) renderRequest(req jinja.Value, size int, prev []convMemo) (string, []convMemo, error) {
 	if !req.IsDict() {
-		return "", errors.New("hftok: the request is not a JSON object")
+		return "", nil, errors.New("hftok: the request is not a JSON object")
 	}
 	r := req.AsDict()
 	vars := make(map[string]jinja.Value, len(c.globals)+8)
@@ -239,11 +259,11 @@ func (c *Chat) renderRequest(req jinja.Value) (string, error) {
 	}
 	msgsV, ok := r.Get("messages")
 	if !ok || !msgsV.IsList() || msgsV.AsList().Len() == 0 {
-		return "", errors.New("hftok: the request has no messages")
+		return "", nil, errors.New("hftok: the request has no messages")
 	}
-	msgs, err := c.conversation(msgsV.AsList().Items)
+	msgs, conv, err := c.conversation(msgsV.AsList().Items, prev)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	vars["messages"] = jinja.NewList(msgs)
 	vars["tools"] = c.tools(r)
@@ -251,18 +271,18 @@ func (c *Chat) renderRequest(req jinja.Value) (string, error) {
 	gen := field(r, "add_generation_prompt", jinja.NewBool(true))
 	cont := field(r, "continue_final_message", jinja.NewBool(false))
 	if gen.IsTruthy() && cont.IsTruthy() {
-		return "", errors.New("hftok: add_generation_prompt and continue_final_message cannot both be true")
+		return "", nil, errors.New("hftok: add_generation_prompt and continue_final_message cannot both be true")
 	}
 	vars["add_generation_prompt"] = gen
 	vars["continue_final_message"] = cont
-	text, err := c.tmpl.RenderValues(vars)
+	text, err := c.tmpl.RenderValuesSize(vars, size)
 	if err != nil {
-		return "", fmt.Errorf("hftok: chat template: %w", err)
+		return "", nil, fmt.Errorf("hftok: chat template: %w", err)
 	}
 	if cont.IsTruthy() {
-		return continueFinal(text, msgs[len(msgs)-1])
+		text, err = continueFinal(text, msgs[len(msgs)-1])
 	}
-	return text, nil
+	return text, conv, err
 }
 
 // field returns d[key], or def when it is absent or null.

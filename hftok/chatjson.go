@@ -8,7 +8,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/agentkv/agentkv/internal/jinja"
 )
 
 // maxJSONDepth bounds the nesting of a request body, so a hostile body

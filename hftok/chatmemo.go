@@ -3,7 +3,7 @@ package hftok
 import (
 	"bytes"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/agentkv/agentkv/internal/jinja"
 
 	"github.com/agentkv/agentkv/internal/jsonscan"
 )
@@ -23,6 +23,7 @@ type parseMemo struct {
 	body []byte
 	top  []memoSpan // top-level fields, in body order
 	msgs []memoSpan // the elements of the top-level "messages"
+	conv []convMemo // the messages as converted for the template (Chat.reuseConv)
 }
 
 // memoSpan is one decoded value and its bytes [start, end) in body.
@@ -42,7 +43,7 @@ func (m *parseMemo) size() int {
 	if m == nil {
 		return 0
 	}
-	return 2*len(m.body) + 64*(len(m.top)+len(m.msgs)) + 64
+	return 2*len(m.body) + 64*(len(m.top)+len(m.msgs)) + 24*len(m.conv) + 64
 }
 
 // memoParse is parseJSON that reuses prev's values where body repeats

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/agentkv/agentkv/internal/jinja"
 
 	"github.com/stretchr/testify/require"
 )

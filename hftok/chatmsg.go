@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/agentkv/agentkv/internal/jinja"
 )
 
 // conversation converts request messages into the template's messages as
@@ -23,21 +23,28 @@ import (
 //     and reasoning plus reasoning_content when reasoning is set; a tool
 //     message's tool_call_id, and its content parts always joined; name
 //     and task when strings; a developer message's tools.
-func (c *Chat) conversation(in []jinja.Value) ([]jinja.Value, error) {
+func (c *Chat) conversation(in []jinja.Value, prev []convMemo) ([]jinja.Value, []convMemo, error) {
 	out := make([]jinja.Value, 0, len(in))
+	conv := make([]convMemo, 0, len(in))
 	for i, m := range in {
 		if !m.IsDict() {
-			return nil, fmt.Errorf("hftok: message %d is not an object", i)
+			return nil, nil, fmt.Errorf("hftok: message %d is not an object", i)
 		}
 		md := m.AsDict()
+		// The parse memo hands an unchanged message back as the same
+		// Dict: its conversion then is the same too.
+		if i < len(prev) && prev[i].in == md {
+			out, conv = append(out, prev[i].out), append(conv, prev[i])
+			continue
+		}
 		role, ok := md.Get("role")
 		if !ok || !role.IsString() {
-			return nil, fmt.Errorf("hftok: message %d has no role", i)
+			return nil, nil, fmt.Errorf("hftok: message %d has no role", i)
 		}
 		r := role.AsString()
 		content, err := c.content(md, r == "tool")
 		if err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
+			return nil, nil, fmt.Errorf("message %d: %w", i, err)
 		}
 		v := jinja.NewDict()
 		d := v.AsDict()
@@ -65,9 +72,15 @@ func (c *Chat) conversation(in []jinja.Value) ([]jinja.Value, error) {
 		if r == "developer" {
 			d.Set("tools", field(md, "tools", jinja.None()))
 		}
-		out = append(out, v)
+		out, conv = append(out, v), append(conv, convMemo{md, v})
 	}
-	return out, nil
+	return out, conv, nil
+}
+
+// convMemo is one message as parsed and as conversation converted it.
+type convMemo struct {
+	in  *jinja.Dict
+	out jinja.Value
 }
 
 // content converts a message's content; joined forces the string form

@@ -80,6 +80,16 @@ func (prev *Encoding) extend(keep int, rest []uint32) ([]uint32, *idBuf) {
 	return b.ids[:n:n], b
 }
 
+// withRoom returns ids in an array with room for later turns (a quarter
+// more), copied there if their own has less.
+func withRoom(ids []uint32) ([]uint32, *idBuf) {
+	n := len(ids)
+	if cap(ids) < n+n/4 {
+		ids = append(make([]uint32, 0, n+n/4+1024), ids...)
+	}
+	return ids[:n:n], newIDBuf(ids)
+}
+
 // cutPoint is a safe point to continue encoding from: the byte offset of
 // an added token and the number of ids before it.
 type cutPoint struct {
@@ -125,8 +135,9 @@ func (t *Tokenizer) EncodeFrom(prev *Encoding, text string) (*Encoding, int) {
 		}
 	}
 	if t.rawAdded == nil || !utf8.ValidString(text[l:]) {
-		ids := t.Encode(nil, text)
-		return &Encoding{text: text, ids: ids[:len(ids):len(ids)], buf: newIDBuf(ids)}, 0
+		e := &Encoding{text: text}
+		e.ids, e.buf = withRoom(t.Encode(nil, text))
+		return e, 0
 	}
 	e := &Encoding{text: text}
 	from, keep := 0, 0
@@ -165,8 +176,7 @@ func (t *Tokenizer) EncodeFrom(prev *Encoding, text string) (*Encoding, int) {
 	if keep > 0 {
 		e.ids, e.buf = prev.extend(keep, rest)
 	} else {
-		e.buf = newIDBuf(rest)
-		e.ids = rest[:len(rest):len(rest)]
+		e.ids, e.buf = withRoom(rest)
 	}
 	return e, keep
 }

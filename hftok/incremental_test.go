@@ -210,3 +210,56 @@ func FuzzEncodeFrom(f *testing.F) {
 		}
 	})
 }
+
+// TestSessionReusesConversion: a session's next turn takes the previous
+// turn's converted messages for those it parsed unchanged (the same Dict
+// from the parse memo), and renders exactly as a whole render does; a
+// template that changes values in place (here .update) gets no reuse, so
+// one render's change cannot leak into the next, and still renders right.
+func TestSessionReusesConversion(t *testing.T) {
+	long := strings.Repeat("func f() { return 1 }\n", 40) // past minEqualScan
+	body := func(n int) []byte {
+		msgs := []map[string]string{{"role": "system", "content": "You are a coding agent."}}
+		for i := range n {
+			msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf("turn %d\n%s", i, long)},
+				map[string]string{"role": "assistant", "content": "done"})
+		}
+		b, err := json.Marshal(map[string]any{"model": "m", "messages": msgs})
+		require.NoError(t, err)
+		return b
+	}
+	mutating := "{% for m in messages %}{% set _ = m.update({'role': m.role ~ '!'}) %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+	for _, tc := range []struct {
+		name, template string
+		reuse          bool
+	}{{"tools.jinja", "", true}, {"mutating", mutating, false}} {
+		c := testChat(t, "tools.jinja", ChatConfig{})
+		if tc.template != "" {
+			var err error
+			c, err = NewChat(c.tok, []byte(testConfigJSON), ChatConfig{Template: tc.template})
+			require.NoError(t, err)
+		}
+		require.Equal(t, tc.reuse, c.reuseConv, tc.name)
+		_, memo, err := c.render(body(3), nil, true)
+		require.NoError(t, err)
+		for n := 4; n < 7; n++ {
+			text, next, err := c.render(body(n), memo, true)
+			require.NoError(t, err)
+			want, err := c.Render(body(n))
+			require.NoError(t, err)
+			require.Equal(t, want, text, "%s: turn of %d exchanges", tc.name, n)
+			if tc.reuse {
+				require.Len(t, next.conv, 2*n+1)
+				// All but the previous turn's last message (the parse memo
+				// takes a short value only when the byte after it is
+				// shared too) and the new exchange.
+				for i := range 2*n - 2 {
+					require.Same(t, memo.conv[i].out.AsDict(), next.conv[i].out.AsDict(), "%s: message %d converted again", tc.name, i)
+				}
+			} else {
+				require.Empty(t, next.conv)
+			}
+			memo = next
+		}
+	}
+}

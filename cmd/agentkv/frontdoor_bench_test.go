@@ -64,7 +64,14 @@ func runBareHop(listen, upstreams string) {
 		os.Exit(2)
 	}
 	fmt.Println("barehop listening on", listen)
-	_ = http.Serve(ln, rp)
+	// Full duplex: the upstream may answer (and the hop flush its
+	// headers) before the hop's transport has read the request body's
+	// EOF; HTTP/1's default closes the body at that flush and the
+	// transport, failing its write, drops the upstream connection mid-reply.
+	_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		rp.ServeHTTP(w, r)
+	}))
 }
 
 // procCPU is the CPU time the process's threads have run so far, in
@@ -112,6 +119,39 @@ func frontDoorBodies(tb testing.TB, chat *hftok.Chat) (bodies [][]byte, tokens i
 		}
 	}
 	return bodies, tokens / len(bodies)
+}
+
+// frontDoorTokenizer writes a model folder a proxy can read with
+// --tokenizer (hftok's test BPE and its tools template) and loads it.
+func frontDoorTokenizer(tb testing.TB) (string, *hftok.Chat) {
+	tokDir := tb.TempDir()
+	for name, src := range map[string]string{"tokenizer.json": "../../hftok/testdata/tiny.json", "chat_template.jinja": "../../hftok/testdata/chat/tools.jinja"} {
+		data, err := os.ReadFile(src)
+		require.NoError(tb, err)
+		require.NoError(tb, os.WriteFile(filepath.Join(tokDir, name), data, 0o644))
+	}
+	require.NoError(tb, os.WriteFile(filepath.Join(tokDir, "tokenizer_config.json"),
+		[]byte(`{"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>"}`), 0o644))
+	chat, err := hftok.LoadChat(tokDir, hftok.ChatConfig{})
+	require.NoError(tb, err)
+	return tokDir, chat
+}
+
+// startBareHop starts the bare hop (this test binary re-run) in front of
+// upstream.
+func startBareHop(tb testing.TB, upstream string) frontDoorTarget {
+	port := freeport.Port(tb)
+	bare := exec.Command(os.Args[0], "-test.run=^$")
+	bare.Env = append(os.Environ(), bareHopEnv+"=127.0.0.1:"+strconv.Itoa(port), bareHopUpstreamsEnv+"="+upstream)
+	out, err := bare.StdoutPipe()
+	require.NoError(tb, err)
+	bare.Stderr = os.Stderr
+	require.NoError(tb, bare.Start())
+	tb.Cleanup(func() { _ = bare.Process.Kill(); _ = bare.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(tb, err, "the bare hop did not start")
+	require.True(tb, strings.HasPrefix(line, "barehop listening"), line)
+	return frontDoorTarget{"bare", "http://127.0.0.1:" + strconv.Itoa(port), bare.Process.Pid}
 }
 
 // frontDoorTarget is one process under measurement.
@@ -184,16 +224,7 @@ func frontDoorRound(tb testing.TB, client *http.Client, t frontDoorTarget, bodie
 // and the proxy's ratios to the bare hop. Rounds alternate between the
 // targets, b.N requests per target and concurrency.
 func BenchmarkFrontDoor(b *testing.B) {
-	tokDir := b.TempDir()
-	for name, src := range map[string]string{"tokenizer.json": "../../hftok/testdata/tiny.json", "chat_template.jinja": "../../hftok/testdata/chat/tools.jinja"} {
-		data, err := os.ReadFile(src)
-		require.NoError(b, err)
-		require.NoError(b, os.WriteFile(filepath.Join(tokDir, name), data, 0o644))
-	}
-	require.NoError(b, os.WriteFile(filepath.Join(tokDir, "tokenizer_config.json"),
-		[]byte(`{"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>"}`), 0o644))
-	chat, err := hftok.LoadChat(tokDir, hftok.ChatConfig{})
-	require.NoError(b, err)
+	tokDir, chat := frontDoorTokenizer(b)
 	bodies, promptTokens := frontDoorBodies(b, chat)
 
 	// The engine stand-ins tokenize as the model does (hftok), as a vLLM
@@ -202,25 +233,12 @@ func BenchmarkFrontDoor(b *testing.B) {
 	inproc, viaTokenize := newFakeVLLM(b, 16, 1<<20), newFakeVLLM(b, 16, 1<<20)
 	inproc.tokenize, viaTokenize.tokenize = chat.TokenizeChat, chat.TokenizeChat
 
-	// The bare hop, this binary re-run.
-	barePort := freeport.Port(b)
-	bare := exec.Command(os.Args[0], "-test.run=^$")
-	bare.Env = append(os.Environ(), bareHopEnv+"=127.0.0.1:"+strconv.Itoa(barePort), bareHopUpstreamsEnv+"="+inproc.URL())
-	out, err := bare.StdoutPipe()
-	require.NoError(b, err)
-	bare.Stderr = os.Stderr
-	require.NoError(b, bare.Start())
-	b.Cleanup(func() { _ = bare.Process.Kill(); _ = bare.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(b, err, "the bare hop did not start")
-	require.True(b, strings.HasPrefix(line, "barehop listening"), line)
-
 	proxy := startProxyProc(b, "--worker", inproc.URL(), "--tokenizer", tokDir)
 	proxy.listening(b)
 	proxyTok := startProxyProc(b, "--worker", viaTokenize.URL(), "--tokenizer", "off")
 	proxyTok.listening(b)
 	targets := []frontDoorTarget{
-		{"bare", "http://127.0.0.1:" + strconv.Itoa(barePort), bare.Process.Pid},
+		startBareHop(b, inproc.URL()),
 		{"proxy", proxy.base, proxy.p.cmd.Process.Pid},
 		{"proxy-tokenize", proxyTok.base, proxyTok.p.cmd.Process.Pid},
 	}
