@@ -68,7 +68,9 @@ type Tokenizer interface {
 // incrementally (hftok.Chat does): the session's previous prompt gives
 // the ids of the unchanged prefix, so a turn costs its new tokens, not
 // its context. The result must equal TokenizeChat's; the caller does not
-// modify it. The gateway uses it for requests with a session.
+// modify it. It may keep body as the session's memory: the gateway never
+// modifies a body once tokenized (a change makes a new one). The gateway
+// uses it for requests with a session.
 type SessionTokenizer interface {
 	Tokenizer
 	TokenizeChatSession(session string, body []byte) ([]uint32, error)

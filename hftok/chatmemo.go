@@ -47,8 +47,8 @@ func (m *parseMemo) size() int {
 }
 
 // memoParse is parseJSON that reuses prev's values where body repeats
-// them and, with record, returns the memo for the next body (its body a
-// copy of body). prev may be nil.
+// them and, with record, returns the memo for the next body (which keeps
+// body itself: the caller does not modify it afterwards). prev may be nil.
 func memoParse(body []byte, prev *parseMemo, record bool) (jinja.Value, *parseMemo, error) {
 	return memoParseMin(body, prev, record, minEqualScan)
 }
@@ -74,7 +74,7 @@ func memoParseMin(body []byte, prev *parseMemo, record bool, minEq int) (jinja.V
 		return jinja.Undefined(), nil, p.fail("data after the value")
 	}
 	if p.rec != nil {
-		p.rec.body = bytes.Clone(body)
+		p.rec.body = body
 	}
 	return v, p.rec, nil
 }

@@ -11,7 +11,9 @@ const DefaultSessionBytes = 256 << 20
 // key) gives the ids of the prompt's unchanged rendered prefix, and only
 // the rest is encoded (Tokenizer.EncodeFrom), so a turn that appends 500
 // tokens to a long context costs the rendering and the 500 tokens, not
-// the context's encoding. The result equals TokenizeChat's. The returned
+// the context's encoding. The result equals TokenizeChat's. The session's
+// memory keeps body (not a copy): the caller must not modify it after the
+// call (a 128 K-token body is 500 KB a turn not copied). The returned
 // slice is shared with the session's memory: the caller must not modify
 // it (appending is safe: its capacity is its length). Safe for concurrent
 // use; two turns of one session at once each still get exact ids.
