@@ -221,15 +221,16 @@ func (c *Chat) render(body []byte, prev *parseMemo, record bool) (string, *parse
 		return "", nil, err
 	}
 	var prevConv []convMemo
+	var prevLoop *jinja.LoopMemo
 	if prev != nil && c.reuseConv {
-		prevConv = prev.conv
+		prevConv, prevLoop = prev.conv, prev.loop
 	}
-	text, conv, err := c.renderRequest(req, len(body), prevConv)
+	text, conv, loop, err := c.renderRequest(req, len(body), prevConv, prevLoop, memo != nil && c.reuseConv)
 	if err != nil {
 		return "", nil, err
 	}
 	if memo != nil && c.reuseConv {
-		memo.conv = conv
+		memo.conv, memo.loop = conv, loop
 	}
 	return text, memo, nil
 }
@@ -241,10 +242,12 @@ var mutatingCall = regexp.MustCompile(`\.\s*(update|pop|popitem|setdefault|clear
 // renderRequest renders a decoded request; size is the request body's
 // length, about the rendered prompt's (room made for it up front). prev
 // is the previous turn's converted messages (conversation), the second
-// result this one's.
-func (c *Chat) renderRequest(req jinja.Value, size int, prev []convMemo) (string, []convMemo, error) {
+// result this one's; with memo, prevLoop is the previous turn's loop memo
+// (jinja.Template.RenderMemo: its unchanged messages' iterations are
+// replayed, not run) and the third result this one's.
+func (c *Chat) renderRequest(req jinja.Value, size int, prev []convMemo, prevLoop *jinja.LoopMemo, memo bool) (string, []convMemo, *jinja.LoopMemo, error) {
 	if !req.IsDict() {
-		return "", nil, errors.New("hftok: the request is not a JSON object")
+		return "", nil, nil, errors.New("hftok: the request is not a JSON object")
 	}
 	r := req.AsDict()
 	vars := make(map[string]jinja.Value, len(c.globals)+8)
@@ -259,11 +262,11 @@ func (c *Chat) renderRequest(req jinja.Value, size int, prev []convMemo) (string
 	}
 	msgsV, ok := r.Get("messages")
 	if !ok || !msgsV.IsList() || msgsV.AsList().Len() == 0 {
-		return "", nil, errors.New("hftok: the request has no messages")
+		return "", nil, nil, errors.New("hftok: the request has no messages")
 	}
 	msgs, conv, err := c.conversation(msgsV.AsList().Items, prev)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	vars["messages"] = jinja.NewList(msgs)
 	vars["tools"] = c.tools(r)
@@ -271,18 +274,25 @@ func (c *Chat) renderRequest(req jinja.Value, size int, prev []convMemo) (string
 	gen := field(r, "add_generation_prompt", jinja.NewBool(true))
 	cont := field(r, "continue_final_message", jinja.NewBool(false))
 	if gen.IsTruthy() && cont.IsTruthy() {
-		return "", nil, errors.New("hftok: add_generation_prompt and continue_final_message cannot both be true")
+		return "", nil, nil, errors.New("hftok: add_generation_prompt and continue_final_message cannot both be true")
 	}
 	vars["add_generation_prompt"] = gen
 	vars["continue_final_message"] = cont
-	text, err := c.tmpl.RenderValuesSize(vars, size)
-	if err != nil {
-		return "", nil, fmt.Errorf("hftok: chat template: %w", err)
+	var text string
+	var loop *jinja.LoopMemo
+	var err2 error
+	if memo {
+		text, loop, err2 = c.tmpl.RenderMemo(vars, size, prevLoop)
+	} else {
+		text, err2 = c.tmpl.RenderValuesSize(vars, size)
+	}
+	if err2 != nil {
+		return "", nil, nil, fmt.Errorf("hftok: chat template: %w", err2)
 	}
 	if cont.IsTruthy() {
-		text, err = continueFinal(text, msgs[len(msgs)-1])
+		text, err2 = continueFinal(text, msgs[len(msgs)-1])
 	}
-	return text, conv, err
+	return text, conv, loop, err2
 }
 
 // field returns d[key], or def when it is absent or null.

@@ -218,7 +218,37 @@ func TestChatMatchesPythonJinja(t *testing.T) {
 		require.Equal(t, len(bodies), n+errs)
 		require.Less(t, errs, len(bodies)/4, "%s: most requests must render", tg.name)
 		t.Logf("%s: %d requests rendered identically, %d refused by both", tg.name, n, errs)
+		turns := sessionRendersMatch(t, tg.name, tg.chat, bodies)
+		t.Logf("%s: %d session turns rendered from the last turn's memos as whole", tg.name, turns)
 	}
+}
+
+// sessionRendersMatch renders growing conversations made of the corpus's
+// messages (each turn appends the next body's messages) as a session does
+// (the previous turn's parse, conversion and loop memos) and checks each
+// turn against a whole render; it returns the turns compared.
+func sessionRendersMatch(t *testing.T, name string, c *Chat, bodies [][]byte) int {
+	turns := 0
+	for s := 0; s < 20; s++ {
+		var msgs []any
+		var memo *parseMemo
+		for j := 0; j < 10; j++ {
+			var b map[string]any
+			require.NoError(t, json.Unmarshal(bodies[(s*10+j)%len(bodies)], &b))
+			msgs = append(msgs, b["messages"].([]any)...)
+			body, err := json.Marshal(map[string]any{"model": "m", "messages": msgs})
+			require.NoError(t, err)
+			want, wantErr := c.Render(body)
+			got, next, err := c.render(body, memo, true)
+			require.Equal(t, wantErr != nil, err != nil, "%s: session %d turn %d: %v / %v", name, s, j, err, wantErr)
+			require.Equal(t, want, got, "%s: session %d turn %d", name, s, j)
+			if err == nil {
+				memo = next
+			}
+			turns++
+		}
+	}
+	return turns
 }
 
 // pythonWithJinja finds a Python with jinja2 (Debian's python3-jinja2,

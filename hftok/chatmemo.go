@@ -21,9 +21,10 @@ import (
 // messages and tools as new values built from them (conversation, tools).
 type parseMemo struct {
 	body []byte
-	top  []memoSpan // top-level fields, in body order
-	msgs []memoSpan // the elements of the top-level "messages"
-	conv []convMemo // the messages as converted for the template (Chat.reuseConv)
+	top  []memoSpan      // top-level fields, in body order
+	msgs []memoSpan      // the elements of the top-level "messages"
+	conv []convMemo      // the messages as converted for the template (Chat.reuseConv)
+	loop *jinja.LoopMemo // the template's loop memo (jinja.Template.RenderMemo)
 }
 
 // memoSpan is one decoded value and its bytes [start, end) in body.

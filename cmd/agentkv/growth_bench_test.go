@@ -22,10 +22,15 @@ type growthSession struct {
 	id    string
 	msgs  []byte
 	turns int
+	tools bool // turns are tool calls and results, not user turns
 }
 
 func (g *growthSession) add(tb testing.TB, role, text string) {
-	m, err := json.Marshal(map[string]string{"role": role, "content": text})
+	g.addMsg(tb, map[string]any{"role": role, "content": text})
+}
+
+func (g *growthSession) addMsg(tb testing.TB, msg map[string]any) {
+	m, err := json.Marshal(msg)
 	require.NoError(tb, err)
 	if len(g.msgs) > 0 {
 		g.msgs = append(g.msgs, ',')
@@ -54,14 +59,25 @@ func growthCode(chat *hftok.Chat, session string, turn, tokens int) (string, int
 	}
 }
 
-// growthTurn sends g's next turn (a reply and a user turn of add tokens
-// appended) to t and returns the process's CPU while it ran.
+// growthTurn sends g's next turn to t and returns the process's CPU while
+// it ran: a short reply and a user turn of add tokens appended or, with
+// g.tools, a tool call and its result of add tokens (a session's first
+// turn is a user turn either way).
 func growthTurn(tb testing.TB, client *http.Client, chat *hftok.Chat, t frontDoorTarget, g *growthSession, add int) time.Duration {
-	if g.turns > 0 {
-		g.add(tb, "assistant", fmt.Sprintf("Looking at turn %d now.", g.turns))
-	}
 	code, _ := growthCode(chat, g.id, g.turns, add)
-	g.add(tb, "user", code)
+	switch {
+	case g.turns > 0 && g.tools:
+		id := fmt.Sprintf("call_%d", g.turns)
+		g.addMsg(tb, map[string]any{"role": "assistant", "content": fmt.Sprintf("Reading file %d.", g.turns),
+			"tool_calls": []any{map[string]any{"id": id, "type": "function",
+				"function": map[string]any{"name": "Read", "arguments": fmt.Sprintf(`{"path":"f%d.go"}`, g.turns)}}}})
+		g.addMsg(tb, map[string]any{"role": "tool", "tool_call_id": id, "content": code})
+	case g.turns > 0:
+		g.add(tb, "assistant", fmt.Sprintf("Looking at turn %d now.", g.turns))
+		g.add(tb, "user", code)
+	default:
+		g.add(tb, "user", code)
+	}
 	g.turns++
 	req, err := http.NewRequest(http.MethodPost, t.base+"/v1/chat/completions", bytes.NewReader(g.body()))
 	require.NoError(tb, err)
@@ -97,7 +113,22 @@ func growthTurn(tb testing.TB, client *http.Client, chat *hftok.Chat, t frontDoo
 // figure the front door's cost target bounds (a turn's cost grows with
 // its new tokens, not its context). Turns alternate between the targets
 // and the contexts.
+//
+// Two shapes of turn: turn=tool, a tool call and its result (how an agent's
+// context mostly grows), and turn=user, a short reply and a new user turn
+// (a template's "last user query" moves every turn, so more of the
+// template's loop runs again; see internal/jinja's loop memo).
 func BenchmarkFrontDoorGrowth(b *testing.B) {
+	for _, tools := range []bool{true, false} {
+		name := "turn=user"
+		if tools {
+			name = "turn=tool"
+		}
+		b.Run(name, func(b *testing.B) { benchFrontDoorGrowth(b, tools) })
+	}
+}
+
+func benchFrontDoorGrowth(b *testing.B, tools bool) {
 	tokDir, chat := frontDoorTokenizer(b)
 	up := newFakeVLLM(b, 16, 1<<20)
 	up.tokenize = chat.TokenizeChat
@@ -123,7 +154,7 @@ func BenchmarkFrontDoorGrowth(b *testing.B) {
 	}
 	ctxTokens := make([]int, len(contexts))
 	session := func(t frontDoorTarget, ci, i int) *growthSession {
-		g := &growthSession{id: fmt.Sprintf("%s-%dk-%d", t.name, contexts[ci]>>10, i)}
+		g := &growthSession{id: fmt.Sprintf("%s-%dk-%d", t.name, contexts[ci]>>10, i), tools: tools}
 		g.add(b, "system", "You are a careful coding agent in session "+g.id+". Fix the failing tests.")
 		g.msgs = append(append(g.msgs, ','), filler[ci].msgs...)
 		g.turns = filler[ci].turns

@@ -1,3 +1,5 @@
+// Modified by agentkv from github.com/ardanlabs/jinja v1.8.0: forNode.memo; see doc.go.
+
 package jinja
 
 // node is the interface for all AST nodes.
@@ -52,6 +54,7 @@ type forNode struct {
 	elseBody   []node
 	filterExpr expr
 	recursive  bool
+	memo       bool // [agentkv] memoizable (memo.go), set at compile time
 }
 
 func (n *forNode) nodeType() string { return "for" }

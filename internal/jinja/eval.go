@@ -1,4 +1,4 @@
-// Modified by agentkv from github.com/ardanlabs/jinja v1.8.0: outputConcat (a {{ a + b ~ c }} chain written operand by operand), mulValues (a negative repeat count); see doc.go.
+// Modified by agentkv from github.com/ardanlabs/jinja v1.8.0: outputConcat (a {{ a + b ~ c }} chain written operand by operand), mulValues (a negative repeat count), the loop memo's hooks (evaluator fields, nameExpr, evalAttr, execSet, execFor); see doc.go.
 
 package jinja
 
@@ -49,6 +49,10 @@ type evaluator struct {
 	scope    *scope
 	builtins *scope
 	output   strings.Builder
+	// [agentkv] loop memoization (memo.go): the previous render's memo,
+	// this render's, and the iteration being recorded.
+	memoPrev, memoNext *LoopMemo
+	rec                *iterRec
 }
 
 func (e *evaluator) execNodes(nodes []node) error {
@@ -234,6 +238,7 @@ func (e *evaluator) execFor(n *forNode) error {
 
 	child := newScope(e.scope)
 	child.set("loop", loop)
+	memoPrev, memoNext := e.loopMemos(n)
 
 	for i, item := range items {
 		// Set loop variable(s).
@@ -282,7 +287,12 @@ func (e *evaluator) execFor(n *forNode) error {
 		old := e.scope
 		e.scope = child
 
-		err := e.execNodes(n.body)
+		var err error
+		if memoNext != nil {
+			err = e.memoIteration(memoPrev, memoNext, n, i, item, child)
+		} else {
+			err = e.execNodes(n.body)
+		}
 		e.scope = old
 
 		if err != nil {
@@ -303,6 +313,9 @@ func (e *evaluator) execSet(n *setNode) error {
 	val, err := e.evalExpr(n.value)
 	if err != nil {
 		return err
+	}
+	if e.rec != nil && !e.recordSet(n, val) {
+		e.rec.m.ok = false
 	}
 
 	if n.namespace != "" {
@@ -496,6 +509,9 @@ func (e *evaluator) evalExpr(ex expr) (Value, error) {
 		return n.val, nil
 
 	case *nameExpr:
+		if e.rec != nil {
+			return e.recordName(n.name), nil
+		}
 		v, _ := e.scope.get(n.name)
 		return v, nil
 
@@ -559,6 +575,13 @@ func (e *evaluator) evalExpr(ex expr) (Value, error) {
 }
 
 func (e *evaluator) evalAttr(n *attrExpr) (Value, error) {
+	if e.rec != nil {
+		if nm, ok := n.obj.(*nameExpr); ok {
+			if v, ok := e.recordAttr(nm.name, n.attr); ok {
+				return v, nil
+			}
+		}
+	}
 	obj, err := e.evalExpr(n.obj)
 	if err != nil {
 		return Undefined(), err

@@ -1,16 +1,16 @@
-// Modified by agentkv from github.com/ardanlabs/jinja v1.8.0: RenderValuesSize, render's size; see doc.go.
+// Modified by agentkv from github.com/ardanlabs/jinja v1.8.0: RenderValuesSize, render's size, newEvaluator, Template.memo; see doc.go.
 
 package jinja
 
 import (
 	"fmt"
-	"strings"
 )
 
 // Template is a compiled Jinja template ready for rendering.
 type Template struct {
 	nodes []node
 	src   string
+	memo  bool // [agentkv] a loop may be memoized (memo.go)
 }
 
 // Compile parses a Jinja template source string and returns a compiled
@@ -26,7 +26,7 @@ func Compile(source string) (*Template, error) {
 		return nil, fmt.Errorf("jinja parse: %w", err)
 	}
 
-	return &Template{nodes: nodes, src: source}, nil
+	return &Template{nodes: nodes, src: source, memo: markMemoizable(nodes)}, nil
 }
 
 // Render executes the template with the provided data and returns the
@@ -58,9 +58,17 @@ func (t *Template) RenderValuesSize(data map[string]Value, size int) (string, er
 
 // render executes the AST with the given data and returns the result.
 func render(nodes []node, data map[string]Value, size int) (string, error) {
-	e := evaluator{
-		output: strings.Builder{},
+	e := newEvaluator(data, size)
+	if err := e.execNodes(nodes); err != nil {
+		return "", err
 	}
+	return e.output.String(), nil
+}
+
+// newEvaluator is an evaluator over data with room for size bytes of
+// output.
+func newEvaluator(data map[string]Value, size int) *evaluator {
+	e := &evaluator{}
 	e.output.Grow(size)
 
 	// Use the cached builtins scope directly. The scope is initialized
@@ -75,10 +83,5 @@ func render(nodes []node, data map[string]Value, size int) (string, error) {
 	for k, v := range data {
 		e.scope.set(k, v)
 	}
-
-	if err := e.execNodes(nodes); err != nil {
-		return "", err
-	}
-
-	return e.output.String(), nil
+	return e
 }
