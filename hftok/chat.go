@@ -123,7 +123,7 @@ func NewChat(tok *Tokenizer, tokenizerConfigJSON []byte, cfg ChatConfig) (*Chat,
 		return nil, fmt.Errorf("hftok: chat template: %w", err)
 	}
 	c := &Chat{tok: tok, tmpl: tmpl, strict: cfg.ToolStrict, globals: map[string]jinja.Value{}, sessionBytes: cfg.SessionBytes,
-		reuseConv: !mutatingCall.MatchString(src)}
+		reuseConv: !tmpl.MutatesValues()}
 	switch cfg.ContentFormat {
 	case "", "auto":
 		c.openai = loopsOverContent.MatchString(src)
@@ -235,10 +235,6 @@ func (c *Chat) render(body []byte, prev *parseMemo, record bool) (string, *parse
 	return text, memo, nil
 }
 
-// mutatingCall finds a template's calls of the methods that change a
-// list or dict in place.
-var mutatingCall = regexp.MustCompile(`\.\s*(update|pop|popitem|setdefault|clear|append|extend|insert|remove|sort|reverse)\s*\(`)
-
 // renderRequest renders a decoded request; size is the request body's
 // length, about the rendered prompt's (room made for it up front). prev
 // is the previous turn's converted messages (conversation), the second
@@ -280,19 +276,18 @@ func (c *Chat) renderRequest(req jinja.Value, size int, prev []convMemo, prevLoo
 	vars["continue_final_message"] = cont
 	var text string
 	var loop *jinja.LoopMemo
-	var err2 error
 	if memo {
-		text, loop, err2 = c.tmpl.RenderMemo(vars, size, prevLoop)
+		text, loop, err = c.tmpl.RenderMemo(vars, size, prevLoop)
 	} else {
-		text, err2 = c.tmpl.RenderValuesSize(vars, size)
+		text, err = c.tmpl.RenderValuesSize(vars, size)
 	}
-	if err2 != nil {
-		return "", nil, nil, fmt.Errorf("hftok: chat template: %w", err2)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("hftok: chat template: %w", err)
 	}
 	if cont.IsTruthy() {
-		text, err2 = continueFinal(text, msgs[len(msgs)-1])
+		text, err = continueFinal(text, msgs[len(msgs)-1])
 	}
-	return text, conv, loop, err2
+	return text, conv, loop, err
 }
 
 // field returns d[key], or def when it is absent or null.

@@ -36,9 +36,11 @@
 //
 // TokenizeChatSession does the same for one turn of an agent session,
 // from what the session's previous turn left: the body is parsed reusing
-// every message and field whose bytes are unchanged, and only the text
-// past the shared rendered prefix is encoded; the ids equal
-// TokenizeChat's. The template still runs over every message.
+// every message and field whose bytes are unchanged, those messages'
+// conversions are reused, the template's loop replays the iterations
+// whose message and reads are unchanged (internal/jinja's loop memo), and
+// only the text past the shared rendered prefix is encoded, its ids
+// appended in place to the previous turn's; the ids equal TokenizeChat's.
 //
 // Chat satisfies gateway.Tokenizer: `agentkv proxy --tokenizer DIR`
 // loads one with LoadChat; without the flag the proxy finds DIR itself
@@ -55,7 +57,9 @@
 // DeepSeek V3, and the chat rendering with Python's jinja2 in
 // transformers' environment fed vLLM's conversion, on the same models'
 // templates and the test templates in testdata/chat (.ci/tokenizer-ref.sh;
-// the test templates alone in go test when python3 has jinja2).
+// the test templates alone in go test when python3 has jinja2); there,
+// session renders from the previous turn's memos are also compared with
+// whole renders.
 //
 // # Concurrency
 //

@@ -73,19 +73,19 @@ func (prev *Encoding) extend(keep int, rest []uint32) ([]uint32, *idBuf) {
 			return b.ids[:n:n], b
 		}
 	}
-	ids := make([]uint32, n, n+n/4+1024)
-	copy(ids, prev.ids[:keep])
-	copy(ids[keep:], rest)
-	b := newIDBuf(ids)
-	return b.ids[:n:n], b
+	ids := append(append(roomFor(n), prev.ids[:keep]...), rest...)
+	return ids[:n:n], newIDBuf(ids)
 }
 
-// withRoom returns ids in an array with room for later turns (a quarter
-// more), copied there if their own has less.
+// roomFor is an empty array for n ids and later turns (a quarter more).
+func roomFor(n int) []uint32 { return make([]uint32, 0, n+n/4+1024) }
+
+// withRoom returns ids in an array with room for later turns, copied
+// there if their own has less.
 func withRoom(ids []uint32) ([]uint32, *idBuf) {
 	n := len(ids)
 	if cap(ids) < n+n/4 {
-		ids = append(make([]uint32, 0, n+n/4+1024), ids...)
+		ids = append(roomFor(n), ids...)
 	}
 	return ids[:n:n], newIDBuf(ids)
 }

@@ -118,9 +118,16 @@ func (t *Template) RenderMemo(data map[string]Value, size int, prev *LoopMemo) (
 	return out, next, nil
 }
 
-// markMemoizable decides, once at compile time, whether the template may
-// memoize and marks its memoizable loops.
-func markMemoizable(nodes []node) bool {
+// MutatesValues reports whether the template calls a method that changes
+// a list or dict in place (update, pop, append ...): a caller that hands
+// it the same values on every render must not, since one render's change
+// would leak into the next.
+func (t *Template) MutatesValues() bool { return t.mutates }
+
+// markMemoizable decides, once at compile time, whether the template
+// mutates values in place and whether it may memoize, and marks its
+// memoizable loops.
+func markMemoizable(nodes []node) (mutates, memo bool) {
 	ok := true
 	walkAST(reflect.ValueOf(nodes), func(x any) {
 		switch n := x.(type) {
@@ -128,7 +135,7 @@ func markMemoizable(nodes []node) bool {
 			ok = false
 		case *attrExpr:
 			if mutatingMethods[n.attr] {
-				ok = false
+				mutates = true
 			}
 		case *forNode:
 			if n.recursive {
@@ -136,8 +143,8 @@ func markMemoizable(nodes []node) bool {
 			}
 		}
 	})
-	if !ok {
-		return false
+	if !ok || mutates {
+		return mutates, false
 	}
 	memoized := false
 	walkAST(reflect.ValueOf(nodes), func(x any) {
@@ -159,7 +166,7 @@ func markMemoizable(nodes []node) bool {
 			n.memo, memoized = true, true
 		}
 	})
-	return memoized
+	return false, memoized
 }
 
 var mutatingMethods = map[string]bool{"update": true, "pop": true, "popitem": true, "setdefault": true, "clear": true,

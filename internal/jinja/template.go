@@ -1,4 +1,4 @@
-// Modified by agentkv from github.com/ardanlabs/jinja v1.8.0: RenderValuesSize, render's size, newEvaluator, Template.memo; see doc.go.
+// Modified by agentkv from github.com/ardanlabs/jinja v1.8.0: RenderValuesSize, render's size, newEvaluator, Template.memo and mutates; see doc.go.
 
 package jinja
 
@@ -11,6 +11,8 @@ type Template struct {
 	nodes []node
 	src   string
 	memo  bool // [agentkv] a loop may be memoized (memo.go)
+	// mutates: [agentkv] a method call changes values in place (memo.go)
+	mutates bool
 }
 
 // Compile parses a Jinja template source string and returns a compiled
@@ -26,7 +28,9 @@ func Compile(source string) (*Template, error) {
 		return nil, fmt.Errorf("jinja parse: %w", err)
 	}
 
-	return &Template{nodes: nodes, src: source, memo: markMemoizable(nodes)}, nil
+	t := &Template{nodes: nodes, src: source}
+	t.mutates, t.memo = markMemoizable(nodes)
+	return t, nil
 }
 
 // Render executes the template with the provided data and returns the
