@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/agentkv/agentkv/internal/jinja"
@@ -393,17 +394,26 @@ func FuzzParseJSON(f *testing.F) {
 }
 
 // FuzzChat: any body gets ids or an error, never a panic, and the ids are
-// the encoding of the rendered text.
+// the encoding of the rendered text; as a session's second turn it gets
+// the same.
 func FuzzChat(f *testing.F) {
 	for _, b := range chatCorpus(16) {
 		f.Add(b)
 	}
 	c := testChat(f, "tools.jinja", ChatConfig{})
+	var session atomic.Int64
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// The same body as a session's turn after a corpus body (its
+		// memos: parse, conversion, loop, ids) gets the same answer.
+		s := fmt.Sprint("fuzz", session.Add(1))
+		_, _ = c.TokenizeChatSession(s, chatCorpus(1)[0])
+		sids, serr := c.TokenizeChatSession(s, b)
 		ids, err := c.TokenizeChat(b)
+		require.Equal(t, err != nil, serr != nil, "whole: %v, session: %v", err, serr)
 		if err != nil {
 			return
 		}
+		require.Equal(t, ids, sids)
 		text, err := c.Render(b)
 		require.NoError(t, err)
 		require.Equal(t, c.Tokenizer().Encode(nil, text), ids)

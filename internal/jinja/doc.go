@@ -16,6 +16,9 @@
 //     plain renders, and hftok's TestChatMatchesPythonJinja checks session
 //     renders of Qwen3, Llama 3 and DeepSeek V3 templates against whole
 //     ones). ast.go's forNode and template.go's Template carry its flag.
+//   - Template.MutatesValues reports, from the same compile-time walk,
+//     whether the template calls a method that changes a value in place
+//     (hftok reuses a session's converted messages only when it does not).
 //
 // At a 128 K-token agent context the first two halved a session turn's
 // tokenization (BenchmarkChatSessionTurn in hftok: 1,098 to 580 us), the
