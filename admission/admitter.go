@@ -103,7 +103,7 @@ func (a *Admitter) unlockAndDeliver() {
 // Admit starts a turn of session id and blocks until it may run: at once
 // for an Active program, or when a Tick resumes it. It returns ctx.Err() if
 // ctx ends first, with the held turn withdrawn and the program's state as
-// it was (a queued new program is forgotten). It returns ErrTerminated if
+// it was (a queued new program that never ran is forgotten). It returns ErrTerminated if
 // the session ends while the turn is held. If several goroutines hold turns
 // of one program, all are released together.
 func (a *Admitter) Admit(ctx context.Context, id string, promptTokens int64) (Admission, error) {

@@ -104,6 +104,27 @@ type Door struct {
 	// reserve that a worker keeps from new programs (with Waits.MaxWait).
 	// Zero: the door sees only the Reasoning programs' reserve.
 	ActingGrowth float64
+	// Probe, when set, starts programs of a rollout batch while they wait
+	// at the door (see Probe).
+	Probe *Probe
+}
+
+// Probe starts the programs of a batch offered at once (an RL rollout
+// step) while they wait at the door, so that their tool calls overlap the
+// wait: a program's first turn runs once it has waited After, and its
+// later turns too while its unique tail is at most Tail tokens, each
+// worker running such turns (probes) up to Share of its room under the
+// resume ceiling, and at least one. A probed program stays at the door,
+// unplaced, in its place in line; a turn it cannot probe waits there. Only
+// programs offered in a burst of Burst or more, each within a second of
+// the previous, are probed: a batch, not the steady arrivals of a closed
+// loop, where a probe only moves a newcomer's wait from its first turn
+// to its second.
+type Probe struct {
+	After time.Duration
+	Burst int
+	Share float64
+	Tail  int64
 }
 
 // Waits bounds the wait of a held turn of a program that has run before.
@@ -173,6 +194,12 @@ func (c *Config) coldFloor() int {
 	}
 	return c.Door.ColdStartFloor
 }
+func (c *Config) probe() *Probe {
+	if c.Door == nil {
+		return nil
+	}
+	return c.Door.Probe
+}
 func (c *Config) rebalance() bool { return c.Moves != nil }
 func (c *Config) margin() int64 {
 	if c.Moves == nil {
@@ -186,6 +213,10 @@ func (c *Config) margin() int64 {
 func (c Config) clone() Config {
 	if c.Door != nil {
 		d := *c.Door
+		if d.Probe != nil {
+			p := *d.Probe
+			d.Probe = &p
+		}
 		c.Door = &d
 	}
 	if c.Waits != nil {
@@ -261,6 +292,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.doorActing() > 1 {
 		return c, &ConfigError{"Door.ActingGrowth", "must be ≤ 1"}
 	}
+	if p := c.probe(); p != nil {
+		switch {
+		case p.After <= 0:
+			return c, &ConfigError{"Door.Probe.After", "must be positive"}
+		case p.Burst < 1:
+			return c, &ConfigError{"Door.Probe.Burst", "must be ≥ 1"}
+		case !(p.Share > 0 && p.Share <= 1):
+			return c, &ConfigError{"Door.Probe.Share", "must be in (0, 1]"}
+		case p.Tail < 0 || p.Tail > MaxTokens:
+			return c, &ConfigError{"Door.Probe.Tail", "must be in [0, MaxTokens]"}
+		}
+	}
 	if c.PauseTarget > c.PauseThreshold {
 		return c, &ConfigError{"PauseTarget", "must be ≤ PauseThreshold"}
 	}
@@ -284,13 +327,17 @@ func (c Config) withDefaults() (Config, error) {
 // keeps 60 % of the Acting programs' growth free; a held turn waits at
 // most 3 minutes, resumes go home first, and a program's end lets the
 // next in at once; a program between turns moves only to escape 128 K
-// tokens of queued prefill.
+// tokens of queued prefill; and the programs of a batch offered at once
+// (16 or more, an RL rollout step) that wait at the door half a minute run
+// their first turn, and their later ones while their unique tail is at
+// most 12 K tokens, in a fifth of a worker's room (Door.Probe).
 func Agentic() Config {
 	return Config{
 		DecayHalfLife: time.Minute,
-		Door:          &Door{ColdStartPrograms: 8, ColdStartObserved: 1.5, ColdStartFloor: 16, ActingGrowth: 0.6},
-		Waits:         &Waits{MaxWait: 3 * time.Minute, HomeFirst: true, ResumeOnEnd: true},
-		Moves:         &Moves{Margin: 128_000},
+		Door: &Door{ColdStartPrograms: 8, ColdStartObserved: 1.5, ColdStartFloor: 16, ActingGrowth: 0.6,
+			Probe: &Probe{After: 30 * time.Second, Burst: 16, Share: 0.2, Tail: 12_000}},
+		Waits: &Waits{MaxWait: 3 * time.Minute, HomeFirst: true, ResumeOnEnd: true},
+		Moves: &Moves{Margin: 128_000},
 	}
 }
 

@@ -52,7 +52,20 @@ type RawAdmitter struct {
 	// lead with which a swap marks programs (Waits.MaxWait).
 	turnDur [64]time.Duration
 	nTurns  int
+	// burst is the latest run of new programs offered each within
+	// burstGap of the previous (Door.ProbeBurst).
+	burst *burst
 }
+
+// burst counts new programs offered together, as a rollout step offers
+// its batch.
+type burst struct {
+	last time.Time
+	n    int
+}
+
+// burstGap bounds the time between two new programs of one burst.
+const burstGap = time.Second
 
 type worker struct {
 	id        WorkerID
@@ -83,6 +96,10 @@ type worker struct {
 	// (SetEngineUsage), in tokens, 0 when none was; unmodelled what of it
 	// the programs here did not account for when it came.
 	engine, unmodelled int64
+	// probes counts the probed first turns in flight here (Door.ProbeAfter),
+	// probing their tokens, which count as used.
+	probes  int
+	probing int64
 }
 
 type program struct {
@@ -108,6 +125,11 @@ type program struct {
 	actingTotal time.Duration
 	pausedAt    time.Time
 	waitSince   time.Time // first held turn's arrival; zero when none held
+	arrival     time.Time // when a new program was first offered (its place at the door)
+	probe       *worker   // where its probed first turn runs (nil: none in flight)
+	probeN      int64     // the tokens that turn counts there
+	probed      bool      // its first turn ran as a probe (Door.ProbeAfter)
+	burst       *burst    // the burst it was offered in (nil: a subagent)
 	pauseSeq    uint64
 	waiting     bool // counted in nWaiting
 

@@ -92,6 +92,15 @@ func (c *RawAdmitter) StartRequestOn(now time.Time, id string, promptTokens int6
 	p.phase = Reasoning
 	p.inflight++
 	p.held++
+	if p.held == 1 && p.probed && c.probeable(now, p) && !c.swapDue(now) {
+		// A probed program's later turn, while it is small: run it now.
+		if w := c.probeWorker(p); w != nil {
+			d := c.runProbe(now, p, w)
+			d.Kind, d.Released, d.Waited = KindAdmit, false, 0
+			c.emit(d)
+			return Admission{Run: true, Worker: w.id, Status: StatusRunnable, Reason: ReasonProbe}, nil
+		}
+	}
 	c.updateWaiting(p)
 	c.stats.Held++
 	c.emit(Decision{At: now, Kind: KindHold, Reason: ReasonPaused, Program: id, Tokens: p.tokens})
@@ -130,8 +139,16 @@ func (c *RawAdmitter) startNew(now time.Time, id string, tokens int64, prefer []
 // subagent's parent worker) it skips the fairness queue and, held, counts
 // as a placed program's held turn.
 func (c *RawAdmitter) startNewAs(now time.Time, id string, tokens int64, prefer []WorkerID, home *worker) Admission {
-	p := &program{id: id, phase: Reasoning, steps: 1, inflight: 1, held: 1, tokens: tokens, slot: -1, pslot: -1, home: home}
+	p := &program{id: id, phase: Reasoning, steps: 1, inflight: 1, held: 1, tokens: tokens, slot: -1, pslot: -1, home: home, arrival: now}
 	c.progs[id] = p
+	if home == nil {
+		if c.burst == nil || now.Sub(c.burst.last) >= burstGap {
+			c.burst = &burst{}
+		}
+		c.burst.n++
+		c.burst.last = now
+		p.burst = c.burst
+	}
 	reason := ReasonFairness
 	if c.nWaiting == 0 || home != nil {
 		need := c.grownSize(tokens) + c.cfg.Buffer
@@ -314,8 +331,9 @@ func (c *RawAdmitter) EndRequest(now time.Time, id string, promptTokens, complet
 		c.attach(p, w)
 		return nil
 	}
-	// A paused program's running turn ended: it ran on a worker that was
-	// removed.
+	// A paused program's running turn ended: a probe (Door.Probe), or it
+	// ran on a worker that was removed.
+	c.endProbe(p)
 	p.inflight--
 	if total > 0 {
 		p.tokens = total
@@ -330,8 +348,9 @@ func (c *RawAdmitter) EndRequest(now time.Time, id string, promptTokens, complet
 
 // Cancel withdraws a held turn of session id (the caller gave up waiting).
 // The program's state is restored to what it was before the turn started:
-// a queued new program is forgotten, a paused one returns to its previous
-// phase and step count.
+// a queued new program that never ran is forgotten, a paused one (or one
+// that ran a probe, Door.Probe, keeping its place at the door) returns to
+// its previous phase and step count.
 func (c *RawAdmitter) Cancel(now time.Time, id string) error {
 	p, ok := c.progs[id]
 	if !ok {
@@ -348,7 +367,7 @@ func (c *RawAdmitter) Cancel(now time.Time, id string) error {
 		p.waitSince = time.Time{}
 	}
 	if p.inflight == 0 {
-		if !p.placed {
+		if !p.placed && !p.probed {
 			c.removePaused(p)
 			p.waiting = false
 			c.nWaiting--
@@ -389,6 +408,7 @@ func (c *RawAdmitter) EndSession(now time.Time, id string) error {
 			d.Released = true
 			d.Waited = now.Sub(p.waitSince)
 		}
+		c.endProbe(p)
 		c.removePaused(p)
 		if p.waiting {
 			p.waiting = false

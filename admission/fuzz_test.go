@@ -19,6 +19,11 @@ func FuzzController(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})
 	f.Add([]byte("\x07\x01\x00\x00\x01\x02\x00\x01\x03\x02\x05\x05\x05\x06\x06"))
 	f.Add([]byte(strings.Repeat("\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99", 8)))
+	// Door.Probe: two small workers, a burst of eight programs, ticks
+	// past After, ends, a later turn, a cancel and a close.
+	f.Add([]byte("\x21\x07\x00\x32\x07\x01\x32" +
+		"\x00\x00\x28\x00\x01\x28\x00\x02\x28\x00\x03\x28\x00\x04\x28\x00\x05\x28\x00\x06\x28\x00\x07\x28" +
+		"\x60\x00\x00\x02\x00\x10\x02\x05\x10\x00\x05\x28\x60\x00\x00\x05\x06\x00\x04\x07\x00\x60\x00\x00"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfgByte := byte(0)
 		if len(data) > 0 {
@@ -72,6 +77,9 @@ func fuzzConfig(cfgByte byte) Config {
 	if cfgByte&32 != 0 {
 		cfg.Door = &Door{ColdStartPrograms: 4, ActingGrowth: 0.6}
 		cfg.Waits = &Waits{ResumeOnEnd: true}
+		if cfgByte&1 != 0 {
+			cfg.Door.Probe = &Probe{After: 5 * time.Second, Burst: 2, Share: 0.25, Tail: 2000}
+		}
 	}
 	if cfgByte&64 != 0 {
 		if cfg.Waits == nil {

@@ -46,6 +46,9 @@ func checkInvariants(c *RawAdmitter) error {
 	if waiting != c.nWaiting {
 		return fmt.Errorf("nWaiting %d, recomputed %d", c.nWaiting, waiting)
 	}
+	if err := checkProbes(c); err != nil {
+		return err
+	}
 	return checkWorkers(c, ref)
 }
 
@@ -129,8 +132,34 @@ func checkPaused(c *RawAdmitter, id string, p *program) error {
 	if p.held > 0 && p.waitSince.IsZero() {
 		return fmt.Errorf("program %s: held without waitSince", id)
 	}
-	if !p.placed && p.held == 0 {
+	if !p.placed && p.held == 0 && !p.probed {
 		return fmt.Errorf("program %s: queued with no held turn", id)
+	}
+	if p.probe != nil && (p.placed || p.inflight <= p.held) {
+		return fmt.Errorf("program %s: probing but placed=%v, %d in flight, %d held", id, p.placed, p.inflight, p.held)
+	}
+	return nil
+}
+
+// checkProbes recomputes every worker's probes and their tokens from the
+// programs probing there (Door.Probe).
+func checkProbes(c *RawAdmitter) error {
+	n := map[*worker]int{}
+	tokens := map[*worker]int64{}
+	for id, p := range c.progs {
+		if p.probe == nil {
+			continue
+		}
+		if p.life != Paused || c.byID[p.probe.id] != p.probe {
+			return fmt.Errorf("program %s: probing on %v while %v", id, p.probe.id, p.life)
+		}
+		n[p.probe]++
+		tokens[p.probe] += p.probeN
+	}
+	for _, w := range c.workers {
+		if w.probes != n[w] || w.probing != tokens[w] {
+			return fmt.Errorf("worker %v: %d probes of %d tokens, recomputed %d of %d", w.id, w.probes, w.probing, n[w], tokens[w])
+		}
 	}
 	return nil
 }

@@ -59,6 +59,7 @@ func (q *simQueue) Pop() any {
 
 type simResult struct {
 	pauses, marks, forced, resumes uint64
+	probes, laneProbes             uint64 // Door.Probe: from a Tick, and a later turn run at once
 	maxWait, totalWait             time.Duration
 	releases                       int
 	makespan                       time.Duration
@@ -120,6 +121,17 @@ func (s *sim) handleDecisions() {
 	for len(s.dec) > 0 {
 		d := s.dec[0]
 		s.dec = s.dec[1:]
+		if d.Reason == ReasonProbe {
+			if d.Kind == KindAdmit {
+				s.res.laneProbes++
+			} else {
+				s.res.probes++
+			}
+			// A probe leaves its program at the door.
+			if st := s.ctl.Status(d.Program); st != StatusQueued && st != StatusHeld {
+				s.fail("%s probed but %v", d.Program, st)
+			}
+		}
 		switch d.Kind {
 		case KindPause:
 			s.res.pauses++
@@ -293,8 +305,8 @@ func (s *sim) tick(interval time.Duration) {
 		if p.held > 0 && p.placed {
 			waiting[p.id] = true
 		}
-		if !p.placed {
-			queued[p.id] = p.waitSince
+		if !p.placed && p.held > 0 {
+			queued[p.id] = p.arrival
 		}
 	}
 	s.ctl.Tick(epoch.Add(s.now))
@@ -346,11 +358,11 @@ func (s *sim) checkTickOrder(waiting map[string]bool, queued map[string]time.Tim
 		// backfill).
 		for _, d := range s.dec {
 			at, ok := queued[d.Program]
-			if d.Kind != KindResume || !ok {
-				continue
+			if d.Kind != KindResume || d.Reason == ReasonProbe || !ok {
+				continue // a probe runs a turn, the program stays in line
 			}
 			for _, p := range s.ctl.paused {
-				if q, was := queued[p.id]; was && !p.placed && q.Before(at) {
+				if q, was := queued[p.id]; was && !p.placed && p.held > 0 && q.Before(at) {
 					s.fail("%s let in at the door ahead of %s, queued earlier", d.Program, p.id)
 				}
 			}
@@ -472,6 +484,7 @@ func TestPropertyRandomWorkloads(t *testing.T) {
 		name string
 		p    Placement
 	}{{"worst", WorstFit}, {"bfd", BestFitDecreasing}, {"least", LeastLoaded}} {
+		var probes, laneProbes uint64
 		for _, churn := range []bool{false, true} {
 			for seed := uint64(1); seed <= uint64(seeds); seed++ {
 				cfg := Config{Placement: pol.p}
@@ -490,6 +503,11 @@ func TestPropertyRandomWorkloads(t *testing.T) {
 					cfg.ActingWeight = 0.5
 					if seed%2 == 0 {
 						cfg.Door = &Door{ColdStartPrograms: 8, ActingGrowth: 0.6}
+						if seed%4 == 0 {
+							// Programs offered about a second apart
+							// make bursts of three and more.
+							cfg.Door.Probe = &Probe{After: 20 * time.Second, Burst: 3, Share: 0.3, Tail: 3000}
+						}
 					}
 					shared = int64(500 + 100*(seed%10))
 				}
@@ -499,7 +517,12 @@ func TestPropertyRandomWorkloads(t *testing.T) {
 				if t.Failed() {
 					t.Fatalf("policy %s churn=%v seed %d failed", pol.name, churn, seed)
 				}
+				probes += s.res.probes
+				laneProbes += s.res.laneProbes
 			}
+		}
+		if probes == 0 || laneProbes == 0 {
+			t.Errorf("policy %s: %d probes from ticks, %d of later turns: the probe seeds did not exercise Door.Probe", pol.name, probes, laneProbes)
 		}
 	}
 }

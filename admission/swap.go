@@ -12,6 +12,12 @@ import (
 // its home worker or the worker where that pauses least; where no worker
 // can make room by pausing, it marks Reasoning programs on the home
 // worker (or the least used) so the room comes at their tool boundaries.
+// swapDueAfter is how long a held turn of a placed program waits before
+// it is swapped in: a Tick and a turn (turnLead) ahead of MaxWait.
+func (c *RawAdmitter) swapDueAfter() time.Duration {
+	return max(c.cfg.maxWait()-c.cfg.Interval-c.turnLead(), 0)
+}
+
 func (c *RawAdmitter) swapIn(now time.Time, r *TickResult) {
 	if c.cfg.maxWait() <= 0 || c.nWaiting == 0 || len(c.workers) == 0 {
 		return
@@ -19,7 +25,7 @@ func (c *RawAdmitter) swapIn(now time.Time, r *TickResult) {
 	// Due a Tick and a turn (turnLead) ahead of MaxWait: where only
 	// marking Reasoning programs can make room, they then reach their tool
 	// boundaries by MaxWait.
-	dueAt := max(c.cfg.maxWait()-c.cfg.Interval-c.turnLead(), 0)
+	dueAt := c.swapDueAfter()
 	due := c.sProgs[:0]
 	for _, p := range c.paused {
 		if p.held > 0 && p.placed && now.Sub(p.waitSince) >= dueAt {
@@ -155,6 +161,7 @@ func (c *RawAdmitter) markFor(now time.Time, p *program, r *TickResult) {
 }
 
 func (c *RawAdmitter) resumeOn(now time.Time, p *program, w *worker, reason Reason, r *TickResult) {
+	c.endProbe(p) // a probe still running now counts as the program's turn on w
 	c.removePaused(p)
 	p.life = Active
 	p.placed = true

@@ -35,6 +35,7 @@ func (c *RawAdmitter) Tick(now time.Time) TickResult {
 	c.forceResume(now, &r)
 	c.swapIn(now, &r)
 	c.resume(now, &r)
+	c.probe(now)
 	c.pauseOver(now, &r)
 	c.softDemote(now)
 	return r
@@ -98,7 +99,7 @@ func (c *RawAdmitter) resumeUsed(now time.Time, w *worker) float64 {
 	if c.cfg.DecayHalfLife <= 0 || w.nAct == 0 {
 		return c.used(w)
 	}
-	u := float64(w.reasoning) + float64(w.sharedSum)
+	u := float64(w.reasoning) + float64(w.sharedSum) + float64(w.probing)
 	hl := c.cfg.DecayHalfLife.Seconds()
 	for _, p := range w.progs {
 		if p.phase != Acting {
@@ -146,6 +147,13 @@ func agedOrder(a, b *program) int {
 	if c := cmp.Compare(ga, gb); c != 0 {
 		return c
 	}
+	if ga == 1 {
+		// The door: by first offer (a probed program keeps its place).
+		if c := a.arrival.Compare(b.arrival); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.pauseSeq, b.pauseSeq)
+	}
 	if ga < 2 {
 		if c := a.waitSince.Compare(b.waitSince); c != 0 {
 			return c
@@ -166,7 +174,12 @@ func (c *RawAdmitter) resume(now time.Time, r *TickResult) {
 	if len(bins) == 0 {
 		return
 	}
-	cand := append(c.sProgs[:0], c.paused...)
+	cand := c.sProgs[:0]
+	for _, p := range c.paused {
+		if p.placed || p.held > 0 { // a probed newcomer with no turn held needs no room yet
+			cand = append(cand, p)
+		}
+	}
 	if c.cfg.maxWait() > 0 {
 		slices.SortFunc(cand, agedOrder)
 	} else {

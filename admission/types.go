@@ -198,9 +198,13 @@ const (
 	// caller could not use it: failing, or out of routing), and the
 	// program moved to a worker the caller offered (Relocate).
 	ReasonRelocated
+	// ReasonProbe: the first turn of a new program that waited
+	// Door.ProbeAfter at the door runs, the program staying in line there
+	// (KindResume with Released; the program stays Paused, unplaced).
+	ReasonProbe
 )
 
-var reasonNames = [...]string{"", "active", "room", "no-room", "fairness", "paused", "over-threshold", "tool-boundary", "below-target", "bin-packed", "forced", "band", "session-end", "worker-removed", "cancelled", "preferred", "empty-worker", "swap", "home", "relocated"}
+var reasonNames = [...]string{"", "active", "room", "no-room", "fairness", "paused", "over-threshold", "tool-boundary", "below-target", "bin-packed", "forced", "band", "session-end", "worker-removed", "cancelled", "preferred", "empty-worker", "swap", "home", "relocated", "probe"}
 
 func (r Reason) String() string {
 	if int(r) > 0 && int(r) < len(reasonNames) {
@@ -351,6 +355,9 @@ type Stats struct {
 	// Relocated counts running programs moved off a worker the caller
 	// could not use (Relocate).
 	Relocated uint64
+	// Probed counts new programs whose first turn ran while they waited at
+	// the door (Door.ProbeAfter).
+	Probed uint64
 	// DroppedDecisions counts decisions lost because the pending buffer was
 	// full (only without Config.OnDecision).
 	DroppedDecisions uint64

@@ -115,6 +115,9 @@ func (c *RawAdmitter) RemoveWorker(now time.Time, id WorkerID) error {
 		if p.home == w {
 			p.home = nil
 		}
+		if p.probe == w {
+			p.probe = nil
+		}
 	}
 	var r TickResult
 	c.resume(now, &r)
@@ -147,7 +150,7 @@ func (c *RawAdmitter) workerIndex(w *worker) int {
 }
 
 func (c *RawAdmitter) used(w *worker) float64 {
-	return float64(w.reasoning) + c.cfg.ActingWeight*float64(w.acting) + float64(w.sharedSum)
+	return float64(w.reasoning) + c.cfg.ActingWeight*float64(w.acting) + float64(w.sharedSum) + float64(w.probing)
 }
 
 // sharedKey identifies a shared prefix: its key and its counted length.

@@ -542,19 +542,22 @@ func (g *glue) Finished(now time.Duration, req *sim.Request) []uint64 {
 			id = d.Agent().SessionID
 		}
 	}
-	if last, ok := g.lastTurn[req.Session]; ok && req.Turn >= last && id != "" {
+	if last, ok := g.lastTurn[req.Session]; ok && req.Turn >= last {
 		if g.users == nil {
-			g.r.EndSession(id)
+			if id != "" {
+				g.r.EndSession(id)
+			}
 			return g.takeReleased()
 		}
 		// The true session is over in every inferred session it was routed
 		// into (its turns may have been split between some), not only in
-		// its last turn's: one left waiting for it would run forever.
+		// its last turn's, which may have been inferred into none: one
+		// left waiting for it would run forever.
 		for _, inf := range g.in[req.Session] {
 			g.userDone(inf, req.Session)
 		}
 		delete(g.in, req.Session)
-		if id != req.Session {
+		if id != "" && id != req.Session {
 			g.userDone(id, req.Session)
 		}
 	}
