@@ -21,6 +21,7 @@ type Metrics struct {
 	sharedBlocks prometheus.Counter
 	held         prometheus.Counter
 	decisions    *prometheus.CounterVec // admission decision kind
+	probes       prometheus.Counter     // turns run as probes (admission.Door.Probe)
 	waiting      prometheus.Gauge
 	engineUsed   *prometheus.GaugeVec   // worker
 	events       *prometheus.CounterVec // worker, result: applied, rejected reason
@@ -50,6 +51,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		held:         counter("admission", "requests_held_total", "Requests held by admission control."),
 		decisions: counterVec("admission", "decisions_total",
 			"Admission decisions by kind (admit, queue, hold, pause, mark, resume, ...).", "kind"),
+		probes: counter("admission", "probes_total",
+			"Turns of programs waiting at the door that ran as probes (a rollout batch's programs started early, admission.Door.Probe)."),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "agentkv", Subsystem: "admission", Name: "queue_depth",
 			Help: "Programs with a held turn (queued or paused) after the last tick.",
@@ -64,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		hints:    counter("hints", "actions_sent_total", "KV hint actions delivered to worker sinks."),
 	}
 	for _, c := range []prometheus.Collector{m.hints, m.overhead, m.routed, m.promptTokens, m.cachedTokens, m.sharedBlocks,
-		m.held, m.decisions, m.waiting, m.engineUsed, m.events, m.gaps, m.finished} {
+		m.held, m.decisions, m.probes, m.waiting, m.engineUsed, m.events, m.gaps, m.finished} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -101,6 +104,9 @@ func (m *Metrics) observeHeld() { m.held.Inc() }
 
 func (m *Metrics) observeAdmission(d admission.Decision) {
 	m.decisions.WithLabelValues(d.Kind.String()).Inc()
+	if d.Reason == admission.ReasonProbe {
+		m.probes.Inc()
+	}
 }
 
 func (m *Metrics) observeTick(waiting int) { m.waiting.Set(float64(waiting)) }

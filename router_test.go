@@ -772,3 +772,51 @@ func TestReleasedToAWorkerThatLeft(t *testing.T) {
 	db.Done(Usage{PromptTokens: 600, CompletionTokens: 10})
 	require.NoError(t, r.Close())
 }
+
+// TestRouterProbe: a batch of eight sessions offered at once to a worker
+// with room for five; with admission.Door.Probe, the Tick after
+// Probe.After releases the first turn of the first one waiting (a probe:
+// a second would take the worker past its pause threshold), which then
+// routes to the worker while its program stays at the door, and the
+// probe reaches its metric.
+func TestRouterProbe(t *testing.T) {
+	m, err := NewMetrics(nil)
+	require.NoError(t, err)
+	clk := newFakeClock()
+	cfg := admission.Config{
+		Waits: &admission.Waits{MaxWait: 3 * time.Minute},
+		Door:  &admission.Door{Probe: &admission.Probe{After: 30 * time.Second, Burst: 4, Share: 0.5, Tail: 100}},
+	}
+	r, err := New(Config{BlockSize: testBS, Now: clk.Now, Admission: &cfg, Metrics: m})
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(worker(1, 2000)))
+	req := func(i int) *Request {
+		id := fmt.Sprint("s", i)
+		return &Request{ID: id + "/1", Tokens: tokens(300, uint32(i+1)), Agent: session.AgentContext{SessionID: id}}
+	}
+	var held []string
+	for i := range 8 {
+		d, err := r.TryRoute(req(i))
+		if err != nil {
+			require.ErrorIs(t, err, ErrHeld)
+			held = append(held, req(i).ID)
+			continue
+		}
+		require.True(t, d.Admission.Run)
+	}
+	require.Equal(t, []string{"s5/1", "s6/1", "s7/1"}, held)
+	clk.Advance(10 * time.Second)
+	require.Empty(t, r.Tick().Released, "no probe before Probe.After")
+	clk.Advance(20 * time.Second)
+	res := r.Tick()
+	require.Equal(t, []string{"s5/1"}, res.Released)
+	require.Equal(t, 1.0, testutil.ToFloat64(m.probes))
+	d, err := r.TryRoute(req(5))
+	require.NoError(t, err)
+	require.Equal(t, admission.ReasonProbe, d.Admission.Reason)
+	require.Equal(t, uint64(1), d.Worker.ID)
+	d.Done(Usage{PromptTokens: 300, CompletionTokens: 10})
+	require.EqualValues(t, 1, r.AdmissionStats().Probed)
+	_, err = r.TryRoute(req(6))
+	require.ErrorIs(t, err, ErrHeld, "s6 still waits at the door")
+}
