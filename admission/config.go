@@ -116,10 +116,10 @@ type Door struct {
 // worker running such turns (probes) up to Share of its room under the
 // resume ceiling, and at least one. A probed program stays at the door,
 // unplaced, in its place in line; a turn it cannot probe waits there. Only
-// programs offered in a burst of Burst or more, each within a second of
-// the previous, are probed: a batch, not the steady arrivals of a closed
-// loop, where a probe only moves a newcomer's wait from its first turn
-// to its second.
+// programs offered in a burst, Burst or more within one second, are
+// probed: a batch, not the steady arrivals of a closed loop or of a
+// service, where a probe only moves a newcomer's wait from its first
+// turn to its second.
 type Probe struct {
 	After time.Duration
 	Burst int

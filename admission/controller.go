@@ -52,20 +52,19 @@ type RawAdmitter struct {
 	// lead with which a swap marks programs (Waits.MaxWait).
 	turnDur [64]time.Duration
 	nTurns  int
-	// burst is the latest run of new programs offered each within
-	// burstGap of the previous (Door.ProbeBurst).
+	// burst is the latest burst of new programs (Door.Probe).
 	burst *burst
 }
 
-// burst counts new programs offered together, as a rollout step offers
-// its batch.
+// burst counts the new programs offered within burstSpan of its first,
+// as a rollout step offers its batch.
 type burst struct {
-	last time.Time
-	n    int
+	start time.Time
+	n     int
 }
 
-// burstGap bounds the time between two new programs of one burst.
-const burstGap = time.Second
+// burstSpan is how long after its first program a burst takes others.
+const burstSpan = time.Second
 
 type worker struct {
 	id        WorkerID

@@ -179,8 +179,8 @@
 //     (in simulation, 512 tiled Claude Code sessions, among them 22 copies
 //     of one with a 96-minute pause after its third turn: 163 minutes
 //     against KV routing's 131, which starts every first turn at once). A
-//     program offered in a burst (Burst programs or more, each within a
-//     second of the previous) that has waited After runs its held turn
+//     program offered in a burst (Burst programs or more within one
+//     second) that has waited After runs its held turn
 //     anyway as a probe (ReasonProbe: a KindResume with Released, the
 //     program staying Paused and unplaced, in its place in line), and so
 //     does each later turn of it while its unique tail is at most Tail;
@@ -189,11 +189,13 @@
 //     under the resume ceiling (at least one probe), never take it past
 //     PauseThreshold (they pause nothing), and wait while a held turn of
 //     a placed program does; their tokens count on the worker until the
-//     turn ends. With it the same step took 136 minutes, and the batch
-//     makespans over the study's workloads and seeds came within 6 % of
+//     turn ends. With it the same step took 137 minutes, and the batch
+//     makespans over the study's workloads and seeds came within 8 % of
 //     the best baseline's instead of 25 % (README, "Batch mode"). The
 //     closed loop's arrivals are not a burst past its first offer: its
-//     throughput moved by under 1 %.
+//     throughput moved by 2 % at most, but the first offer's programs
+//     that were probed and then waited at the door waited with a later
+//     turn instead of their first.
 //   - Waits.ResumeOnEnd runs the resume pass when a running program ends, so the
 //     room it frees goes to a waiting program at once rather than at the
 //     next Tick (in simulation, with every request a program of one turn

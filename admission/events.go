@@ -142,11 +142,10 @@ func (c *RawAdmitter) startNewAs(now time.Time, id string, tokens int64, prefer 
 	p := &program{id: id, phase: Reasoning, steps: 1, inflight: 1, held: 1, tokens: tokens, slot: -1, pslot: -1, home: home, arrival: now}
 	c.progs[id] = p
 	if home == nil {
-		if c.burst == nil || now.Sub(c.burst.last) >= burstGap {
-			c.burst = &burst{}
+		if c.burst == nil || now.Sub(c.burst.start) >= burstSpan || now.Before(c.burst.start) {
+			c.burst = &burst{start: now}
 		}
 		c.burst.n++
-		c.burst.last = now
 		p.burst = c.burst
 	}
 	reason := ReasonFairness
