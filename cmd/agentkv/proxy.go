@@ -263,7 +263,7 @@ func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.affinity, "affinity", "auto", "session affinity: auto (soft: a session stays on its worker unless that one is busy; off with --policy global-lb, which is sticky itself), off, soft or hard")
 	fs.StringVar(&f.hints, "hints", "off", "KV hint policies, comma-separated: share, tail, pin, release, all or off; sent to workers whose spec says hints=inline|control (--mock-workers: inline)")
 	fs.BoolVar(&f.infer, "infer-sessions", false, "infer the session of a request that names none from its prompt (README: How agentkv recognises sessions)")
-	fs.BoolVar(&f.admission, "admission", false, "enable program-aware admission control (admission.Agentic: ThunderAgent with bounded waits, growth-sized placement and home-first resumes)")
+	fs.BoolVar(&f.admission, "admission", false, "enable program-aware admission control (admission.Agentic: ThunderAgent with bounded waits, growth-sized placement, home-first resumes, and probes that start a rollout batch's programs while they wait)")
 	fs.StringVar(&f.metrics, "metrics", "/metrics", "path serving Prometheus metrics (empty: none)")
 	fs.Int64Var(&f.maxBody, "max-body", gateway.DefaultMaxBodyBytes, "largest request body in bytes (larger: 413)")
 	fs.DurationVar(&f.tick, "tick", gateway.DefaultTick, "control-loop period (admission, expiry sweeps)")
