@@ -185,11 +185,13 @@
 //     program staying Paused and unplaced, in its place in line), and so
 //     does each later turn of it while its unique tail is at most Tail;
 //     a larger turn waits at the door, where the program keeps the place
-//     of its first offer. Probes take at most Share of a worker's room
+//     of its first offer. A subagent such a program starts takes its place
+//     in line, and runs its first turn as a probe where there is room
+//     (its parent waits for it). Probes take at most Share of a worker's room
 //     under the resume ceiling (at least one probe), never take it past
 //     PauseThreshold (they pause nothing), and wait while a held turn of
-//     a placed program does; their tokens count on the worker until the
-//     turn ends. With it the same step took 137 minutes, and the batch
+//     a placed program is due to be swapped in; their tokens count on the
+//     worker until the turn ends. With it the same step took 137 minutes, and the batch
 //     makespans over the study's workloads and seeds came within 8 % of
 //     the best baseline's instead of 25 % (README, "Batch mode"). The
 //     closed loop's arrivals are not a burst past its first offer: its

@@ -128,11 +128,23 @@ func (c *RawAdmitter) StartSubRequest(now time.Time, id, parent string, promptTo
 	if home != nil {
 		prefer = append([]WorkerID{home.id}, prefer...)
 	}
-	return c.startNewAs(now, id, promptTokens, prefer, home), nil
+	a := c.startNewAs(now, id, promptTokens, prefer, home)
+	if home == nil && !pp.placed && pp.probed {
+		a = c.probeSub(now, c.progs[id], pp, a)
+	}
+	return a, nil
 }
 
+// startNew places or queues a new program offered by a client (not a
+// subagent), counting it in the current burst (Door.Probe).
 func (c *RawAdmitter) startNew(now time.Time, id string, tokens int64, prefer []WorkerID) Admission {
-	return c.startNewAs(now, id, tokens, prefer, nil)
+	if c.burst == nil || now.Sub(c.burst.start) >= burstSpan || now.Before(c.burst.start) {
+		c.burst = &burst{start: now}
+	}
+	c.burst.n++
+	a := c.startNewAs(now, id, tokens, prefer, nil)
+	c.progs[id].burst = c.burst
+	return a
 }
 
 // startNewAs places or queues a new program; with a non-nil home (a
@@ -141,13 +153,6 @@ func (c *RawAdmitter) startNew(now time.Time, id string, tokens int64, prefer []
 func (c *RawAdmitter) startNewAs(now time.Time, id string, tokens int64, prefer []WorkerID, home *worker) Admission {
 	p := &program{id: id, phase: Reasoning, steps: 1, inflight: 1, held: 1, tokens: tokens, slot: -1, pslot: -1, home: home, arrival: now}
 	c.progs[id] = p
-	if home == nil {
-		if c.burst == nil || now.Sub(c.burst.start) >= burstSpan || now.Before(c.burst.start) {
-			c.burst = &burst{start: now}
-		}
-		c.burst.n++
-		p.burst = c.burst
-	}
 	reason := ReasonFairness
 	if c.nWaiting == 0 || home != nil {
 		need := c.grownSize(tokens) + c.cfg.Buffer

@@ -109,3 +109,27 @@ func (c *RawAdmitter) endProbe(p *program) {
 		p.probe = nil
 	}
 }
+
+// probeSub gives the subagent p of a probed parent pp, which itself waits
+// at the door, the parent's place in line (its first offer) and its
+// probes, and runs its first turn at once as a probe where a worker has
+// room for it, whatever its tail: the parent waits for it, and as a new
+// program it would queue behind every program offered before it started.
+// a is its admission as a new program, returned when it cannot run.
+func (c *RawAdmitter) probeSub(now time.Time, p, pp *program, a Admission) Admission {
+	if p.life != Paused {
+		return a
+	}
+	p.arrival, p.burst, p.probed = pp.arrival, pp.burst, true
+	if c.swapDue(now) {
+		return a
+	}
+	w := c.probeWorker(p)
+	if w == nil {
+		return a
+	}
+	d := c.runProbe(now, p, w)
+	d.Kind, d.Released, d.Waited = KindAdmit, false, 0
+	c.emit(d)
+	return Admission{Run: true, Worker: w.id, Status: StatusRunnable, Reason: ReasonProbe}
+}

@@ -373,3 +373,55 @@ func TestProbeYieldsToHeldTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestProbeSubagent: a subagent started by a probed program that waits at
+// the door runs at once as a probe, though its tail is over Tail (its
+// parent waits for it); one that finds no probe room takes its parent's
+// place in line, ahead of a program offered after the parent.
+func TestProbeSubagent(t *testing.T) {
+	c, err := NewRawAdmitter(probeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddWorker(0, 100_000); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 7 { // one burst, offered 0.1 s apart
+		if _, err := c.StartRequest(epoch.Add(time.Duration(i)*100*time.Millisecond), fmt.Sprint("p", i), 15_000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Tick(epoch.Add(31 * time.Second)) // probes p5
+	if err := c.EndRequest(epoch.Add(35*time.Second), "p5", 2000, 0); err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.StartSubRequest(epoch.Add(40*time.Second), "p5/a", "p5", 5000, nil)
+	if err != nil || !a.Run || a.Reason != ReasonProbe {
+		t.Fatalf("p5's subagent: %+v %v, want it run at once as a probe", a, err)
+	}
+	// 16 K more is over the probes' share while p5/a runs: it waits, in
+	// p5's place.
+	if a, err := c.StartSubRequest(epoch.Add(41*time.Second), "p5/b", "p5", 16_000, nil); err != nil || a.Run {
+		t.Fatalf("p5's second subagent: %+v %v, want it queued", a, err)
+	}
+	if err := checkInvariants(c); err != nil {
+		t.Fatal(err)
+	}
+	c.Drain(nil)
+	if err := c.EndSession(epoch.Add(50*time.Second), "p0"); err != nil {
+		t.Fatal(err)
+	}
+	c.Tick(epoch.Add(55 * time.Second))
+	var in []string
+	for _, d := range c.Drain(nil) {
+		if d.Kind == KindResume && d.Reason != ReasonProbe {
+			in = append(in, d.Program)
+		}
+	}
+	if fmt.Sprint(in) != "[p5/b]" {
+		t.Fatalf("let in at the door: %v, want p5/b (offered as p5, before p6)", in)
+	}
+	if err := checkInvariants(c); err != nil {
+		t.Fatal(err)
+	}
+}
