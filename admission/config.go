@@ -115,13 +115,13 @@ type Door struct {
 // later turns too while its unique tail is at most Tail tokens, each
 // worker running such turns (probes) up to Share of its room under the
 // resume ceiling, and at least one. A probed program stays at the door,
-// unplaced, in its place in line; a turn it cannot probe waits there. A
-// subagent it starts (StartSubRequest) takes its place in line and runs
-// its first turn as a probe where a worker has room. Only
-// programs offered in a burst, Burst or more within one second, are
-// probed: a batch, not the steady arrivals of a closed loop or of a
-// service, where a probe only moves a newcomer's wait from its first
-// turn to its second.
+// unplaced; a turn it cannot probe waits there, where programs that have
+// started go before those that have not, then by first offer. A subagent
+// it starts (StartSubRequest) takes its place in line and runs its first
+// turn as a probe where a worker has room. Only programs offered in a
+// burst, Burst or more within one second, are probed: a batch, not the
+// steady arrivals of a closed loop or of a service, where a probe only
+// moves a newcomer's wait from its first turn to its second.
 type Probe struct {
 	After time.Duration
 	Burst int

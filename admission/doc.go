@@ -182,22 +182,24 @@
 //     program offered in a burst (Burst programs or more within one
 //     second) that has waited After runs its held turn
 //     anyway as a probe (ReasonProbe: a KindResume with Released, the
-//     program staying Paused and unplaced, in its place in line), and so
+//     program staying Paused and unplaced, at the door), and so
 //     does each later turn of it while its unique tail is at most Tail;
-//     a larger turn waits at the door, where the program keeps the place
-//     of its first offer. A subagent such a program starts takes its place
+//     a larger turn waits at the door, where programs that have started
+//     go before those that have not (finish what was started), then by
+//     first offer. A subagent such a program starts takes its place
 //     in line, and runs its first turn as a probe where there is room
 //     (its parent waits for it). Probes take at most Share of a worker's room
 //     under the resume ceiling (at least one probe), never take it past
 //     PauseThreshold (they pause nothing), and wait while a held turn of
 //     a placed program is due to be swapped in; their tokens count on the
-//     worker until the turn ends. With it the same step took 137 minutes, and the batch
-//     makespans over the study's workloads and seeds came within 8 % of
-//     the best baseline's instead of 25 % (README, "Batch mode"). The
-//     closed loop's arrivals are not a burst past its first offer: its
-//     throughput moved by 2 % at most, but the first offer's programs
-//     that were probed and then waited at the door waited with a later
-//     turn instead of their first.
+//     worker until the turn ends. With it the same step took 141
+//     minutes, and the batch makespans over the study's workloads and
+//     seeds came within 8 % of the best baseline's instead of 25 %
+//     (README, "Batch mode"). The closed loop's arrivals are not a burst
+//     past its first offer, but that offer is one: its probed programs
+//     that then waited at the door waited with a later turn instead of
+//     their first, and their going first cost 2-3 % of throughput at 512
+//     programs.
 //   - Waits.ResumeOnEnd runs the resume pass when a running program ends, so the
 //     room it frees goes to a waiting program at once rather than at the
 //     next Tick (in simulation, with every request a program of one turn

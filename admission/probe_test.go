@@ -425,3 +425,47 @@ func TestProbeSubagent(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestProbeStartedFirst: at the door a program that has started (run a
+// probe) goes before one offered earlier that has not: p6, probed, is let
+// in ahead of p5, which no probe could take.
+func TestProbeStartedFirst(t *testing.T) {
+	c, err := NewRawAdmitter(probeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddWorker(0, 100_000); err != nil {
+		t.Fatal(err)
+	}
+	for i, tokens := range []int64{15_000, 15_000, 15_000, 15_000, 15_000, 25_000, 10_000} {
+		if _, err := c.StartRequest(epoch.Add(time.Duration(i)*100*time.Millisecond), fmt.Sprint("p", i), tokens); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Tick(epoch.Add(31 * time.Second)) // p5's 25 K would pass the pause threshold; p6 probes
+	if p := probeDecisions(c.Drain(nil)); len(p) != 1 || p[0].Program != "p6" {
+		t.Fatalf("probes: %+v, want p6's", p)
+	}
+	if err := c.EndRequest(epoch.Add(35*time.Second), "p6", 5000, 0); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := c.StartRequest(epoch.Add(36*time.Second), "p6", 5500); err != nil || a.Run {
+		t.Fatalf("p6's second turn (tail over Tail): %+v %v, want it held", a, err)
+	}
+	if err := c.EndSession(epoch.Add(40*time.Second), "p0"); err != nil {
+		t.Fatal(err)
+	}
+	c.Tick(epoch.Add(45 * time.Second)) // room for p6, not for p5
+	var in []string
+	for _, d := range c.Drain(nil) {
+		if d.Kind == KindResume && d.Reason != ReasonProbe {
+			in = append(in, d.Program)
+		}
+	}
+	if fmt.Sprint(in) != "[p6]" {
+		t.Fatalf("let in at the door: %v, want p6 (started) ahead of p5", in)
+	}
+	if err := checkInvariants(c); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -351,18 +351,21 @@ func (s *sim) checkTickOrder(waiting map[string]bool, queued map[string]time.Tim
 		}
 	}
 	if s.ctl.cfg.maxWait() > 0 && len(s.ctl.workers) == 1 {
-		// The door is first come, first served: a newcomer that does
-		// not fit reserves the worker with the most room, and only
-		// others are backfilled; with one worker, no new program is
-		// let in while an older one stays queued (door.txt has the
-		// backfill).
+		// The door is first come, first served (programs that have
+		// started first): a newcomer that does not fit reserves the
+		// worker with the most room, and only others are backfilled;
+		// with one worker, no new program is let in while an older one
+		// stays queued (door.txt has the backfill).
 		for _, d := range s.dec {
 			at, ok := queued[d.Program]
 			if d.Kind != KindResume || d.Reason == ReasonProbe || !ok {
 				continue // a probe runs a turn, the program stays in line
 			}
+			in := s.ctl.progs[d.Program]
 			for _, p := range s.ctl.paused {
-				if q, was := queued[p.id]; was && !p.placed && p.held > 0 && q.Before(at) {
+				// A program that has started (run a probe) goes before
+				// one that has not (Door.Probe).
+				if q, was := queued[p.id]; was && !p.placed && p.held > 0 && q.Before(at) && (p.probed || in == nil || !in.probed) {
 					s.fail("%s let in at the door ahead of %s, queued earlier", d.Program, p.id)
 				}
 			}

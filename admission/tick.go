@@ -148,7 +148,14 @@ func agedOrder(a, b *program) int {
 		return c
 	}
 	if ga == 1 {
-		// The door: by first offer (a probed program keeps its place).
+		// The door: programs that have started (run a probe, Door.Probe)
+		// before those that have not, then by first offer.
+		if a.probed != b.probed {
+			if a.probed {
+				return -1
+			}
+			return 1
+		}
 		if c := a.arrival.Compare(b.arrival); c != 0 {
 			return c
 		}
