@@ -31,3 +31,17 @@ func TestPortsAreDistinctAndFree(t *testing.T) {
 	}
 	_ = l.Close()
 }
+
+// TestPortsBelowEphemeral: where the kernel's ephemeral range is known,
+// ports come from below it, where no outgoing connection takes them.
+func TestPortsBelowEphemeral(t *testing.T) {
+	lo, ok := ephemeralLow()
+	if !ok || lo-lowest < 1_000 {
+		t.Skipf("no usable ephemeral range here (%d, %v)", lo, ok)
+	}
+	for range 100 {
+		if p := Port(t); p < lowest || p >= lo {
+			t.Fatalf("port %d outside [%d, %d)", p, lowest, lo)
+		}
+	}
+}
