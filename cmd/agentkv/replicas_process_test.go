@@ -509,6 +509,12 @@ func TestReplicaProcessesSurviveAKill(t *testing.T) {
 					return metricValue(t, bases[j], "agentkv_eventplane_remote_requests") == 0
 				})
 			}
+			// And the KV events the previous probe's worker sent (its
+			// stores, any eviction) applied on every replica alike.
+			eventually(t, "the replicas to apply the same events", func() bool {
+				a0 := applied(0)()
+				return a0 == applied(1)() && a0 == applied(2)()
+			})
 			resp, body := post(t, bases[i]+vllm.ChatPath, nil, b)
 			require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 			got[i] = [2]string{resp.Header.Get(headerWorker), resp.Header.Get(headerCachedTokens)}
