@@ -47,7 +47,8 @@ func (c *RawAdmitter) probe(now time.Time) {
 
 // swapDue reports whether a held turn of a placed program is due to be
 // swapped in (Waits.MaxWait): it needs room by MaxWait, and a swap can
-// pause programs to make it, but not a probe.
+// pause programs to make it, but not a probe. Without MaxWait every such
+// held turn counts as due: the room goes to it first.
 func (c *RawAdmitter) swapDue(now time.Time) bool {
 	due := c.swapDueAfter()
 	for _, p := range c.paused {
