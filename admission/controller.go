@@ -95,7 +95,7 @@ type worker struct {
 	// (SetEngineUsage), in tokens, 0 when none was; unmodelled what of it
 	// the programs here did not account for when it came.
 	engine, unmodelled int64
-	// probes counts the probed first turns in flight here (Door.ProbeAfter),
+	// probes counts the turns running here as probes (Door.Probe),
 	// probing their tokens, which count as used.
 	probes  int
 	probing int64
@@ -125,9 +125,9 @@ type program struct {
 	pausedAt    time.Time
 	waitSince   time.Time // first held turn's arrival; zero when none held
 	arrival     time.Time // when a new program was first offered (its place at the door)
-	probe       *worker   // where its probed first turn runs (nil: none in flight)
+	probe       *worker   // where its probe runs (nil: none in flight)
 	probeN      int64     // the tokens that turn counts there
-	probed      bool      // its first turn ran as a probe (Door.ProbeAfter)
+	probed      bool      // it has run a probe: it has started (Door.Probe)
 	burst       *burst    // the burst it was offered in (nil: a subagent)
 	pauseSeq    uint64
 	waiting     bool // counted in nWaiting

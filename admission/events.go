@@ -92,13 +92,10 @@ func (c *RawAdmitter) StartRequestOn(now time.Time, id string, promptTokens int6
 	p.phase = Reasoning
 	p.inflight++
 	p.held++
-	if p.held == 1 && p.probed && c.probeable(now, p) && !c.swapDue(now) {
+	if p.held == 1 && p.probed && c.probeable(now, p) {
 		// A probed program's later turn, while it is small: run it now.
-		if w := c.probeWorker(p); w != nil {
-			d := c.runProbe(now, p, w)
-			d.Kind, d.Released, d.Waited = KindAdmit, false, 0
-			c.emit(d)
-			return Admission{Run: true, Worker: w.id, Status: StatusRunnable, Reason: ReasonProbe}, nil
+		if a, ok := c.probeNow(now, p); ok {
+			return a, nil
 		}
 	}
 	c.updateWaiting(p)

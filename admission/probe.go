@@ -24,10 +24,7 @@ func (c *RawAdmitter) probeable(now time.Time, p *program) bool {
 // door's order, while a worker has room for them and no held turn of a
 // placed program is due to be swapped in.
 func (c *RawAdmitter) probe(now time.Time) {
-	if c.cfg.probe() == nil || c.nWaiting == 0 {
-		return
-	}
-	if c.swapDue(now) {
+	if c.cfg.probe() == nil || c.nWaiting == 0 || c.swapDue(now) {
 		return
 	}
 	due := c.sProgs[:0]
@@ -122,15 +119,24 @@ func (c *RawAdmitter) probeSub(now time.Time, p, pp *program, a Admission) Admis
 		return a
 	}
 	p.arrival, p.burst, p.probed = pp.arrival, pp.burst, true
+	if pa, ok := c.probeNow(now, p); ok {
+		return pa
+	}
+	return a
+}
+
+// probeNow runs p's turn, held as it arrived, at once as a probe where a
+// worker has room and no placed program's swap is due (KindAdmit).
+func (c *RawAdmitter) probeNow(now time.Time, p *program) (Admission, bool) {
 	if c.swapDue(now) {
-		return a
+		return Admission{}, false
 	}
 	w := c.probeWorker(p)
 	if w == nil {
-		return a
+		return Admission{}, false
 	}
 	d := c.runProbe(now, p, w)
 	d.Kind, d.Released, d.Waited = KindAdmit, false, 0
 	c.emit(d)
-	return Admission{Run: true, Worker: w.id, Status: StatusRunnable, Reason: ReasonProbe}
+	return Admission{Run: true, Worker: w.id, Status: StatusRunnable, Reason: ReasonProbe}, true
 }

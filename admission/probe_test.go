@@ -25,6 +25,45 @@ func probeDecisions(ds []Decision) []Decision {
 	return out
 }
 
+// probeBatch is a controller with probeConfig and one 100 K-token worker,
+// offered programs p0, p1, ... of the given sizes, gap apart.
+func probeBatch(t *testing.T, gap time.Duration, tokens ...int64) *RawAdmitter {
+	t.Helper()
+	c, err := NewRawAdmitter(probeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddWorker(0, 100_000); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range tokens {
+		if _, err := c.StartRequest(epoch.Add(time.Duration(i)*gap), fmt.Sprint("p", i), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// letIn lists the programs ds let in at the door (resumed, not probed).
+func letIn(ds []Decision) []string {
+	var in []string
+	for _, d := range ds {
+		if d.Kind == KindResume && d.Reason != ReasonProbe {
+			in = append(in, d.Program)
+		}
+	}
+	return in
+}
+
+// sizes is n programs of tokens each.
+func sizes(n int, tokens int64) []int64 {
+	s := make([]int64, n)
+	for i := range s {
+		s[i] = tokens
+	}
+	return s
+}
+
 // TestProbeBatch follows a batch of eight programs offered at once to a
 // worker with room for four: the door probes the first one waiting once
 // it has waited After, one probe at a time since one fills Share of the
@@ -135,18 +174,7 @@ func TestProbeBatch(t *testing.T) {
 // together are.
 func TestProbeNeedsBurst(t *testing.T) {
 	for _, gap := range []time.Duration{0, 2 * time.Second} {
-		c, err := NewRawAdmitter(probeConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.AddWorker(0, 100_000); err != nil {
-			t.Fatal(err)
-		}
-		for i := range 8 {
-			if _, err := c.StartRequest(epoch.Add(time.Duration(i)*gap), fmt.Sprint("p", i), 15_000); err != nil {
-				t.Fatal(err)
-			}
-		}
+		c := probeBatch(t, gap, sizes(8, 15_000)...)
 		var probes int
 		for k := 1; k <= 20; k++ {
 			c.Tick(epoch.Add(time.Duration(k) * 10 * time.Second))
@@ -165,18 +193,7 @@ func TestProbeNeedsBurst(t *testing.T) {
 // that has run a probe keeps the program (and its place at the door); a
 // queued program that never ran is forgotten, as before.
 func TestProbeCancelKeepsProgram(t *testing.T) {
-	c, err := NewRawAdmitter(probeConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddWorker(0, 100_000); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 7 {
-		if _, err := c.StartRequest(epoch, fmt.Sprint("p", i), 15_000); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := probeBatch(t, 0, sizes(7, 15_000)...)
 	c.Tick(epoch.Add(30 * time.Second)) // probes p5 (p6 would take over the share)
 	if err := c.EndRequest(epoch.Add(40*time.Second), "p5", 15_000, 500); err != nil {
 		t.Fatal(err)
@@ -225,18 +242,7 @@ func TestProbeConfigErrors(t *testing.T) {
 // PauseThreshold does not run, so that no program is paused or marked
 // for it; a smaller one behind it in line that fits does.
 func TestProbeKeepsUnderThreshold(t *testing.T) {
-	c, err := NewRawAdmitter(probeConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddWorker(0, 100_000); err != nil {
-		t.Fatal(err)
-	}
-	for i, tokens := range []int64{16_000, 16_000, 16_000, 16_000, 16_000, 16_000, 10_000} {
-		if _, err := c.StartRequest(epoch, fmt.Sprint("p", i), tokens); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := probeBatch(t, 0, append(sizes(6, 16_000), 10_000)...)
 	c.Tick(epoch.Add(30 * time.Second)) // 80 K used: p5's 16 K is over 0.95, p6's 10 K is not
 	var probed []string
 	for _, d := range c.Drain(nil) {
@@ -263,18 +269,7 @@ func TestProbeKeepsUnderThreshold(t *testing.T) {
 // its tokens once: the probe's stop counting when it is let in, and its
 // end changes nothing more.
 func TestProbeResumedWhileRunning(t *testing.T) {
-	c, err := NewRawAdmitter(probeConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddWorker(0, 100_000); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 6 {
-		if _, err := c.StartRequest(epoch, fmt.Sprint("p", i), 15_000); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := probeBatch(t, 0, sizes(6, 15_000)...)
 	c.Tick(epoch.Add(30 * time.Second)) // probes p5
 	if a, err := c.StartRequest(epoch.Add(35*time.Second), "p5", 15_000); err != nil || a.Run {
 		t.Fatalf("p5's second turn while its probe runs: %+v %v, want it held", a, err)
@@ -307,18 +302,7 @@ func TestProbeResumedWhileRunning(t *testing.T) {
 // starts (a swap can pause programs to make room for it, but not a
 // probe); before that, probes run beside it.
 func TestProbeYieldsToHeldTurns(t *testing.T) {
-	c, err := NewRawAdmitter(probeConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddWorker(0, 100_000); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 7 {
-		if _, err := c.StartRequest(epoch, fmt.Sprint("p", i), 15_000); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := probeBatch(t, 0, sizes(7, 15_000)...)
 	// p0 and p1 grow past the pause threshold; the tick pauses Acting
 	// programs, and p2's next turn, too large for the room, waits.
 	for i := range 5 {
@@ -379,18 +363,8 @@ func TestProbeYieldsToHeldTurns(t *testing.T) {
 // parent waits for it); one that finds no probe room takes its parent's
 // place in line, ahead of a program offered after the parent.
 func TestProbeSubagent(t *testing.T) {
-	c, err := NewRawAdmitter(probeConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddWorker(0, 100_000); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 7 { // one burst, offered 0.1 s apart
-		if _, err := c.StartRequest(epoch.Add(time.Duration(i)*100*time.Millisecond), fmt.Sprint("p", i), 15_000); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// One burst, offered 0.1 s apart.
+	c := probeBatch(t, 100*time.Millisecond, sizes(7, 15_000)...)
 	c.Tick(epoch.Add(31 * time.Second)) // probes p5
 	if err := c.EndRequest(epoch.Add(35*time.Second), "p5", 2000, 0); err != nil {
 		t.Fatal(err)
@@ -412,12 +386,7 @@ func TestProbeSubagent(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Tick(epoch.Add(55 * time.Second))
-	var in []string
-	for _, d := range c.Drain(nil) {
-		if d.Kind == KindResume && d.Reason != ReasonProbe {
-			in = append(in, d.Program)
-		}
-	}
+	in := letIn(c.Drain(nil))
 	if fmt.Sprint(in) != "[p5/b]" {
 		t.Fatalf("let in at the door: %v, want p5/b (offered as p5, before p6)", in)
 	}
@@ -430,18 +399,7 @@ func TestProbeSubagent(t *testing.T) {
 // probe) goes before one offered earlier that has not: p6, probed, is let
 // in ahead of p5, which no probe could take.
 func TestProbeStartedFirst(t *testing.T) {
-	c, err := NewRawAdmitter(probeConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddWorker(0, 100_000); err != nil {
-		t.Fatal(err)
-	}
-	for i, tokens := range []int64{15_000, 15_000, 15_000, 15_000, 15_000, 25_000, 10_000} {
-		if _, err := c.StartRequest(epoch.Add(time.Duration(i)*100*time.Millisecond), fmt.Sprint("p", i), tokens); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := probeBatch(t, 100*time.Millisecond, append(sizes(5, 15_000), 25_000, 10_000)...)
 	c.Tick(epoch.Add(31 * time.Second)) // p5's 25 K would pass the pause threshold; p6 probes
 	if p := probeDecisions(c.Drain(nil)); len(p) != 1 || p[0].Program != "p6" {
 		t.Fatalf("probes: %+v, want p6's", p)
@@ -456,12 +414,7 @@ func TestProbeStartedFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Tick(epoch.Add(45 * time.Second)) // room for p6, not for p5
-	var in []string
-	for _, d := range c.Drain(nil) {
-		if d.Kind == KindResume && d.Reason != ReasonProbe {
-			in = append(in, d.Program)
-		}
-	}
+	in := letIn(c.Drain(nil))
 	if fmt.Sprint(in) != "[p6]" {
 		t.Fatalf("let in at the door: %v, want p6 (started) ahead of p5", in)
 	}

@@ -12,12 +12,6 @@ import (
 // its home worker or the worker where that pauses least; where no worker
 // can make room by pausing, it marks Reasoning programs on the home
 // worker (or the least used) so the room comes at their tool boundaries.
-// swapDueAfter is how long a held turn of a placed program waits before
-// it is swapped in: a Tick and a turn (turnLead) ahead of MaxWait.
-func (c *RawAdmitter) swapDueAfter() time.Duration {
-	return max(c.cfg.maxWait()-c.cfg.Interval-c.turnLead(), 0)
-}
-
 func (c *RawAdmitter) swapIn(now time.Time, r *TickResult) {
 	if c.cfg.maxWait() <= 0 || c.nWaiting == 0 || len(c.workers) == 0 {
 		return
@@ -158,6 +152,12 @@ func (c *RawAdmitter) markFor(now time.Time, p *program, r *TickResult) {
 		c.emit(Decision{At: now, Kind: KindMark, Reason: ReasonSwap, Program: q.id, Worker: w.id, HasWorker: true,
 			Tokens: q.tokens, Util: c.util(w)})
 	}
+}
+
+// swapDueAfter is how long a held turn of a placed program waits before
+// it is swapped in: a Tick and a turn (turnLead) ahead of MaxWait.
+func (c *RawAdmitter) swapDueAfter() time.Duration {
+	return max(c.cfg.maxWait()-c.cfg.Interval-c.turnLead(), 0)
 }
 
 func (c *RawAdmitter) resumeOn(now time.Time, p *program, w *worker, reason Reason, r *TickResult) {

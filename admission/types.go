@@ -198,9 +198,9 @@ const (
 	// caller could not use it: failing, or out of routing), and the
 	// program moved to a worker the caller offered (Relocate).
 	ReasonRelocated
-	// ReasonProbe: the first turn of a new program that waited
-	// Door.ProbeAfter at the door runs, the program staying in line there
-	// (KindResume with Released; the program stays Paused, unplaced).
+	// ReasonProbe: a turn of a program waiting at the door runs as a
+	// probe (Door.Probe), the program staying at the door: KindResume with
+	// Released for a held turn, KindAdmit for one run as it arrives.
 	ReasonProbe
 )
 
@@ -355,8 +355,8 @@ type Stats struct {
 	// Relocated counts running programs moved off a worker the caller
 	// could not use (Relocate).
 	Relocated uint64
-	// Probed counts new programs whose first turn ran while they waited at
-	// the door (Door.ProbeAfter).
+	// Probed counts the turns that ran as probes while their programs
+	// waited at the door (Door.Probe).
 	Probed uint64
 	// DroppedDecisions counts decisions lost because the pending buffer was
 	// full (only without Config.OnDecision).

@@ -130,20 +130,12 @@ func TestBatchColdStartFloor(t *testing.T) {
 	cfg := trace.DefaultSyntheticConfig()
 	cfg.Sessions = 64
 	w := trace.Synthetic(cfg)
+	run := batchRun(t, &w, Cluster{Workers: 4, BlockSize: 64, DeviceBlocks: 6875}, 64)
 	// The floor alone, without the probes (TestBatchProbe has those).
-	floorCfg := admission.Agentic()
-	floorCfg.Door.Probe = nil
-	prior := admission.Agentic()
-	prior.Door.ColdStartObserved, prior.Door.ColdStartFloor, prior.Door.Probe = 0, 0, nil
-	run := func(p Policy) *Result {
-		opt := Options{Cluster: Cluster{Workers: 4, BlockSize: 64, DeviceBlocks: 6875}, Policy: p, Concurrency: 64, Seed: 1, Batch: true}
-		r, err := Run(&w, opt)
-		require.NoError(t, err, p.Name)
-		require.Equal(t, r.Requests, r.Finished+r.Rejected, p.Name)
-		return r
-	}
-	floor := run(Policy{Name: "kv+admission (no probes)", Select: agentkv.KVAware, Admission: &floorCfg})
-	held := run(Policy{Name: "kv+admission (prior alone)", Select: agentkv.KVAware, Admission: &prior})
+	floor := run(noProbes())
+	held := run(admissionPolicy("kv+admission (prior alone)", func(c *admission.Config) {
+		c.Door.ColdStartObserved, c.Door.ColdStartFloor, c.Door.Probe = 0, 0, nil
+	}))
 	t.Logf("floor: makespan %v, hold first p50 %v max %v; prior alone: makespan %v, hold first p50 %v max %v",
 		floor.Makespan, floor.HoldFirst.P50, floor.HoldFirst.Max, held.Makespan, held.HoldFirst.P50, held.HoldFirst.Max)
 	require.Positive(t, held.HoldFirst.Max, "the prior alone held first turns at the door")
@@ -160,17 +152,9 @@ func TestBatchColdStartFloor(t *testing.T) {
 // Deterministic: the figures depend on what the run did.
 func TestBatchProbe(t *testing.T) {
 	w := tiledClaudeCode(t, 90)
-	noProbe := admission.Agentic()
-	noProbe.Door.Probe = nil
-	run := func(p Policy) *Result {
-		opt := Options{Cluster: Cluster{Workers: 4, BlockSize: 64}, Policy: p, Concurrency: 256, Seed: 1, Batch: true}
-		r, err := Run(&w, opt)
-		require.NoError(t, err, p.Name)
-		require.Equal(t, r.Requests, r.Finished+r.Rejected, p.Name)
-		return r
-	}
+	run := batchRun(t, &w, Cluster{Workers: 4, BlockSize: 64}, 256)
 	probed := run(mustPolicy(t, "kv+admission"))
-	door := run(Policy{Name: "kv+admission (no probes)", Select: agentkv.KVAware, Admission: &noProbe})
+	door := run(noProbes())
 	kv := run(mustPolicy(t, "kv"))
 	t.Logf("makespan: probes %v (hold first p99 %v), no probes %v (hold first p99 %v), kv %v",
 		probed.Makespan, probed.HoldFirst.P99, door.Makespan, door.HoldFirst.P99, kv.Makespan)
@@ -186,15 +170,37 @@ func TestClosedLoopProbeNeutral(t *testing.T) {
 	cfg := trace.DefaultSyntheticConfig()
 	cfg.Sessions = 192
 	w := trace.Synthetic(cfg)
-	noProbe := admission.Agentic()
-	noProbe.Door.Probe = nil
 	run := func(p Policy) *Result {
 		r, err := Run(&w, Options{Cluster: Cluster{Workers: 2, BlockSize: 64, DeviceBlocks: 6875}, Policy: p, Concurrency: 48, Seed: 1})
 		require.NoError(t, err, p.Name)
 		return r
 	}
 	with := run(mustPolicy(t, "kv+admission"))
-	without := run(Policy{Name: "kv+admission (no probes)", Select: agentkv.KVAware, Admission: &noProbe})
+	without := run(noProbes())
 	t.Logf("window tok/s: probes %.0f, none %.0f (%.4f)", with.WindowThroughput, without.WindowThroughput, with.WindowThroughput/without.WindowThroughput)
 	require.InDelta(t, 1, with.WindowThroughput/without.WindowThroughput, 0.02)
+}
+
+// batchRun returns a runner of one rollout step of the first n programs
+// of w on cluster cl, which checks that every request ended.
+func batchRun(t *testing.T, w *trace.Workload, cl Cluster, n int) func(Policy) *Result {
+	return func(p Policy) *Result {
+		t.Helper()
+		r, err := Run(w, Options{Cluster: cl, Policy: p, Concurrency: n, Seed: 1, Batch: true})
+		require.NoError(t, err, p.Name)
+		require.Equal(t, r.Requests, r.Finished+r.Rejected, p.Name)
+		return r
+	}
+}
+
+// admissionPolicy is kv+admission with admission.Agentic as edit leaves it.
+func admissionPolicy(name string, edit func(*admission.Config)) Policy {
+	cfg := admission.Agentic()
+	edit(&cfg)
+	return Policy{Name: name, Select: agentkv.KVAware, Admission: &cfg}
+}
+
+// noProbes is kv+admission without Door.Probe.
+func noProbes() Policy {
+	return admissionPolicy("kv+admission (no probes)", func(c *admission.Config) { c.Door.Probe = nil })
 }
