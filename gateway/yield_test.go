@@ -114,3 +114,67 @@ func TestTenantYield(t *testing.T) {
 	}
 	require.Equal(t, "sent", h.String(), "the yielding request was sent when the worker was clear, not forced")
 }
+
+// TestTenantYieldWhileRecent: a tenant between turns still counts toward
+// the shares for LimitsConfig.Recent, so the rollout that fills the
+// capacity after the chat tenant's turn ended is over its share and its
+// prefills go to the worker one at a time; counted only while in flight
+// (Recent < 0), the same rollout is even and sent at once. Over real HTTP
+// to a mock worker paused while the rollout's requests are in place.
+func TestTenantYieldWhileRecent(t *testing.T) {
+	for _, recent := range []time.Duration{0, -1} {
+		m, err := mock.Start(mock.Config{MinOutput: 2, MaxOutput: 2, Speedup: 1000})
+		require.NoError(t, err)
+		t.Cleanup(func() { m.Close() })
+		ks, err := tenant.Parse(strings.NewReader("chat " + keyChat + "\nrollout " + keyRL + "\n"))
+		require.NoError(t, err)
+		s, err := NewStack(context.Background(), StackConfig{Workers: []WorkerSpec{{URL: m.URL(), Tokenizer: m}},
+			Refresh: -1, Affinity: DefaultAffinity, Registry: prometheus.NewRegistry(),
+			Gateway: Config{Keys: tenant.NewSet(ks), TenantLimits: tenant.LimitsConfig{Capacity: 2, Recent: recent},
+				TenantYield: tenant.GateConfig{MaxHold: time.Minute}}})
+		require.NoError(t, err)
+		srv := httptest.NewServer(s.Handler(""))
+		t.Cleanup(func() { srv.Close(); _ = s.Close() })
+		fb := &fairBench{model: m.Model(), client: NewHTTPClient()}
+		g := s.Gateway()
+
+		// The chat tenant's turn, answered: nothing of it is in flight.
+		_, code, _, err := fb.send(srv.URL, keyChat, "c1", e2eWords(40, "chat-"))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code)
+		require.Zero(t, g.limits.InFlight("chat"))
+
+		m.SetPaused(true)
+		var wg sync.WaitGroup
+		codes := make(chan int, 2)
+		for _, p := range []string{"p1", "p2"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, code, _, err := fb.send(srv.URL, keyRL, p, e2eWords(40, p+"-"))
+				if err != nil {
+					t.Error(err)
+				}
+				codes <- code
+			}()
+		}
+		wantWaiting, wantYielding, wantProtected := 1, 1, 0 // one at a time
+		if recent < 0 {
+			wantWaiting, wantYielding, wantProtected = 0, 0, 2 // even: both at once
+		}
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+			w, y, p := g.gate.Waiting(0)
+			if w == wantWaiting && y == wantYielding && p == wantProtected {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "recent %v: gate waiting %d, yielding %d, protected %d; want %d, %d, %d",
+				recent, w, y, p, wantWaiting, wantYielding, wantProtected)
+		}
+		m.SetPaused(false)
+		wg.Wait()
+		close(codes)
+		for c := range codes {
+			require.Equal(t, http.StatusOK, c)
+		}
+	}
+}

@@ -43,7 +43,8 @@
 // with 429 and Retry-After in the caller's API shape.
 //
 // Limits.Standing says where a tenant stands against its share (Under,
-// Even, Over), and Gate keeps an Over tenant's prefills out of the engine
+// Even, Over), counting as present a tenant whose last request ended less
+// than LimitsConfig.Recent ago (30 s), and Gate keeps an Over tenant's prefills out of the engine
 // steps that compute the others': on each worker, its requests wait while
 // a request of another standing awaits its first token, and go one (Slots)
 // at a time, at most GateConfig.MaxHold.

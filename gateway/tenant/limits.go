@@ -9,6 +9,10 @@ import (
 // MaxSessions after its last request when it does not end explicitly.
 const DefaultSessionIdle = 30 * time.Minute
 
+// DefaultRecent is how long a tenant still counts toward the shares
+// after its last request ended (LimitsConfig.Recent).
+const DefaultRecent = 30 * time.Second
+
 // Refusal says why Limits refused a request.
 type Refusal int
 
@@ -45,6 +49,13 @@ type LimitsConfig struct {
 	Capacity int
 	// SessionIdle: see DefaultSessionIdle.
 	SessionIdle time.Duration
+	// Recent is how long a tenant whose requests have all ended still
+	// counts toward the shares that Standing divides (0: DefaultRecent;
+	// negative: not at all), so that a tenant between turns keeps the
+	// others' standing as it was and its next prompt finds the engines as
+	// its last one did. Refusals (Acquire) count only the tenants with
+	// requests in flight: an idle share is lent, never held empty.
+	Recent time.Duration
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }
@@ -61,12 +72,28 @@ type Limits struct {
 	state      map[string]*usage
 	inFlight   int // all tenants
 	weightLive int // Σ weight over tenants with requests in flight
+	// weightRecent is Σ weight over the recent tenants: nothing in
+	// flight, their last request ended within Recent (usage.recent);
+	// recentQ holds their ends in order, expired from the front.
+	weightRecent int
+	recentQ      []recentEnd
 }
 
 type usage struct {
 	weight   int
 	inFlight int
 	sessions map[string]time.Time // scoped id → last request
+	// recent: nothing in flight since lastEnd, within Recent of it.
+	recent  bool
+	lastEnd time.Time
+}
+
+// recentEnd is a tenant's last request's end, queued for expiry; an
+// entry whose at no longer matches its usage is stale.
+type recentEnd struct {
+	name string
+	u    *usage
+	at   time.Time
 }
 
 // NewLimits returns Limits with cfg's defaults filled.
@@ -76,6 +103,9 @@ func NewLimits(cfg LimitsConfig) *Limits {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Recent == 0 {
+		cfg.Recent = DefaultRecent
 	}
 	return &Limits{cfg: cfg, state: map[string]*usage{}}
 }
@@ -90,6 +120,7 @@ func (l *Limits) Acquire(t *Tenant, session string) Refusal {
 	now := l.cfg.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.expire(now)
 	u := l.state[t.Name]
 	if u == nil {
 		u = &usage{weight: t.Weight}
@@ -122,6 +153,10 @@ func (l *Limits) Acquire(t *Tenant, session string) Refusal {
 	}
 	if u.inFlight == 0 {
 		l.weightLive += u.weight
+		if u.recent {
+			u.recent = false
+			l.weightRecent -= u.weight
+		}
 	}
 	u.inFlight++
 	l.inFlight++
@@ -133,19 +168,55 @@ func (l *Limits) Release(t *Tenant) {
 	if t == nil {
 		return
 	}
+	now := l.cfg.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.expire(now)
 	u := l.state[t.Name]
 	if u == nil || u.inFlight == 0 {
 		return
 	}
 	u.inFlight--
 	l.inFlight--
-	if u.inFlight == 0 {
-		l.weightLive -= u.weight
-		if len(u.sessions) == 0 {
-			delete(l.state, t.Name)
+	if u.inFlight > 0 {
+		return
+	}
+	l.weightLive -= u.weight
+	if l.cfg.Recent > 0 && l.cfg.Capacity > 0 {
+		u.recent, u.lastEnd = true, now
+		l.weightRecent += u.weight
+		l.recentQ = append(l.recentQ, recentEnd{name: t.Name, u: u, at: now})
+		return
+	}
+	if len(u.sessions) == 0 {
+		delete(l.state, t.Name)
+	}
+}
+
+// expire ends the recency of the tenants whose last request ended Recent
+// or more before now (under mu); amortised O(1): recentQ holds an entry
+// per request end in the last Recent, so its length is bounded by the
+// request rate.
+func (l *Limits) expire(now time.Time) {
+	i := 0
+	for ; i < len(l.recentQ); i++ {
+		e := l.recentQ[i]
+		if now.Sub(e.at) < l.cfg.Recent {
+			break
 		}
+		u := e.u
+		if !u.recent || !u.lastEnd.Equal(e.at) {
+			continue // active again since, or a later end is queued
+		}
+		u.recent = false
+		l.weightRecent -= u.weight
+		if u.inFlight == 0 && len(u.sessions) == 0 && l.state[e.name] == u {
+			delete(l.state, e.name)
+		}
+	}
+	if i > 0 {
+		clear(l.recentQ[:i])
+		l.recentQ = l.recentQ[i:]
 	}
 }
 
@@ -159,7 +230,7 @@ func (l *Limits) EndSession(t *Tenant, session string) {
 	defer l.mu.Unlock()
 	if u := l.state[t.Name]; u != nil {
 		delete(u.sessions, session)
-		if u.inFlight == 0 && len(u.sessions) == 0 {
+		if u.inFlight == 0 && len(u.sessions) == 0 && !u.recent {
 			delete(l.state, t.Name)
 		}
 	}
@@ -201,23 +272,28 @@ func (s Standing) String() string {
 // that Acquire let through (a request asking about itself is counted).
 // With Capacity 0 or a nil t it is Even. In integers, with n the tenant's
 // requests in flight, w its weight, N all requests in flight and W the
-// weights of the tenants with requests in flight (its own included):
-// Under is n·W < N·w; Over is n·W ≥ Capacity·w and n·W > N·w. Shares are
-// not held until Capacity requests are in flight (Acquire), but a
-// tenant's standing counts from the start: a rollout filling an idle
-// capacity is over its share the moment an interactive tenant arrives.
-// O(1).
+// weights of the tenants with requests in flight or recent (its own
+// included; LimitsConfig.Recent): Under is n·W < N·w; Over is
+// n·W ≥ Capacity·w and n·W > N·w. Shares are not held until Capacity
+// requests are in flight (Acquire), but a tenant's standing counts from
+// the start: a rollout filling an idle capacity is over its share the
+// moment an interactive tenant arrives, and, while that tenant is recent,
+// between its turns too, so its next turn finds the rollout's prefills
+// already paced (Gate). Amortised O(1).
 func (l *Limits) Standing(t *Tenant) Standing {
 	if t == nil || l.cfg.Capacity <= 0 {
 		return Even
 	}
+	now := l.cfg.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n, w, live, all := 0, t.Weight, l.weightLive, l.inFlight
+	l.expire(now)
+	n, w, live, all := 0, t.Weight, l.weightLive+l.weightRecent, l.inFlight
+	recent := false
 	if u := l.state[t.Name]; u != nil {
-		n, w = u.inFlight, u.weight
+		n, w, recent = u.inFlight, u.weight, u.recent
 	}
-	if n == 0 {
+	if n == 0 && !recent {
 		live += w
 	}
 	switch {
