@@ -75,6 +75,9 @@ type Config struct {
 	// Moves lets a program between turns change workers. Nil: a placed
 	// program's turns always run on its worker.
 	Moves *Moves
+	// Groups shares the door between groups of programs (tenants) by
+	// weight and bounds each group's admitted programs. Nil: one group.
+	Groups *Groups
 }
 
 // Door sizes programs at the door by the lower quartile of the final

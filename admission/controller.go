@@ -33,6 +33,9 @@ type RawAdmitter struct {
 	sDst   []int
 	sProgs []*program
 	sBinW  []*worker
+	sDoor  []*program
+	// groups by name (Config.Groups), while they have programs
+	groups map[string]*group
 	// grown holds the final tails of the last len(grown) programs that
 	// ended after two turns or more (Config.Door), nGrown how many were
 	// recorded in all, nEnded how many programs ended at all; learned is
@@ -130,7 +133,9 @@ type program struct {
 	probed      bool      // it has run a probe: it has started (Door.Probe)
 	burst       *burst    // the burst it was offered in (nil: a subagent)
 	pauseSeq    uint64
-	waiting     bool // counted in nWaiting
+	waiting     bool    // counted in nWaiting
+	grp         *group  // its group (Config.Groups; nil: none)
+	tag         float64 // scratch: its weighted fair tag at the door (doorOrder)
 
 	slot, pslot int
 

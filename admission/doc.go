@@ -238,6 +238,21 @@
 // programs once, since its cache holds one copy. The root router calls it
 // at every request end with the session-prefix indexer's split (radix).
 //
+// # Groups: tenants at the door
+//
+// Config.Groups shares the door between groups of programs (the gateway's
+// tenants: a program's group is the tenant its session id is scoped by) by
+// weighted fair queuing: the k-th program of group g waiting at the door,
+// in the door's own order, is tagged (a_g + k) / w_g, a_g being the
+// group's programs admitted and w_g its weight, and the door goes by tag,
+// then in its own order. One group's rollout batch waiting at the door so
+// does not keep another group's new session behind it. Group.MaxAdmitted
+// bounds a group's programs admitted at once: past it, its new programs
+// wait at the door, run no probe and are never forced in (subagents of its
+// running programs are not held, but count). With one group, or without
+// Groups, the door's order is as above. TestGroupsDoorReference compares
+// the door with a naive weighted fair queue.
+//
 // # Decisions
 //
 // Every decision (admit, queue, hold, pause, mark, unmark, resume, demote,

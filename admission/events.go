@@ -150,8 +150,9 @@ func (c *RawAdmitter) startNew(now time.Time, id string, tokens int64, prefer []
 func (c *RawAdmitter) startNewAs(now time.Time, id string, tokens int64, prefer []WorkerID, home *worker) Admission {
 	p := &program{id: id, phase: Reasoning, steps: 1, inflight: 1, held: 1, tokens: tokens, slot: -1, pslot: -1, home: home, arrival: now}
 	c.progs[id] = p
+	c.join(p)
 	reason := ReasonFairness
-	if c.nWaiting == 0 || home != nil {
+	if home != nil || c.nWaiting == 0 && !p.grp.full() {
 		need := c.grownSize(tokens) + c.cfg.Buffer
 		door := home == nil && c.cfg.maxWait() > 0 // a new program, not a subagent of a running one
 		w, why := c.preferredWithRoom(need, prefer, door), ReasonPreferred
@@ -164,6 +165,7 @@ func (c *RawAdmitter) startNewAs(now time.Time, id string, tokens int64, prefer 
 		if w != nil {
 			p.life = Active
 			p.placed = true
+			c.admitted(p)
 			p.held = 0
 			p.runSince = now
 			c.attach(p, w)
@@ -182,6 +184,7 @@ func (c *RawAdmitter) startNewAs(now time.Time, id string, tokens int64, prefer 
 	p.waitSince = now
 	if home != nil {
 		p.placed = true // part of a running program: a held turn, not the door
+		c.admitted(p)
 	}
 	c.addPaused(now, p)
 	c.updateWaiting(p)
@@ -372,6 +375,7 @@ func (c *RawAdmitter) Cancel(now time.Time, id string) error {
 			c.removePaused(p)
 			p.waiting = false
 			c.nWaiting--
+			c.leave(p)
 			delete(c.progs, id)
 			c.stats.Cancelled++
 			c.emit(Decision{At: now, Kind: KindCancel, Reason: ReasonCancelled, Program: id, Tokens: p.tokens, Released: true, Waited: waited})
@@ -420,6 +424,7 @@ func (c *RawAdmitter) EndSession(now time.Time, id string) error {
 		c.recordEnd(p)
 	}
 	p.life = Terminated
+	c.leave(p)
 	delete(c.progs, id)
 	c.stats.Terminated++
 	c.emit(d)

@@ -49,7 +49,41 @@ func checkInvariants(c *RawAdmitter) error {
 	if err := checkProbes(c); err != nil {
 		return err
 	}
+	if err := checkGroups(c); err != nil {
+		return err
+	}
 	return checkWorkers(c, ref)
+}
+
+// checkGroups recounts each group's programs and admitted (placed) ones
+// (Config.Groups): the map holds exactly the groups with programs, and a
+// group's door tally is clear between passes.
+func checkGroups(c *RawAdmitter) error {
+	members, admitted := map[*group]int{}, map[*group]int{}
+	for id, p := range c.progs {
+		if p.grp == nil {
+			if c.cfg.Groups != nil {
+				return fmt.Errorf("program %s: no group", id)
+			}
+			continue
+		}
+		if c.groups[p.grp.name] != p.grp {
+			return fmt.Errorf("program %s: group %q not in the map", id, p.grp.name)
+		}
+		members[p.grp]++
+		if p.placed {
+			admitted[p.grp]++
+		}
+	}
+	if len(c.groups) != len(members) {
+		return fmt.Errorf("%d groups in the map, %d with programs", len(c.groups), len(members))
+	}
+	for name, g := range c.groups {
+		if g.members != members[g] || g.admitted != admitted[g] || g.seen != 0 {
+			return fmt.Errorf("group %q: %d members, %d admitted, seen %d; recounted %d and %d", name, g.members, g.admitted, g.seen, members[g], admitted[g])
+		}
+	}
+	return nil
 }
 
 // checkProgram checks what holds for a program whatever its lifecycle:

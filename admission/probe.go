@@ -11,7 +11,7 @@ import (
 // unique tail is at most Tail.
 func (c *RawAdmitter) probeable(now time.Time, p *program) bool {
 	pr := c.cfg.probe()
-	if pr == nil || p.placed || p.held == 0 || p.probe != nil || p.burst == nil || p.burst.n < pr.Burst {
+	if pr == nil || p.placed || p.held == 0 || p.probe != nil || p.burst == nil || p.burst.n < pr.Burst || p.grp.full() {
 		return false
 	}
 	if p.probed {
@@ -34,6 +34,7 @@ func (c *RawAdmitter) probe(now time.Time) {
 		}
 	}
 	slices.SortFunc(due, agedOrder)
+	due = c.doorOrder(due)
 	for _, p := range due {
 		if w := c.probeWorker(p); w != nil {
 			c.emit(c.runProbe(now, p, w))

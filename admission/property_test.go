@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -155,7 +156,10 @@ func (s *sim) handleDecisions() {
 					// may reach the safety net (2 × ForcedResume).
 					s.fail("%s forced with MaxWait set (waited %v)", d.Program, d.Waited)
 				}
-				if cfg.maxWait() == 0 && d.Waited > cfg.ForcedResume+cfg.Interval {
+				if p := s.ctl.progs[d.Program]; p != nil && p.grp != nil && p.grp.max > 0 {
+					// A bounded group's programs wait for their group
+					// (Groups.MaxAdmitted), past any cap.
+				} else if cfg.maxWait() == 0 && d.Waited > cfg.ForcedResume+cfg.Interval {
 					s.fail("%s waited %v > forced-resume cap %v + interval", d.Program, d.Waited, cfg.ForcedResume)
 				}
 				s.res.releases++
@@ -394,6 +398,9 @@ func (s *sim) checkWaits(swappedNow bool) {
 			}
 			continue
 		}
+		if !p.placed && p.grp != nil && p.grp.max > 0 {
+			continue // a bounded group's newcomer waits for its group (Groups), never forced
+		}
 		if p.held > 0 && epoch.Add(s.now).Sub(p.waitSince) >= cfg.ForcedResume {
 			s.fail("%s held since %v, past the cap", p.id, p.waitSince.Sub(epoch))
 		}
@@ -513,6 +520,19 @@ func TestPropertyRandomWorkloads(t *testing.T) {
 						}
 					}
 					shared = int64(500 + 100*(seed%10))
+				}
+				if seed%4 == 1 {
+					// Three groups by program number, weights 1 to 3,
+					// one bounded to 2 admitted programs on some seeds.
+					bounded := seed%8 == 1
+					cfg.Groups = &Groups{Of: func(id string) Group {
+						n, _ := strconv.Atoi(strings.TrimPrefix(id, "p"))
+						g := Group{Name: strconv.Itoa(n % 3), Weight: 1 + n%3}
+						if bounded && n%3 == 0 {
+							g.MaxAdmitted = 2
+						}
+						return g
+					}}
 				}
 				s := newSim(t, seed, cfg, churn)
 				s.shared = shared

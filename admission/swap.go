@@ -164,6 +164,9 @@ func (c *RawAdmitter) resumeOn(now time.Time, p *program, w *worker, reason Reas
 	c.endProbe(p) // a probe still running now counts as the program's turn on w
 	c.removePaused(p)
 	p.life = Active
+	if !p.placed {
+		c.admitted(p)
+	}
 	p.placed = true
 	p.resumedAt = c.tickNo
 	c.attach(p, w)

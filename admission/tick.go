@@ -79,6 +79,9 @@ func (c *RawAdmitter) forceResume(now time.Time, r *TickResult) {
 		return cmp.Compare(a.pauseSeq, b.pauseSeq)
 	})
 	for _, p := range due {
+		if !p.placed && p.grp.full() {
+			continue // its group holds Groups' MaxAdmitted
+		}
 		var best *worker
 		var bestU float64
 		for _, w := range c.workers {
@@ -192,6 +195,7 @@ func (c *RawAdmitter) resume(now time.Time, r *TickResult) {
 	} else {
 		slices.SortFunc(cand, resumeOrder)
 	}
+	cand = c.doorOrder(cand)
 	if c.cfg.homeFirst() {
 		cand = c.resumeHome(now, cand, bins, binW, r)
 	}

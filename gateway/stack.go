@@ -23,6 +23,7 @@ import (
 	"github.com/agentkv/agentkv/engine/vllm"
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/gateway/failover"
+	"github.com/agentkv/agentkv/gateway/tenant"
 	"github.com/agentkv/agentkv/gateway/translate"
 	"github.com/agentkv/agentkv/kvhint"
 	"github.com/agentkv/agentkv/sharedpool"
@@ -300,6 +301,9 @@ func NewStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	if cfg.Admission {
 		ac := admission.Agentic()
 		ac.Interval = cfg.Tick
+		if keys := cfg.Gateway.Keys; keys != nil {
+			ac.Groups = &admission.Groups{Of: tenantGroup(keys)}
+		}
 		rc.Admission = &ac
 	}
 	if s.router, err = agentkv.New(rc); err != nil {
@@ -743,4 +747,18 @@ func (s *Stack) Approximate() bool {
 		}
 	}
 	return false
+}
+
+// tenantGroup is admission's group of a program under API keys: its
+// tenant, the name its session id is scoped by (tenant.Scope), with the
+// tenant's weight and max-programs as the key file holds them now.
+func tenantGroup(keys *tenant.Set) func(program string) admission.Group {
+	return func(program string) admission.Group {
+		name, _, _ := strings.Cut(program, "/")
+		g := admission.Group{Name: name, Weight: 1}
+		if t := keys.Keys().Tenant(name); t != nil {
+			g.Weight, g.MaxAdmitted = t.Weight, t.MaxPrograms
+		}
+		return g
+	}
 }

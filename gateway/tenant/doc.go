@@ -9,7 +9,7 @@
 //
 //	# NAME  KEY                               OPTIONS
 //	alice   sk-alice-0123456789abcdef         weight=2 max-in-flight=64
-//	bob     sk-bob-0123456789abcdef01         max-sessions=500
+//	bob     sk-bob-0123456789abcdef01         max-sessions=500 max-programs=64
 //	ops     sk-ops-0123456789abcdef012        admin
 //	public  sk-pub-0123456789abcdef0123       shared-cache
 //

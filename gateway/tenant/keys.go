@@ -59,6 +59,11 @@ type Tenant struct {
 	// MaxSessions bounds the tenant's live sessions (programs); a request
 	// that would open one more gets 429 (0: unlimited).
 	MaxSessions int
+	// MaxPrograms bounds the tenant's programs admission has let in at
+	// once (with admission on; admission.Group.MaxAdmitted): past it a
+	// new session waits at the door, not refused, until one of the
+	// tenant's programs ends (0: unlimited).
+	MaxPrograms int
 	// SharedCache opts the tenant out of cache isolation: its requests are
 	// forwarded without a cache salt, so it shares cached prefixes (a
 	// public system prompt) with every other tenant that opted out.
@@ -78,6 +83,7 @@ type Keys struct {
 	// time.
 	byDigest map[[32]byte]entry
 	tenants  []*Tenant
+	byName   map[string]*Tenant
 }
 
 type entry struct {
@@ -91,6 +97,9 @@ func (k *Keys) Len() int { return len(k.byDigest) }
 // Tenants returns the tenants, in the order they first appear in the
 // file. The caller must not modify the slice or the tenants.
 func (k *Keys) Tenants() []*Tenant { return k.tenants }
+
+// Tenant returns the tenant named name, or nil.
+func (k *Keys) Tenant(name string) *Tenant { return k.byName[name] }
 
 // Lookup returns the tenant owning key, or ErrBadKey.
 func (k *Keys) Lookup(key string) (*Tenant, error) {
@@ -115,8 +124,8 @@ func (k *Keys) Lookup(key string) (*Tenant, error) {
 // union of its lines' (a number given twice must agree). Keys are unique
 // across the file and at least 16 bytes.
 func Parse(r io.Reader) (*Keys, error) {
-	k := &Keys{byDigest: map[[32]byte]entry{}}
 	byName := map[string]*Tenant{}
+	k := &Keys{byDigest: map[[32]byte]entry{}, byName: byName}
 	sc := bufio.NewScanner(io.LimitReader(r, maxFileBytes+1))
 	sc.Buffer(make([]byte, 0, 4096), 1<<16)
 	line, read := 0, 0
@@ -195,6 +204,8 @@ func (t *Tenant) set(opt string) error {
 		dst = &t.MaxInFlight
 	case "max-sessions":
 		dst = &t.MaxSessions
+	case "max-programs":
+		dst = &t.MaxPrograms
 	default:
 		return fmt.Errorf("unknown option %q", opt)
 	}

@@ -13,7 +13,7 @@ import (
 const sample = `# tenants
 alice sk-alice-0123456789abcdef weight=2 max-in-flight=4
 alice sk-alice-second-key-000000
-bob   sk-bob-0123456789abcdef01 max-sessions=3
+bob   sk-bob-0123456789abcdef01 max-sessions=3 max-programs=2
 ops   sk-ops-0123456789abcdef012 admin
 pub   sk-pub-0123456789abcdef0123 shared-cache
 `
@@ -49,8 +49,11 @@ func TestParseAndLookup(t *testing.T) {
 		t.Errorf("alice = %+v", a)
 	}
 	b, _ := k.Lookup("sk-bob-0123456789abcdef01")
-	if b.Weight != 1 || b.MaxSessions != 3 || b.Salt == a.Salt {
+	if b.Weight != 1 || b.MaxSessions != 3 || b.MaxPrograms != 2 || b.Salt == a.Salt {
 		t.Errorf("bob = %+v", b)
+	}
+	if k.Tenant("bob") != b || k.Tenant("alice") != a || k.Tenant("carol") != nil {
+		t.Errorf("Tenant by name: bob %p alice %p carol %p", k.Tenant("bob"), k.Tenant("alice"), k.Tenant("carol"))
 	}
 	o, _ := k.Lookup("sk-ops-0123456789abcdef012")
 	p, _ := k.Lookup("sk-pub-0123456789abcdef0123")

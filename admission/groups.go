@@ -1,0 +1,158 @@
+package admission
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Groups shares the door between groups of programs (an API's tenants) by
+// weight, and bounds each group's admitted programs (Config.Groups).
+//
+// The door lets programs in by weighted fair queuing over the groups: the
+// k-th program of group g waiting at the door (in the door's own order:
+// started first, then by first offer) is tagged (a_g + k) / w_g, with a_g
+// the group's programs admitted and w_g its weight, and the door goes by
+// tag, then by its own order. So one tenant's 500-program rollout waiting
+// at the door does not keep another tenant's new session behind it: that
+// session's tag is 1 / w against the rollout's (a + 1) / w and up. With
+// one group the tags follow the door's own order, which is unchanged.
+type Groups struct {
+	// Of returns the group of a program, asked once, when the program is
+	// first offered (a subagent too). The group's Weight and MaxAdmitted
+	// are taken from its latest program's answer, so a changed weight
+	// takes effect with the group's next program.
+	Of func(program string) Group
+}
+
+// Group is a program's group.
+type Group struct {
+	Name string
+	// Weight is the group's share of the door (< 1: 1).
+	Weight int
+	// MaxAdmitted bounds the group's programs admitted at once: let in
+	// through the door and not ended (0: no bound). Past it the group's
+	// new programs wait at the door, run no probe and are never forced
+	// in, until one of its programs ends. A subagent of a running program
+	// is not held by the bound, but counts in it.
+	MaxAdmitted int
+}
+
+// group is a Group's state (under the RawAdmitter's owner).
+type group struct {
+	name     string
+	weight   int
+	max      int
+	members  int // live programs
+	admitted int // live programs placed
+	seen     int // scratch: door programs ordered or let in this pass
+}
+
+// join puts new program p in its group (Config.Groups).
+func (c *RawAdmitter) join(p *program) {
+	gs := c.cfg.Groups
+	if gs == nil || gs.Of == nil {
+		return
+	}
+	g := gs.Of(p.id)
+	grp := c.groups[g.Name]
+	if grp == nil {
+		if c.groups == nil {
+			c.groups = map[string]*group{}
+		}
+		grp = &group{name: g.Name}
+		c.groups[g.Name] = grp
+	}
+	grp.weight, grp.max = max(g.Weight, 1), max(g.MaxAdmitted, 0)
+	grp.members++
+	p.grp = grp
+}
+
+// admitted counts p, placed now, in its group.
+func (c *RawAdmitter) admitted(p *program) {
+	if p.grp != nil {
+		p.grp.admitted++
+	}
+}
+
+// leave takes p, ending, out of its group; an empty group is forgotten.
+func (c *RawAdmitter) leave(p *program) {
+	g := p.grp
+	if g == nil {
+		return
+	}
+	g.members--
+	if p.placed {
+		g.admitted--
+	}
+	if g.members == 0 {
+		delete(c.groups, g.name)
+	}
+}
+
+// full reports whether p, not placed, may not be let in now: its group
+// holds MaxAdmitted programs (counting those let in this pass, seen).
+func (g *group) full() bool {
+	return g != nil && g.max > 0 && g.admitted+g.seen >= g.max
+}
+
+// doorOrder orders cand (sorted by agedOrder or resumeOrder, the door's
+// programs among them in the door's order) for groups: the door's
+// programs by weighted fair tag (Groups), a program whose group is full
+// dropped, the others kept in place. Without Groups it returns cand.
+func (c *RawAdmitter) doorOrder(cand []*program) []*program {
+	if len(c.groups) == 0 {
+		return cand
+	}
+	lo := -1
+	hi := 0
+	for i, p := range cand {
+		if !p.placed {
+			if lo < 0 {
+				lo = i
+			}
+			hi = i + 1
+		}
+	}
+	if lo < 0 {
+		return cand
+	}
+	for _, g := range c.groups {
+		g.seen = 0
+	}
+	// The door's programs are contiguous in both orders (resumeGroup 1
+	// with MaxWait; without it unplaced programs may interleave with
+	// others, and are ordered among themselves in place).
+	door := c.sDoor[:0]
+	for _, p := range cand[lo:hi] {
+		if p.placed {
+			continue
+		}
+		g := p.grp
+		if g.full() {
+			continue
+		}
+		g.seen++
+		p.tag = float64(g.admitted+g.seen) / float64(g.weight)
+		door = append(door, p)
+	}
+	slices.SortStableFunc(door, func(a, b *program) int { return cmp.Compare(a.tag, b.tag) })
+	out := cand[:lo]
+	j := 0
+	for _, p := range cand[lo:hi] {
+		if p.placed {
+			out = append(out, p)
+			continue
+		}
+		if j < len(door) {
+			out = append(out, door[j])
+			j++
+		}
+	}
+	out = append(out, cand[hi:]...)
+	for _, g := range c.groups {
+		g.seen = 0
+	}
+	clear(door)
+	c.sDoor = door[:0]
+	return out
+}

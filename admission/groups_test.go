@@ -1,0 +1,238 @@
+package admission
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// groupsConfig is a door (Waits.MaxWait) with groups named by the
+// program id's prefix before "/", weights and bounds from the maps.
+func groupsConfig(weight, maxAdmitted map[string]int) Config {
+	return Config{
+		Waits: &Waits{MaxWait: 3 * time.Minute},
+		Groups: &Groups{Of: func(id string) Group {
+			name, _, _ := strings.Cut(id, "/")
+			return Group{Name: name, Weight: weight[name], MaxAdmitted: maxAdmitted[name]}
+		}},
+	}
+}
+
+// TestGroupsNewcomerNotBehindRollout: a rollout's 40 programs fill a
+// worker and wait at the door; another tenant's new session, offered
+// after them, is let in at the first room, not after the rollout's 30
+// waiting programs. Without Groups it waits behind them.
+func TestGroupsNewcomerNotBehindRollout(t *testing.T) {
+	for _, grouped := range []bool{true, false} {
+		cfg := groupsConfig(nil, nil)
+		if !grouped {
+			cfg.Groups = nil
+		}
+		c, err := NewRawAdmitter(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.AddWorker(0, 100_000); err != nil {
+			t.Fatal(err)
+		}
+		now := epoch
+		first := -1 // the first rollout program to wait
+		for i := range 40 {
+			now = now.Add(time.Millisecond)
+			a, err := c.StartRequest(now, fmt.Sprint("rl/p", i), 8_000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !a.Run && first < 0 {
+				first = i
+			}
+		}
+		if _, err := c.StartRequest(now.Add(time.Millisecond), "chat/s", 8_000); err != nil {
+			t.Fatal(err)
+		}
+		c.Drain(nil)
+		if err := c.EndSession(now, "rl/p0"); err != nil {
+			t.Fatal(err)
+		}
+		c.Tick(now.Add(time.Second))
+		in := letIn(c.Drain(nil))
+		want := "chat/s"
+		if !grouped {
+			want = fmt.Sprint("rl/p", first)
+		}
+		if first < 1 || len(in) != 1 || in[0] != want {
+			t.Fatalf("grouped %v: one program ended, the door let in %v, want %s", grouped, in, want)
+		}
+	}
+}
+
+// TestGroupsMaxAdmitted: a group bounded to 2 admitted programs has 2
+// let in of 5 offered with room for all, runs no more however long they
+// wait, and lets the next in when one ends; another group is not held.
+func TestGroupsMaxAdmitted(t *testing.T) {
+	c, err := NewRawAdmitter(groupsConfig(nil, map[string]int{"a": 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddWorker(0, 1_000_000); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := c.StartRequest(epoch, fmt.Sprint("a/p", i), 1_000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.StartRequest(epoch, "b/q", 1_000); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		c.Tick(epoch.Add(time.Duration(i) * time.Minute))
+	}
+	running := func() []string {
+		var ids []string
+		for _, p := range c.Programs(epoch, nil) {
+			if p.Status == StatusRunnable {
+				ids = append(ids, p.ID)
+			}
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	if got := fmt.Sprint(running()); got != "[a/p0 a/p1 b/q]" {
+		t.Fatalf("running %s, want a's first 2 and b's", got)
+	}
+	if err := c.EndSession(epoch.Add(time.Hour), "a/p1"); err != nil {
+		t.Fatal(err)
+	}
+	c.Tick(epoch.Add(time.Hour))
+	if got := fmt.Sprint(running()); got != "[a/p0 a/p2 b/q]" {
+		t.Fatalf("after a/p1 ended: running %s", got)
+	}
+	if n := c.Stats().Forced; n != 0 {
+		t.Fatalf("%d forced resumes past the bound", n)
+	}
+}
+
+// TestGroupsDoorReference drives a door shared by three groups (random
+// weights and bounds) with random offers and ends of equal-sized
+// programs, and after every tick compares the programs let in, in order,
+// with a naive weighted fair queue: each group's waiting programs in
+// arrival order, the k-th tagged (admitted + k) / weight, the eligible
+// (admitted + k ≤ bound) by tag then arrival; the door lets in a prefix
+// of that order. No group is ever past its bound.
+func TestGroupsDoorReference(t *testing.T) {
+	lets := 0
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		names := []string{"a", "b", "c"}
+		weight, bound := map[string]int{}, map[string]int{}
+		for _, n := range names {
+			weight[n] = 1 + rng.IntN(3)
+			if rng.IntN(2) == 0 {
+				bound[n] = 1 + rng.IntN(6)
+			}
+		}
+		c, err := NewRawAdmitter(groupsConfig(weight, bound))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.AddWorker(0, 100_000); err != nil {
+			t.Fatal(err)
+		}
+		type prog struct {
+			id, group string
+			at        int
+		}
+		var waiting []prog           // at the door, in arrival order
+		admitted := map[string]int{} // by group
+		var running []prog
+		now := epoch
+		next := 0
+		offer := func() {
+			g := names[rng.IntN(len(names))]
+			p := prog{id: fmt.Sprintf("%s/p%d", g, next), group: g, at: next}
+			next++
+			now = now.Add(time.Millisecond)
+			a, err := c.StartRequest(now, p.id, 8_000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Run {
+				if len(waiting) > 0 || bound[g] > 0 && admitted[g] >= bound[g] {
+					t.Fatalf("seed %d: %s admitted at once past %d waiting, %d of its group admitted", seed, p.id, len(waiting), admitted[g])
+				}
+				admitted[g]++
+				running = append(running, p)
+				return
+			}
+			waiting = append(waiting, p)
+		}
+		for range 30 {
+			offer()
+		}
+		c.Drain(nil)
+		for step := 0; step < 300; step++ {
+			switch {
+			case rng.IntN(3) == 0:
+				offer()
+				c.Drain(nil)
+			case len(running) > 0:
+				i := rng.IntN(len(running))
+				p := running[i]
+				running = slices.Delete(running, i, i+1)
+				admitted[p.group]--
+				now = now.Add(time.Millisecond)
+				if err := c.EndSession(now, p.id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			now = now.Add(time.Second)
+			c.Tick(now)
+			in := letIn(c.Drain(nil))
+			lets += len(in)
+			// The reference order.
+			type tagged struct {
+				p   prog
+				tag float64
+			}
+			var order []tagged
+			k := map[string]int{}
+			for _, p := range waiting {
+				k[p.group]++
+				if bound[p.group] > 0 && admitted[p.group]+k[p.group] > bound[p.group] {
+					continue
+				}
+				order = append(order, tagged{p, float64(admitted[p.group]+k[p.group]) / float64(weight[p.group])})
+			}
+			slices.SortStableFunc(order, func(a, b tagged) int { return cmp.Compare(a.tag, b.tag) })
+			if len(in) > len(order) {
+				t.Fatalf("seed %d step %d: let in %v, only %d eligible", seed, step, in, len(order))
+			}
+			for i, id := range in {
+				if order[i].p.id != id {
+					var want []string
+					for _, o := range order[:len(in)] {
+						want = append(want, o.p.id)
+					}
+					t.Fatalf("seed %d step %d: let in %v, the reference %v (admitted %v, weights %v, bounds %v)", seed, step, in, want, admitted, weight, bound)
+				}
+				p := order[i].p
+				admitted[p.group]++
+				running = append(running, p)
+				waiting = slices.DeleteFunc(waiting, func(q prog) bool { return q.id == id })
+			}
+			for g, n := range admitted {
+				if bound[g] > 0 && n > bound[g] {
+					t.Fatalf("seed %d step %d: group %s has %d admitted, bound %d", seed, step, g, n, bound[g])
+				}
+			}
+		}
+	}
+	if lets < 500 {
+		t.Fatalf("the door let in only %d programs over all seeds", lets)
+	}
+}
