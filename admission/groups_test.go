@@ -236,3 +236,74 @@ func TestGroupsDoorReference(t *testing.T) {
 		t.Fatalf("the door let in only %d programs over all seeds", lets)
 	}
 }
+
+// TestGroupsDoorWait measures what the groups buy a tenant's interactive
+// session offered a minute after another tenant's 500-program rollout:
+// four 100 K-token workers hold 40 of the rollout's 8 K-token programs,
+// each running 5 to 15 minutes; the session waits at the door until the
+// first room with Groups, behind the whole rollout without.
+func TestGroupsDoorWait(t *testing.T) {
+	wait := map[bool]time.Duration{}
+	for _, grouped := range []bool{true, false} {
+		cfg := groupsConfig(nil, nil)
+		if !grouped {
+			cfg.Groups = nil
+		}
+		c, err := NewRawAdmitter(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for w := range 4 {
+			if err := c.AddWorker(WorkerID(w), 100_000); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		ends := map[string]time.Time{} // running programs' ends
+		run := func(id string, at time.Time) {
+			if strings.HasPrefix(id, "rl/") {
+				ends[id] = at.Add(5*time.Minute + time.Duration(rng.IntN(600))*time.Second)
+			}
+		}
+		for i := range 500 {
+			id := fmt.Sprint("rl/p", i)
+			a, err := c.StartRequest(epoch, id, 8_000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Run {
+				run(id, epoch)
+			}
+		}
+		if _, err := c.StartRequest(epoch.Add(time.Minute), "chat/s", 8_000); err != nil {
+			t.Fatal(err)
+		}
+		c.Drain(nil)
+		for now := epoch.Add(time.Minute); ; now = now.Add(5 * time.Second) {
+			if now.Sub(epoch) > 24*time.Hour {
+				t.Fatalf("grouped %v: the session never got in", grouped)
+			}
+			for id, end := range ends {
+				if !end.After(now) {
+					delete(ends, id)
+					if err := c.EndSession(now, id); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			c.Tick(now)
+			in := letIn(c.Drain(nil))
+			for _, id := range in {
+				run(id, now)
+			}
+			if slices.Contains(in, "chat/s") {
+				wait[grouped] = now.Sub(epoch.Add(time.Minute))
+				break
+			}
+		}
+	}
+	t.Logf("the chat session's wait at the door: %v with groups, %v without", wait[true], wait[false])
+	if wait[true] > 5*time.Minute || wait[false] < 10*wait[true] {
+		t.Fatalf("door wait %v with groups, %v without: want the first room with groups, and the rollout's whole queue without", wait[true], wait[false])
+	}
+}
