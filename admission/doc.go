@@ -249,9 +249,13 @@
 // does not keep another group's new session behind it. Group.MaxAdmitted
 // bounds a group's programs admitted at once: past it, its new programs
 // wait at the door, run no probe and are never forced in (subagents of its
-// running programs are not held, but count). With one group, or without
-// Groups, the door's order is as above. TestGroupsDoorReference compares
-// the door with a naive weighted fair queue.
+// running programs are not held, but count). Over the pause threshold, a
+// worker pauses first the programs of groups holding more than their
+// weighted share of the admitted programs, so a rollout that grows pauses
+// its own programs, not another tenant's small session between turns.
+// With one group, or without Groups, the door's order and the pauses are
+// as above. TestGroupsDoorReference compares the door with a naive
+// weighted fair queue.
 //
 // # Decisions
 //

@@ -6,7 +6,8 @@ import (
 )
 
 // Groups shares the door between groups of programs (an API's tenants) by
-// weight, and bounds each group's admitted programs (Config.Groups).
+// weight, bounds each group's admitted programs, and pauses first the
+// programs of the groups over their share (Config.Groups).
 //
 // The door lets programs in by weighted fair queuing over the groups: the
 // k-th program of group g waiting at the door (in the door's own order:
@@ -45,6 +46,31 @@ type group struct {
 	members  int // live programs
 	admitted int // live programs placed
 	seen     int // scratch: door programs ordered or let in this pass
+	// over: the group holds more than its weighted share of the admitted
+	// programs (markOverShare, at each tick's pauses).
+	over bool
+}
+
+// markOverShare sets each group's over flag: it holds more than its
+// weighted share of the programs admitted, a_g·W > A·w_g with A all
+// admitted programs and W the weights of the groups with programs
+// admitted. Pauses take over-share groups' programs first, so one
+// tenant's rollout growing past the threshold pauses its own programs,
+// not another tenant's few small sessions between turns.
+func (c *RawAdmitter) markOverShare() {
+	if len(c.groups) < 2 {
+		return
+	}
+	all, weights := 0, 0
+	for _, g := range c.groups {
+		if g.admitted > 0 {
+			all += g.admitted
+			weights += g.weight
+		}
+	}
+	for _, g := range c.groups {
+		g.over = g.admitted*weights > all*g.weight
+	}
 }
 
 // join puts new program p in its group (Config.Groups).

@@ -307,3 +307,57 @@ func TestGroupsDoorWait(t *testing.T) {
 		t.Fatalf("door wait %v with groups, %v without: want the first room with groups, and the rollout's whole queue without", wait[true], wait[false])
 	}
 }
+
+// TestGroupsPauseOverShareFirst: a rollout's programs grow a worker past
+// the pause threshold while another tenant's small session sits between
+// turns: with Groups the rollout, over its share, pauses its own
+// programs; without, the smallest program, the chat session, is paused
+// first.
+func TestGroupsPauseOverShareFirst(t *testing.T) {
+	for _, grouped := range []bool{true, false} {
+		cfg := groupsConfig(nil, nil)
+		if !grouped {
+			cfg.Groups = nil
+		}
+		c, err := NewRawAdmitter(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.AddWorker(0, 100_000); err != nil {
+			t.Fatal(err)
+		}
+		now := epoch
+		ids := []string{"chat/s", "rl/p0", "rl/p1", "rl/p2", "rl/p3"}
+		for _, id := range ids {
+			a, err := c.StartRequest(now, id, 2_000)
+			if err != nil || !a.Run {
+				t.Fatalf("%s: %+v %v", id, a, err)
+			}
+		}
+		// Every turn ends: the chat small, the rollout's grown to 24 K
+		// each (98 K on a 100 K worker).
+		for _, id := range ids {
+			out := int64(100)
+			if id != "chat/s" {
+				out = 22_000
+			}
+			if err := c.EndRequest(now, id, 2_000, out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Drain(nil)
+		c.Tick(now.Add(time.Second))
+		var paused []string
+		for _, d := range c.Drain(nil) {
+			if d.Kind == KindPause {
+				paused = append(paused, d.Program)
+			}
+		}
+		if len(paused) == 0 {
+			t.Fatalf("grouped %v: nothing paused over the threshold", grouped)
+		}
+		if chat := slices.Contains(paused, "chat/s"); chat == grouped {
+			t.Fatalf("grouped %v: paused %v", grouped, paused)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 // Reasoning ones to pause at their tool boundaries where that is not
 // enough; under the target it withdraws marks.
 func (c *RawAdmitter) pauseOver(now time.Time, r *TickResult) {
+	c.markOverShare()
 	for _, w := range c.workers {
 		capf := float64(w.cap)
 		u := c.used(w)
@@ -61,8 +62,9 @@ func (c *RawAdmitter) pauseOver(now time.Time, r *TickResult) {
 }
 
 // candidates collects into dst[:0] w's programs in phase that this tick
-// may pause or mark, smallest first: not marked yet (only Reasoning
-// programs are ever marked), not resumed in this tick.
+// may pause or mark, smallest first, those of groups over their share
+// (Groups, markOverShare) before the others: not marked yet (only
+// Reasoning programs are ever marked), not resumed in this tick.
 func (c *RawAdmitter) candidates(dst []*program, w *worker, phase Phase) []*program {
 	dst = dst[:0]
 	for _, p := range w.progs {
@@ -70,8 +72,24 @@ func (c *RawAdmitter) candidates(dst []*program, w *worker, phase Phase) []*prog
 			dst = append(dst, p)
 		}
 	}
-	slices.SortFunc(dst, smallerFirst)
+	if len(c.groups) > 1 {
+		slices.SortFunc(dst, overShareFirst)
+	} else {
+		slices.SortFunc(dst, smallerFirst)
+	}
 	return dst
+}
+
+// overShareFirst orders programs of groups over their share first, then
+// smallest first.
+func overShareFirst(a, b *program) int {
+	if oa, ob := a.grp.over, b.grp.over; oa != ob {
+		if oa {
+			return -1
+		}
+		return 1
+	}
+	return smallerFirst(a, b)
 }
 
 func smallerFirst(a, b *program) int {
