@@ -33,7 +33,6 @@ type RawAdmitter struct {
 	sDst   []int
 	sProgs []*program
 	sBinW  []*worker
-	sDoor  []*program
 	// groups by name (Config.Groups), while they have programs
 	groups map[string]*group
 	// grown holds the final tails of the last len(grown) programs that

@@ -121,64 +121,39 @@ func (g *group) full() bool {
 	return g != nil && g.max > 0 && g.admitted+g.seen >= g.max
 }
 
-// doorOrder orders cand (sorted by agedOrder or resumeOrder, the door's
-// programs among them in the door's order) for groups: the door's
-// programs by weighted fair tag (Groups), a program whose group is full
-// dropped, the others kept in place. Without Groups it returns cand.
+// doorOrder orders cand (sorted by agedOrder or resumeOrder, which both
+// keep the door's programs, those never placed, together and in the
+// door's own order) for groups: the door's programs by weighted fair tag
+// (Groups), dropping those whose group is full. Without Groups it returns
+// cand.
 func (c *RawAdmitter) doorOrder(cand []*program) []*program {
 	if len(c.groups) == 0 {
 		return cand
 	}
-	lo := -1
-	hi := 0
-	for i, p := range cand {
-		if !p.placed {
-			if lo < 0 {
-				lo = i
-			}
-			hi = i + 1
-		}
-	}
+	lo := slices.IndexFunc(cand, func(p *program) bool { return !p.placed })
 	if lo < 0 {
 		return cand
 	}
-	for _, g := range c.groups {
-		g.seen = 0
+	hi := lo
+	for hi < len(cand) && !cand[hi].placed {
+		hi++
 	}
-	// The door's programs are contiguous in both orders (resumeGroup 1
-	// with MaxWait; without it unplaced programs may interleave with
-	// others, and are ordered among themselves in place).
-	door := c.sDoor[:0]
+	door := cand[lo:lo]
 	for _, p := range cand[lo:hi] {
-		if p.placed {
-			continue
-		}
 		g := p.grp
 		if g.full() {
 			continue
 		}
 		g.seen++
 		p.tag = float64(g.admitted+g.seen) / float64(g.weight)
-		door = append(door, p)
+		door = append(door, p) // in place: never ahead of the reads
 	}
 	slices.SortStableFunc(door, func(a, b *program) int { return cmp.Compare(a.tag, b.tag) })
-	out := cand[:lo]
-	j := 0
-	for _, p := range cand[lo:hi] {
-		if p.placed {
-			out = append(out, p)
-			continue
-		}
-		if j < len(door) {
-			out = append(out, door[j])
-			j++
-		}
-	}
-	out = append(out, cand[hi:]...)
 	for _, g := range c.groups {
 		g.seen = 0
 	}
-	clear(door)
-	c.sDoor = door[:0]
-	return out
+	if len(door) == hi-lo {
+		return cand
+	}
+	return append(cand[:lo+len(door)], cand[hi:]...)
 }
