@@ -16,6 +16,13 @@ var tokensReplies = []string{
 	`{"tokens":[1,2],"tokens":[3]}`, `{"Tokens":[5]}`, `{"tok\u0065ns":[6]}`, `{"tokens":[1],"TOKENS":[2]}`,
 	`{"tokens":[1]} trailing`, `{"tokens":[1]}{}`, `{"tokens":[1,]}`, `{"tokens":[1`, `[1,2]`, `null`, ``, `{"tokens":{"a":1}}`,
 	`{"x":{"tokens":[9]},"tokens":[7,8]}`,
+	// Checked in the one pass: leading zeros, missing commas, bad
+	// scalars and keys, a cut or trailing object.
+	`{"tokens":[0,10]}`, `{"tokens":[01]}`, `{"tokens":[00]}`, `{"tokens":[1 2]}`, `{"tokens":[1,,2]}`, `{"tokens":nul}`,
+	`{"tokens":nullx}`, `{"a":01,"tokens":[1]}`, `{"a":-0.5e3,"tokens":[1]}`, `{"a":"x\u00","tokens":[1]}`,
+	`{"a" "b","tokens":[1]}`, `{"tokens":[1],}`, `{,"tokens":[1]}`, `{"tokens":[1]`, `{"tokens":[1]}}`,
+	"{\"a\":\"\x01\",\"tokens\":[1]}", "{\"tokens\"\t:\n[ 1\r,2 ]\t}", `{"a":[1],"tokens":[2]}`,
+	`{"a":true,"b":false,"c":null,"tokens":[3]}`, `{"a":tru,"tokens":[3]}`, `{"tokens":[4294967295,0]}`,
 }
 
 // checkTokens compares decodeTokens with encoding/json's decoder.
@@ -37,8 +44,10 @@ func TestDecodeTokens(t *testing.T) {
 	for _, r := range tokensReplies {
 		checkTokens(t, []byte(r))
 	}
-	if _, ok := fastTokens([]byte(tokensReplies[0])); !ok {
-		t.Fatal("a plain reply took the slow path")
+	for _, r := range []string{tokensReplies[0], `{"a":true,"b":false,"c":null,"tokens":[3]}`, "{\"tokens\"\t:\n[ 1\r,2 ]\t}"} {
+		if _, ok := fastTokens([]byte(r)); !ok {
+			t.Fatalf("%q took the slow path", r)
+		}
 	}
 }
 

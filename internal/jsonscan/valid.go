@@ -15,23 +15,30 @@ const maxDepth = 10000
 // several times faster on agent bodies, whose bytes are mostly inside
 // long strings: a string's plain run is skipped eight bytes at a time.
 func Valid(b []byte) bool {
+	i := ValidValue(b, skipSpace(b, 0))
+	return i >= 0 && skipSpace(b, i) == len(b)
+}
+
+// ValidValue returns the index just past the JSON value that starts at
+// b[i] (white space after it skipped), or -1 when no valid value starts
+// there: Valid for a value inside a document that has not been checked.
+func ValidValue(b []byte, i int) int {
 	var stack []byte // '{' or '[' per open container
 	var buf [64]byte
 	stack = buf[:0]
-	i := skipSpace(b, 0)
 	for {
 		// A value at b[i].
 		if i >= len(b) {
-			return false
+			return -1
 		}
 		switch c := b[i]; {
 		case c == '"':
 			if i = stringEnd(b, i); i < 0 {
-				return false
+				return -1
 			}
 		case c == '{':
 			if len(stack) == maxDepth {
-				return false
+				return -1
 			}
 			i = skipSpace(b, i+1)
 			if i < len(b) && b[i] == '}' {
@@ -40,12 +47,12 @@ func Valid(b []byte) bool {
 			}
 			stack = append(stack, '{')
 			if i = key(b, i); i < 0 {
-				return false
+				return -1
 			}
 			continue
 		case c == '[':
 			if len(stack) == maxDepth {
-				return false
+				return -1
 			}
 			i = skipSpace(b, i+1)
 			if i < len(b) && b[i] == ']' {
@@ -56,31 +63,31 @@ func Valid(b []byte) bool {
 			continue
 		case c == 't':
 			if i = literal(b, i, "true"); i < 0 {
-				return false
+				return -1
 			}
 		case c == 'f':
 			if i = literal(b, i, "false"); i < 0 {
-				return false
+				return -1
 			}
 		case c == 'n':
 			if i = literal(b, i, "null"); i < 0 {
-				return false
+				return -1
 			}
 		case c == '-' || c >= '0' && c <= '9':
 			if i = number(b, i); i < 0 {
-				return false
+				return -1
 			}
 		default:
-			return false
+			return -1
 		}
 		// After a value: close containers, or a comma and the next one.
 		for {
 			i = skipSpace(b, i)
 			if len(stack) == 0 {
-				return i == len(b)
+				return i
 			}
 			if i >= len(b) {
-				return false
+				return -1
 			}
 			top := stack[len(stack)-1]
 			switch {
@@ -88,7 +95,7 @@ func Valid(b []byte) bool {
 				i = skipSpace(b, i+1)
 				if top == '{' {
 					if i = key(b, i); i < 0 {
-						return false
+						return -1
 					}
 				}
 			case top == '{' && b[i] == '}' || top == '[' && b[i] == ']':
@@ -96,7 +103,7 @@ func Valid(b []byte) bool {
 				i++
 				continue
 			default:
-				return false
+				return -1
 			}
 			break
 		}
