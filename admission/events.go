@@ -164,8 +164,7 @@ func (c *RawAdmitter) startNewAs(now time.Time, id string, tokens int64, prefer 
 		}
 		if w != nil {
 			p.life = Active
-			p.placed = true
-			c.admitted(p)
+			c.markPlaced(p)
 			p.held = 0
 			p.runSince = now
 			c.attach(p, w)
@@ -183,8 +182,7 @@ func (c *RawAdmitter) startNewAs(now time.Time, id string, tokens int64, prefer 
 	p.life = Paused
 	p.waitSince = now
 	if home != nil {
-		p.placed = true // part of a running program: a held turn, not the door
-		c.admitted(p)
+		c.markPlaced(p) // part of a running program: a held turn, not the door
 	}
 	c.addPaused(now, p)
 	c.updateWaiting(p)

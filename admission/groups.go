@@ -93,11 +93,13 @@ func (c *RawAdmitter) join(p *program) {
 	p.grp = grp
 }
 
-// admitted counts p, placed now, in its group.
-func (c *RawAdmitter) admitted(p *program) {
-	if p.grp != nil {
+// markPlaced marks p placed (past the door), counting it in its group's
+// admitted programs the first time.
+func (c *RawAdmitter) markPlaced(p *program) {
+	if !p.placed && p.grp != nil {
 		p.grp.admitted++
 	}
+	p.placed = true
 }
 
 // leave takes p, ending, out of its group; an empty group is forgotten.
@@ -115,8 +117,9 @@ func (c *RawAdmitter) leave(p *program) {
 	}
 }
 
-// full reports whether p, not placed, may not be let in now: its group
-// holds MaxAdmitted programs (counting those let in this pass, seen).
+// full reports whether the group may let no more programs in now: it
+// holds MaxAdmitted programs (counting those ordered this pass, seen). A
+// nil group is never full.
 func (g *group) full() bool {
 	return g != nil && g.max > 0 && g.admitted+g.seen >= g.max
 }

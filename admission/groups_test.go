@@ -22,23 +22,32 @@ func groupsConfig(weight, maxAdmitted map[string]int) Config {
 	}
 }
 
+// groupsAdmitter is a controller with cfg (less its Groups when not
+// grouped) and workers workers of capacity tokens each.
+func groupsAdmitter(t *testing.T, cfg Config, grouped bool, workers int, capacity int64) *RawAdmitter {
+	t.Helper()
+	if !grouped {
+		cfg.Groups = nil
+	}
+	c, err := NewRawAdmitter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for w := range workers {
+		if err := c.AddWorker(WorkerID(w), capacity); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
 // TestGroupsNewcomerNotBehindRollout: a rollout's 40 programs fill a
 // worker and wait at the door; another tenant's new session, offered
 // after them, is let in at the first room, not after the rollout's 30
 // waiting programs. Without Groups it waits behind them.
 func TestGroupsNewcomerNotBehindRollout(t *testing.T) {
 	for _, grouped := range []bool{true, false} {
-		cfg := groupsConfig(nil, nil)
-		if !grouped {
-			cfg.Groups = nil
-		}
-		c, err := NewRawAdmitter(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.AddWorker(0, 100_000); err != nil {
-			t.Fatal(err)
-		}
+		c := groupsAdmitter(t, groupsConfig(nil, nil), grouped, 1, 100_000)
 		now := epoch
 		first := -1 // the first rollout program to wait
 		for i := range 40 {
@@ -74,13 +83,7 @@ func TestGroupsNewcomerNotBehindRollout(t *testing.T) {
 // let in of 5 offered with room for all, runs no more however long they
 // wait, and lets the next in when one ends; another group is not held.
 func TestGroupsMaxAdmitted(t *testing.T) {
-	c, err := NewRawAdmitter(groupsConfig(nil, map[string]int{"a": 2}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddWorker(0, 1_000_000); err != nil {
-		t.Fatal(err)
-	}
+	c := groupsAdmitter(t, groupsConfig(nil, map[string]int{"a": 2}), true, 1, 1_000_000)
 	for i := range 5 {
 		if _, err := c.StartRequest(epoch, fmt.Sprint("a/p", i), 1_000); err != nil {
 			t.Fatal(err)
@@ -136,13 +139,7 @@ func TestGroupsDoorReference(t *testing.T) {
 				bound[n] = 1 + rng.IntN(6)
 			}
 		}
-		c, err := NewRawAdmitter(groupsConfig(weight, bound))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.AddWorker(0, 100_000); err != nil {
-			t.Fatal(err)
-		}
+		c := groupsAdmitter(t, groupsConfig(weight, bound), true, 1, 100_000)
 		type prog struct {
 			id, group string
 			at        int
@@ -245,19 +242,7 @@ func TestGroupsDoorReference(t *testing.T) {
 func TestGroupsDoorWait(t *testing.T) {
 	wait := map[bool]time.Duration{}
 	for _, grouped := range []bool{true, false} {
-		cfg := groupsConfig(nil, nil)
-		if !grouped {
-			cfg.Groups = nil
-		}
-		c, err := NewRawAdmitter(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for w := range 4 {
-			if err := c.AddWorker(WorkerID(w), 100_000); err != nil {
-				t.Fatal(err)
-			}
-		}
+		c := groupsAdmitter(t, groupsConfig(nil, nil), grouped, 4, 100_000)
 		rng := rand.New(rand.NewPCG(1, 2))
 		ends := map[string]time.Time{} // running programs' ends
 		run := func(id string, at time.Time) {
@@ -315,17 +300,7 @@ func TestGroupsDoorWait(t *testing.T) {
 // first.
 func TestGroupsPauseOverShareFirst(t *testing.T) {
 	for _, grouped := range []bool{true, false} {
-		cfg := groupsConfig(nil, nil)
-		if !grouped {
-			cfg.Groups = nil
-		}
-		c, err := NewRawAdmitter(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.AddWorker(0, 100_000); err != nil {
-			t.Fatal(err)
-		}
+		c := groupsAdmitter(t, groupsConfig(nil, nil), grouped, 1, 100_000)
 		now := epoch
 		ids := []string{"chat/s", "rl/p0", "rl/p1", "rl/p2", "rl/p3"}
 		for _, id := range ids {

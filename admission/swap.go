@@ -164,10 +164,7 @@ func (c *RawAdmitter) resumeOn(now time.Time, p *program, w *worker, reason Reas
 	c.endProbe(p) // a probe still running now counts as the program's turn on w
 	c.removePaused(p)
 	p.life = Active
-	if !p.placed {
-		c.admitted(p)
-	}
-	p.placed = true
+	c.markPlaced(p)
 	p.resumedAt = c.tickNo
 	c.attach(p, w)
 	d := Decision{At: now, Kind: KindResume, Reason: reason, Program: p.id, Worker: w.id, HasWorker: true,

@@ -146,7 +146,9 @@ type StackConfig struct {
 	Policy    agentkv.Policy
 	Affinity  agentkv.AffinityMode
 	// Admission enables program-aware admission as admission.Agentic
-	// configures it (ticking every Tick).
+	// configures it (ticking every Tick); with Gateway.Keys, its door and
+	// pauses are shared by tenant (admission.Groups: each tenant's weight
+	// and max-programs).
 	Admission bool
 	// InferSessions is the router's Config.InferSessions: requests that
 	// name no session get one inferred from their prompts (nil: off).

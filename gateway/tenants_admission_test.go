@@ -10,9 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-
-	"github.com/agentkv/agentkv/engine/mock"
-	"github.com/agentkv/agentkv/gateway/tenant"
 )
 
 // admissionTenants is a stack with admission on, one mock worker and the
@@ -25,15 +22,9 @@ type admissionTenants struct {
 }
 
 func newAdmissionTenants(t *testing.T, keyFile string) *admissionTenants {
-	m, err := mock.Start(mock.Config{MinOutput: 2, MaxOutput: 2, Speedup: 1000})
-	require.NoError(t, err)
-	t.Cleanup(func() { m.Close() })
-	ks, err := tenant.Parse(strings.NewReader(keyFile))
-	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	_, srv := testStack(t, StackConfig{Admission: true, Tick: 20 * time.Millisecond, Registry: reg,
-		Gateway: Config{Keys: tenant.NewSet(ks)}}, WorkerSpec{URL: m.URL(), Tokenizer: m})
-	return &admissionTenants{t: t, fb: &fairBench{model: m.Model(), client: NewHTTPClient()}, url: srv.URL, reg: reg}
+	_, _, fb, url := tenantStack(t, keyFile, StackConfig{Admission: true, Tick: 20 * time.Millisecond, Registry: reg})
+	return &admissionTenants{t: t, fb: fb, url: url, reg: reg}
 }
 
 // waiting is admission's queue depth after its last tick.

@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -24,20 +22,9 @@ import (
 // Retry-After. Over real HTTP to a mock worker paused (no step runs) until
 // the requests are in place.
 func TestTenantYield(t *testing.T) {
-	m, err := mock.Start(mock.Config{MinOutput: 2, MaxOutput: 2, Speedup: 1000})
-	require.NoError(t, err)
-	t.Cleanup(func() { m.Close() })
-	ks, err := tenant.Parse(strings.NewReader("chat " + keyChat + "\nrollout " + keyRL + "\n"))
-	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	s, err := NewStack(context.Background(), StackConfig{Workers: []WorkerSpec{{URL: m.URL(), Tokenizer: m}},
-		Refresh: -1, Affinity: DefaultAffinity, Registry: reg,
-		Gateway: Config{Keys: tenant.NewSet(ks), TenantLimits: tenant.LimitsConfig{Capacity: 4},
-			TenantYield: tenant.GateConfig{MaxHold: time.Minute}}})
-	require.NoError(t, err)
-	srv := httptest.NewServer(s.Handler(""))
-	t.Cleanup(func() { srv.Close(); _ = s.Close() })
-	fb := &fairBench{model: m.Model(), fair: srv, client: NewHTTPClient()}
+	s, m, fb, url := tenantStack(t, "chat "+keyChat+"\nrollout "+keyRL+"\n", StackConfig{Affinity: DefaultAffinity, Registry: reg,
+		Gateway: Config{TenantLimits: tenant.LimitsConfig{Capacity: 4}, TenantYield: tenant.GateConfig{MaxHold: time.Minute}}})
 	g := s.Gateway()
 	gate := func() (waiting, yielding, protected int) { return g.gate.Waiting(0) }
 	await := func(what string, ok func() bool) {
@@ -59,7 +46,7 @@ func TestTenantYield(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, code, _, err := fb.send(srv.URL, key, session, e2eWords(40, who+"-"))
+			_, code, _, err := fb.send(url, key, session, e2eWords(40, who+"-"))
 			results <- result{who, code, err}
 		}()
 	}
@@ -81,7 +68,7 @@ func TestTenantYield(t *testing.T) {
 	require.Equal(t, tenant.Under, g.limits.Standing(&tenant.Tenant{Name: "chat", Weight: 1}))
 	require.Equal(t, tenant.Over, g.limits.Standing(&tenant.Tenant{Name: "rollout", Weight: 1}))
 	// A fourth is past the share: 429 with Retry-After, as before.
-	_, code, wait, err := fb.send(srv.URL, keyRL, "p4", "four")
+	_, code, wait, err := fb.send(url, keyRL, "p4", "four")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusTooManyRequests, code)
 	require.Equal(t, time.Second, wait)
@@ -123,23 +110,12 @@ func TestTenantYield(t *testing.T) {
 // to a mock worker paused while the rollout's requests are in place.
 func TestTenantYieldWhileRecent(t *testing.T) {
 	for _, recent := range []time.Duration{0, -1} {
-		m, err := mock.Start(mock.Config{MinOutput: 2, MaxOutput: 2, Speedup: 1000})
-		require.NoError(t, err)
-		t.Cleanup(func() { m.Close() })
-		ks, err := tenant.Parse(strings.NewReader("chat " + keyChat + "\nrollout " + keyRL + "\n"))
-		require.NoError(t, err)
-		s, err := NewStack(context.Background(), StackConfig{Workers: []WorkerSpec{{URL: m.URL(), Tokenizer: m}},
-			Refresh: -1, Affinity: DefaultAffinity, Registry: prometheus.NewRegistry(),
-			Gateway: Config{Keys: tenant.NewSet(ks), TenantLimits: tenant.LimitsConfig{Capacity: 2, Recent: recent},
-				TenantYield: tenant.GateConfig{MaxHold: time.Minute}}})
-		require.NoError(t, err)
-		srv := httptest.NewServer(s.Handler(""))
-		t.Cleanup(func() { srv.Close(); _ = s.Close() })
-		fb := &fairBench{model: m.Model(), client: NewHTTPClient()}
+		s, m, fb, url := tenantStack(t, "chat "+keyChat+"\nrollout "+keyRL+"\n", StackConfig{Affinity: DefaultAffinity,
+			Gateway: Config{TenantLimits: tenant.LimitsConfig{Capacity: 2, Recent: recent}, TenantYield: tenant.GateConfig{MaxHold: time.Minute}}})
 		g := s.Gateway()
 
 		// The chat tenant's turn, answered: nothing of it is in flight.
-		_, code, _, err := fb.send(srv.URL, keyChat, "c1", e2eWords(40, "chat-"))
+		_, code, _, err := fb.send(url, keyChat, "c1", e2eWords(40, "chat-"))
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, code)
 		require.Zero(t, g.limits.InFlight("chat"))
@@ -151,7 +127,7 @@ func TestTenantYieldWhileRecent(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, code, _, err := fb.send(srv.URL, keyRL, p, e2eWords(40, p+"-"))
+				_, code, _, err := fb.send(url, keyRL, p, e2eWords(40, p+"-"))
 				if err != nil {
 					t.Error(err)
 				}
@@ -177,4 +153,19 @@ func TestTenantYieldWhileRecent(t *testing.T) {
 			require.Equal(t, http.StatusOK, c)
 		}
 	}
+}
+
+// tenantStack is a stack over one mock worker (2-token replies at 1000×
+// speed) with the keys in keyFile and cfg's other settings, served over
+// HTTP at url; fb sends to it.
+func tenantStack(t *testing.T, keyFile string, cfg StackConfig) (s *Stack, m *mock.Server, fb *fairBench, url string) {
+	t.Helper()
+	m, err := mock.Start(mock.Config{MinOutput: 2, MaxOutput: 2, Speedup: 1000})
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	ks, err := tenant.Parse(strings.NewReader(keyFile))
+	require.NoError(t, err)
+	cfg.Gateway.Keys = tenant.NewSet(ks)
+	s, srv := testStack(t, cfg, WorkerSpec{URL: m.URL(), Tokenizer: m})
+	return s, m, &fairBench{model: m.Model(), fair: srv, client: NewHTTPClient()}, srv.URL
 }
