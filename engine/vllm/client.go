@@ -42,6 +42,7 @@ func (e *StatusError) Is(target error) bool { return target == ErrStatus }
 type Client struct {
 	base *url.URL
 	hc   *http.Client
+	kept *keptPoster // the /tokenize hop without net/http's loops; nil: through hc
 }
 
 // NewClient returns a Client for the server at baseURL ("http://host:8000").
@@ -55,7 +56,17 @@ func NewClient(baseURL string, hc *http.Client) (*Client, error) {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return &Client{base: u, hc: hc}, nil
+	return &Client{base: u, hc: hc, kept: newKeptPoster(u, hc)}, nil
+}
+
+// CloseIdleConnections closes the idle connections that Tokenize keeps to
+// the engine outside the http.Client (an http:// engine's /tokenize hop
+// has its own; see Tokenize). The http.Client's, shared between Clients,
+// are its owner's to close.
+func (c *Client) CloseIdleConnections() {
+	if c.kept != nil {
+		c.kept.closeIdle()
+	}
 }
 
 // URL returns the absolute URL of path on the engine.

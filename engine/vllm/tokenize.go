@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/agentkv/agentkv/internal/jsonscan"
 )
@@ -33,13 +34,41 @@ func (c *Client) Tokenize(ctx context.Context, path string, body []byte) ([]uint
 	if err != nil || ids != nil {
 		return ids, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL(TokenizePath), nil)
-	if err != nil {
-		return nil, fmt.Errorf("vllm: tokenize: %w", err)
-	}
 	n := 0
 	for _, p := range b {
 		n += len(p)
+	}
+	var reply []byte
+	if c.kept != nil {
+		bp := replyBufs.Get().(*[]byte)
+		defer replyBufs.Put(bp)
+		var status int
+		status, *bp, err = c.kept.post(ctx, b, n, (*bp)[:0], MaxTokenizeReplyBytes)
+		if err != nil {
+			return nil, fmt.Errorf("vllm: tokenize: %w", err)
+		}
+		if status/100 != 2 {
+			return nil, &StatusError{Code: status, Body: string((*bp)[:min(len(*bp), 1024)])}
+		}
+		reply = *bp
+	} else if reply, err = c.tokenizeHTTP(ctx, b, n); err != nil {
+		return nil, err
+	}
+	if ids, err = decodeTokens(reply); err != nil {
+		return nil, fmt.Errorf("vllm: tokenize reply: %w", err)
+	}
+	return ids, nil
+}
+
+// replyBufs keeps /tokenize reply buffers between requests.
+var replyBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// tokenizeHTTP is the /tokenize round trip through the http.Client, for
+// what the direct path does not do (TLS, a proxy, a custom RoundTripper).
+func (c *Client) tokenizeHTTP(ctx context.Context, b net.Buffers, n int) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL(TokenizePath), nil)
+	if err != nil {
+		return nil, fmt.Errorf("vllm: tokenize: %w", err)
 	}
 	req.ContentLength = int64(n)
 	req.GetBody = func() (io.ReadCloser, error) {
@@ -67,10 +96,7 @@ func (c *Client) Tokenize(ctx context.Context, path string, body []byte) ([]uint
 	if buf.Len() > MaxTokenizeReplyBytes {
 		return nil, fmt.Errorf("vllm: tokenize reply: %w (more than %d bytes)", ErrReplyTooLarge, MaxTokenizeReplyBytes)
 	}
-	if ids, err = decodeTokens(buf.Bytes()); err != nil {
-		return nil, fmt.Errorf("vllm: tokenize reply: %w", err)
-	}
-	return ids, nil
+	return buf.Bytes(), nil
 }
 
 // MaxTokenizeReplyBytes bounds a /tokenize reply: 64 MiB, several million

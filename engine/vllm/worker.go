@@ -129,8 +129,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	return w.sub.Start(ctx)
 }
 
-// Close stops the event subscriber and waits for its goroutines.
+// Close stops the event subscriber and waits for its goroutines, and
+// closes the client's idle connections of its own.
 func (w *Worker) Close() error {
+	w.client.CloseIdleConnections()
 	if w.sub != nil {
 		return w.sub.Close()
 	}
