@@ -116,7 +116,7 @@ func BenchmarkChat(b *testing.B) {
 // prompt tokens and the body of its next turn, which appends about add
 // tokens (an assistant tool call and its result), as the model's template
 // renders them.
-func sessionBodies(b *testing.B, c *Chat, ctx, add int) (context, next []byte) {
+func sessionBodies(c *Chat, ctx, add int) (context, next []byte, err error) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	code := func(nchars int) string {
 		var s strings.Builder
@@ -137,16 +137,13 @@ func sessionBodies(b *testing.B, c *Chat, ctx, add int) (context, next []byte) {
 			map[string]any{"role": "tool", "tool_call_id": id, "content": code(int(float64(tokens) * perTok))})
 	}
 	body := func() []byte {
-		out, err := json.Marshal(map[string]any{"model": "m", "messages": msgs, "stream": true})
-		if err != nil {
-			b.Fatal(err)
-		}
+		out, _ := json.Marshal(map[string]any{"model": "m", "messages": msgs, "stream": true})
 		return out
 	}
 	for i := 0; ; i++ {
 		ids, err := c.TokenizeChat(body())
 		if err != nil {
-			b.Fatal(err)
+			return nil, nil, err
 		}
 		if len(ids) >= ctx {
 			break
@@ -155,7 +152,7 @@ func sessionBodies(b *testing.B, c *Chat, ctx, add int) (context, next []byte) {
 	}
 	context = body()
 	turn(-1, add)
-	return context, body()
+	return context, body(), nil
 }
 
 // BenchmarkChatSessionTurn times one agent turn that appends about 500
@@ -171,7 +168,10 @@ func sessionBodies(b *testing.B, c *Chat, ctx, add int) (context, next []byte) {
 func BenchmarkChatSessionTurn(b *testing.B) {
 	c, model := benchChat(b)
 	for _, ctx := range []int{2 << 10, 32 << 10, 128 << 10} {
-		ctxBody, next := sessionBodies(b, c, ctx, 500)
+		ctxBody, next, err := sessionBodies(c, ctx, 500)
+		if err != nil {
+			b.Fatal(err)
+		}
 		ctxText, err := c.Render(ctxBody)
 		if err != nil {
 			b.Fatal(err)

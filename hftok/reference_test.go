@@ -51,7 +51,51 @@ func TestMain(m *testing.M) {
 		fmt.Printf("wrote %d texts (%d bytes) to %s\n", n, bytes, out)
 		os.Exit(0)
 	}
+	if out := os.Getenv("AGENTKV_HF_WRITE_TURNS"); out != "" {
+		if err := writeTurns(out, filepath.SplitList(os.Getenv("AGENTKV_HF_MODEL_DIRS"))); err != nil {
+			fmt.Fprintln(os.Stderr, "hftok turns:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
+}
+
+// writeTurns writes, for .ci/engine-tokenize-cost.sh, the requests whose
+// tokenizing it times on the engine's side: BenchmarkChatSessionTurn's
+// agent turns that append about 500 tokens to a context of 2 K, 32 K and
+// 128 K tokens, for the model in dirs[0]. Each line is {"ctx", "tokens"
+// (as hftok counts them), "body"}.
+func writeTurns(out string, dirs []string) error {
+	if len(dirs) == 0 || dirs[0] == "" {
+		return errors.New("AGENTKV_HF_MODEL_DIRS is not set")
+	}
+	c, err := LoadChat(dirs[0], ChatConfig{})
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	for _, ctx := range []int{2 << 10, 32 << 10, 128 << 10} {
+		_, next, err := sessionBodies(c, ctx, 500)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		ids, err := c.TokenizeChat(next)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		if err := enc.Encode(map[string]any{"ctx": ctx, "tokens": len(ids), "body": json.RawMessage(next)}); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
 }
 
 // writeReferenceTexts writes the reference texts for the tokenizer at
