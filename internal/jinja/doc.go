@@ -12,7 +12,10 @@
 //   - Template.RenderMemo memoizes a loop's iterations across renders
 //     (memo.go: an iteration whose item is the same Dict and whose reads
 //     from outside give the same values again is written from the last
-//     render's output, its sets replayed; TestLoopMemo checks it against
+//     render's output, its sets replayed; a comparison of such a read is
+//     recorded by its result, so loop.index0 > ns.last_user holds an
+//     iteration after a new user turn moved ns.last_user; eval.go's
+//     evalBinary calls recordCompare; TestLoopMemo checks it against
 //     plain renders, and hftok's TestChatMatchesPythonJinja checks session
 //     renders of Qwen3, Llama 3 and DeepSeek V3 templates against whole
 //     ones). ast.go's forNode and template.go's Template carry its flag.

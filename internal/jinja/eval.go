@@ -881,6 +881,12 @@ func (e *evaluator) evalBinary(n *binExpr) (Value, error) {
 		return e.evalExpr(n.right)
 	}
 
+	if e.rec != nil && isComparison(n.op) { // [agentkv] loop memo
+		if v, ok, err := e.recordCompare(n); ok {
+			return v, err
+		}
+	}
+
 	left, err := e.evalExpr(n.left)
 	if err != nil {
 		return Undefined(), err
@@ -908,18 +914,8 @@ func (e *evaluator) evalBinary(n *binExpr) (Value, error) {
 		return powValues(left, right), nil
 	case "~":
 		return NewString(printValue(left) + printValue(right)), nil
-	case "==":
-		return NewBool(valuesEqual(left, right)), nil
-	case "!=":
-		return NewBool(!valuesEqual(left, right)), nil
-	case "<":
-		return NewBool(compareValues(left, right) < 0), nil
-	case ">":
-		return NewBool(compareValues(left, right) > 0), nil
-	case "<=":
-		return NewBool(compareValues(left, right) <= 0), nil
-	case ">=":
-		return NewBool(compareValues(left, right) >= 0), nil
+	case "==", "!=", "<", ">", "<=", ">=":
+		return NewBool(compare(n.op, left, right)), nil
 	case "in":
 		return NewBool(containsValue(right, left)), nil
 	case "not in":
@@ -927,6 +923,33 @@ func (e *evaluator) evalBinary(n *binExpr) (Value, error) {
 	}
 
 	return Undefined(), fmt.Errorf("unknown binary operator %q", n.op)
+}
+
+// isComparison reports whether op is one that compare takes.
+func isComparison(op string) bool {
+	switch op {
+	case "==", "!=", "<", ">", "<=", ">=":
+		return true
+	}
+	return false
+}
+
+// compare applies the comparison operator op. [agentkv] one place for
+// evalBinary and the loop memo's replay.
+func compare(op string, left, right Value) bool {
+	switch op {
+	case "==":
+		return valuesEqual(left, right)
+	case "!=":
+		return !valuesEqual(left, right)
+	case "<":
+		return compareValues(left, right) < 0
+	case ">":
+		return compareValues(left, right) > 0
+	case "<=":
+		return compareValues(left, right) <= 0
+	}
+	return compareValues(left, right) >= 0
 }
 
 func (e *evaluator) evalCond(n *condExpr) (Value, error) {

@@ -19,7 +19,12 @@ package jinja
 //     reads of a dict resolved outside the loop (a namespace's fields, the
 //     loop object's index0, first, last ...), compared the same way;
 //   - names the loop's own scope holds from earlier iterations (the engine
-//     keeps one scope for all of them), compared likewise.
+//     keeps one scope for all of them), compared likewise;
+//   - a comparison (==, !=, <, >, <=, >=) with such a read as an operand
+//     is recorded as the comparison and its result instead: the body reads
+//     nothing else of the value, so it runs the same while the comparison
+//     comes out the same (Qwen3's loop.index0 > ns.last_query_index after
+//     a new user turn moved the index).
 //
 // Its effects are replayed: the names it set in the loop's scope (their
 // final values) and the namespace fields it set. Anything the tracking
@@ -61,10 +66,40 @@ type iterMemo struct {
 	nsSets   []memoNSSet
 }
 
-// memoRead is a read of name (attr == "") or of name.attr.
+// memoRead is a read of name (attr == "") or of name.attr, l, or a
+// comparison (op) of l and r of which at least one is such a read, with
+// its result: an iteration that compares the loop's index with a
+// namespace field that moved since the last render (Qwen3's
+// loop.index0 > ns.last_query_index, after a new user turn) gives the
+// same output as long as the comparison comes out the same.
 type memoRead struct {
+	l, r memoOperand
+	op   string // "": a read of l
+	res  bool
+}
+
+// memoOperand is name or name.attr read from outside the iteration
+// (read), or a value the iteration computed.
+type memoOperand struct {
 	name, attr string
+	read       bool
 	v          Value
+}
+
+// current is the operand's value in the loop's scope now; ok false when
+// name.attr no longer resolves.
+func (o memoOperand) current(sc *scope) (Value, bool) {
+	if !o.read {
+		return o.v, true
+	}
+	v, _ := sc.get(o.name)
+	if o.attr == "" {
+		return v, true
+	}
+	if !v.IsDict() {
+		return Undefined(), false
+	}
+	return v.AsDict().Get(o.attr)
 }
 
 type memoSet struct {
@@ -261,34 +296,91 @@ func (e *evaluator) locate(name string) (Value, int) {
 
 // recordName evaluates a name inside a recording iteration.
 func (e *evaluator) recordName(name string) Value {
+	o := e.trackName(name)
+	if o.read {
+		e.rec.m.reads = append(e.rec.m.reads, memoRead{l: o})
+	}
+	return o.v
+}
+
+// trackName resolves a name inside a recording iteration; read says
+// whether the iteration reads it from outside itself.
+func (e *evaluator) trackName(name string) memoOperand {
 	v, where := e.locate(name)
 	r := e.rec
-	switch {
-	case where == inInner:
-	case where == inLoop && (name == r.valVar || r.sets[name]):
-	default:
-		r.m.reads = append(r.m.reads, memoRead{name: name, v: v})
-	}
-	return v
+	own := where == inInner || (where == inLoop && (name == r.valVar || r.sets[name]))
+	return memoOperand{name: name, read: !own, v: v}
 }
 
 // recordAttr evaluates name.attr inside a recording iteration when name
 // resolves outside the iteration to a dict holding attr, recording the
 // field rather than the dict; ok false: evaluate it the usual way.
 func (e *evaluator) recordAttr(name, attr string) (Value, bool) {
+	o, ok := e.trackAttr(name, attr)
+	if o.read {
+		e.rec.m.reads = append(e.rec.m.reads, memoRead{l: o})
+	}
+	return o.v, ok
+}
+
+// trackAttr resolves name.attr inside a recording iteration when name
+// resolves outside the iteration to a dict holding attr (ok); read says
+// whether the iteration reads the field from outside (it did not set it).
+func (e *evaluator) trackAttr(name, attr string) (o memoOperand, ok bool) {
 	obj, where := e.locate(name)
 	r := e.rec
 	if where == inInner || (where == inLoop && (name == r.valVar || r.sets[name])) || !obj.IsDict() {
-		return Undefined(), false
+		return memoOperand{}, false
 	}
 	v, ok := obj.AsDict().Get(attr)
 	if !ok {
-		return Undefined(), false
+		return memoOperand{}, false
 	}
-	if !r.nsWritten[[2]string{name, attr}] {
-		r.m.reads = append(r.m.reads, memoRead{name: name, attr: attr, v: v})
+	return memoOperand{name: name, attr: attr, read: !r.nsWritten[[2]string{name, attr}], v: v}, true
+}
+
+// trackOperand resolves a comparison's operand that is a name or
+// name.attr read from outside the recording iteration (ok), unrecorded.
+func (e *evaluator) trackOperand(ex expr) (memoOperand, bool) {
+	switch n := ex.(type) {
+	case *nameExpr:
+		o := e.trackName(n.name)
+		return o, o.read
+	case *attrExpr:
+		if nm, isName := n.obj.(*nameExpr); isName {
+			o, ok := e.trackAttr(nm.name, n.attr)
+			return o, ok && o.read
+		}
 	}
-	return v, true
+	return memoOperand{}, false
+}
+
+// recordCompare evaluates a comparison inside a recording iteration when
+// an operand is a read from outside the iteration, recording the
+// comparison and its result rather than the values read; ok false:
+// evaluate it the usual way. The operands it reads are plain reads, which
+// have no effects, so evaluating the other one alone keeps the order of
+// effects.
+func (e *evaluator) recordCompare(n *binExpr) (v Value, ok bool, err error) {
+	l, lok := e.trackOperand(n.left)
+	r, rok := e.trackOperand(n.right)
+	switch {
+	case !lok && !rok:
+		return Undefined(), false, nil
+	case !lok:
+		l = memoOperand{}
+		if l.v, err = e.evalExpr(n.left); err != nil {
+			return Undefined(), true, err
+		}
+	case !rok:
+		r = memoOperand{}
+		if r.v, err = e.evalExpr(n.right); err != nil {
+			return Undefined(), true, err
+		}
+	}
+	res := compare(n.op, l.v, r.v)
+	e.rec.m.reads = append(e.rec.m.reads, memoRead{l: l, op: n.op, r: r, res: res})
+	return NewBool(res), true, nil
 }
 
 // recordSet notes a {% set %} inside a recording iteration; false: the
@@ -329,17 +421,18 @@ func (e *evaluator) replay(m *iterMemo, item Value) bool {
 		return false
 	}
 	for _, r := range m.reads {
-		v, _ := e.scope.get(r.name)
-		if r.attr != "" {
-			if !v.IsDict() {
-				return false
-			}
-			var ok bool
-			if v, ok = v.AsDict().Get(r.attr); !ok {
-				return false
-			}
+		l, ok := r.l.current(e.scope)
+		if !ok {
+			return false
 		}
-		if !sameValue(v, r.v) {
+		if r.op == "" {
+			if !sameValue(l, r.l.v) {
+				return false
+			}
+			continue
+		}
+		rv, ok := r.r.current(e.scope)
+		if !ok || compare(r.op, l, rv) != r.res {
 			return false
 		}
 	}

@@ -34,6 +34,14 @@ var memoTemplates = map[string]string{
 {%- if m.tool_calls %}{% for tc in m.tool_calls %}<call {{ tc.name }}>{% endfor %}{% endif -%}
 {%- if loop.nextitem is defined %}|{% endif -%}
 {%- endfor -%}`,
+	"compare": `{%- set ns = namespace(last_user=-1, mark='user') -%}
+{%- for m in messages -%}{%- if m.role == ns.mark %}{% set ns.last_user = loop.index0 %}{% endif -%}{%- endfor -%}
+{%- for m in messages -%}
+{%- if loop.index0 > ns.last_user %}<new>{% elif loop.index0 == ns.last_user %}<last>{% elif ns.last_user - loop.index0 < 3 %}<near>{% endif -%}
+{%- if ns.last_user <= loop.index0 + 1 and flag != (ns.mark == m.role) %}~{% endif -%}
+{%- if m.content != ns.mark and ns.mark < m.role %}>{% endif -%}
+{{ m.content }}
+{%- endfor -%}`,
 	"global": `{%- for m in messages -%}{% if flag %}!{% endif %}{{ m.content | upper }}{% endfor %}`,
 	"break":  `{%- for m in messages -%}{% if m.content == 'stop' %}{% break %}{% endif %}{{ m.content }}{% endfor %}`,
 	"macro":  `{%- macro show(m) %}{{ m.role }}{% endmacro -%}{%- for m in messages -%}{{ show(m) }}{% endfor %}`,
@@ -121,5 +129,51 @@ func TestLoopMemo(t *testing.T) {
 				t.Errorf("%s: only %d iterations replayed", name, replayed)
 			}
 		}
+	}
+}
+
+// TestLoopMemoComparison: after a new user turn, an assistant iteration
+// that compares its index with the moved "last user" index (tools.jinja's
+// loop.index0 > ns.last_user, as Qwen3's template does) is replayed, not
+// run again, since the comparison comes out the same; the render equals a
+// plain one.
+func TestLoopMemoComparison(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "hftok", "testdata", "chat", "tools.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := jinja.Compile(string(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := func(role, content string) jinja.Value {
+		d := jinja.NewDict()
+		d.AsDict().Set("role", jinja.NewString(role))
+		d.AsDict().Set("content", jinja.NewString(content))
+		return d
+	}
+	msgs := []jinja.Value{msg("user", "fix the tests")}
+	var memo *jinja.LoopMemo
+	for turn := range 8 {
+		vars := map[string]jinja.Value{"messages": jinja.NewList(append([]jinja.Value(nil), msgs...)),
+			"add_generation_prompt": jinja.NewBool(true), "tools": jinja.None()}
+		want, err := tmpl.RenderValues(vars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, next, err := tmpl.RenderMemo(vars, 0, memo)
+		if err != nil || got != want {
+			t.Fatalf("turn %d: memoized %q (%v), plain %q", turn, got, err, want)
+		}
+		if memo != nil {
+			// Every message of the last turn's render: the main loop's
+			// iterations (the reversed loop over messages[::-1] is not
+			// memoized).
+			if n, want := jinja.MemoReplayed(next, memo), len(msgs)-2; n != want {
+				t.Fatalf("turn %d: %d iterations replayed, want %d", turn, n, want)
+			}
+		}
+		memo = next
+		msgs = append(msgs, msg("assistant", fmt.Sprintf("<think>step %d</think>done %d", turn, turn)), msg("user", fmt.Sprint("and then ", turn)))
 	}
 }
