@@ -45,8 +45,12 @@ type Decision struct {
 	// session, its cached prefix, load alone, or admission after holding
 	// the turn (the gateway's X-Agentkv-Route reply header).
 	Reason RouteReason
-	// Hints counts the hint actions delivered for this request.
-	Hints int
+	// Hints counts the hint actions delivered for this request;
+	// HintsTook is how long evaluating them took (building the policies'
+	// input, running them, batching, handing them to the sinks), zero
+	// without hint policies.
+	Hints     int
+	HintsTook time.Duration
 
 	received     time.Time
 	firstToken   time.Time

@@ -124,6 +124,7 @@ func (r *Router) hintsOnRoute(d *Decision, rt *routing, matches []flashindex.Mat
 	if len(r.cfg.Hints) == 0 || !d.agent.Valid() {
 		return
 	}
+	start := time.Now()
 	seq := rt.seq
 	ev := kvhint.EventAdmit
 	if d.Waited > 0 {
@@ -147,6 +148,7 @@ func (r *Router) hintsOnRoute(d *Decision, rt *routing, matches []flashindex.Mat
 		sc.cached = in.Cached
 	}
 	d.Hints = r.evaluateHints(sc)
+	d.HintsTook = time.Since(start)
 }
 
 // previousSourceWindow is how long after a turn previousSource names its

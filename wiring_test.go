@@ -121,6 +121,7 @@ func TestHintPolicies(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 40, d.Cached.Host)
 	require.Positive(t, d.Hints)
+	require.Positive(t, d.HintsTook, "the hint stage's time is reported with the decision")
 	require.Contains(t, kinds(w.take()), kvhint.KindPrefetch)
 	d.Done(Usage{})
 
