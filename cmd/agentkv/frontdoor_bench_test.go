@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -151,14 +152,105 @@ func startBareHop(tb testing.TB, upstream string) frontDoorTarget {
 	line, err := bufio.NewReader(out).ReadString('\n')
 	require.NoError(tb, err, "the bare hop did not start")
 	require.True(tb, strings.HasPrefix(line, "barehop listening"), line)
-	return frontDoorTarget{"bare", "http://127.0.0.1:" + strconv.Itoa(port), bare.Process.Pid}
+	return frontDoorTarget{"bare", "http://127.0.0.1:" + strconv.Itoa(port), []int{bare.Process.Pid}}
 }
 
-// frontDoorTarget is one process under measurement.
+// startNginx starts nginx (when installed) as the issue's other reference
+// hop: proxy_pass to upstream, the upstream picked by `hash
+// $http_x_session_id consistent`, unbuffered both ways, kept upstream
+// connections, one worker per core. Its target counts the master and its
+// workers.
+func startNginx(tb testing.TB, upstream string) (frontDoorTarget, bool) {
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		if _, err = os.Stat("/usr/sbin/nginx"); err != nil {
+			tb.Log("nginx is not installed: no nginx column (apt-get install nginx)")
+			return frontDoorTarget{}, false
+		}
+		bin = "/usr/sbin/nginx"
+	}
+	dir := tb.TempDir()
+	port := freeport.Port(tb)
+	u := strings.TrimPrefix(upstream, "http://")
+	user := ""
+	if os.Geteuid() == 0 {
+		user = "user root;" // the workers read the temp folder
+	}
+	conf := fmt.Sprintf(`%s
+daemon off;
+worker_processes %d;
+pid %[3]s/nginx.pid;
+error_log %[3]s/error.log warn;
+events { worker_connections 4096; }
+http {
+	access_log off;
+	client_body_temp_path %[3]s/body;
+	proxy_temp_path %[3]s/proxy;
+	fastcgi_temp_path %[3]s/fastcgi;
+	uwsgi_temp_path %[3]s/uwsgi;
+	scgi_temp_path %[3]s/scgi;
+	client_max_body_size 64m;
+	client_body_buffer_size 1m;
+	upstream engines {
+		hash $http_x_session_id consistent;
+		server %[4]s;
+		keepalive 512;
+	}
+	server {
+		listen 127.0.0.1:%[5]d;
+		location / {
+			proxy_pass http://engines;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_buffering off;
+			proxy_request_buffering off;
+		}
+	}
+}
+`, user, runtime.NumCPU(), dir, u, port)
+	cf := filepath.Join(dir, "nginx.conf")
+	require.NoError(tb, os.WriteFile(cf, []byte(conf), 0o644))
+	cmd := exec.Command(bin, "-c", cf, "-p", dir)
+	cmd.Stderr = os.Stderr
+	require.NoError(tb, cmd.Start())
+	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	// Up when it answers; its workers are the master's children then.
+	var pids []int
+	require.Eventually(tb, func() bool {
+		resp, err := http.Get(base + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+		if err != nil {
+			return false
+		}
+		pids = []int{cmd.Process.Pid}
+		for _, f := range strings.Fields(string(kids)) {
+			pid, _ := strconv.Atoi(f)
+			pids = append(pids, pid)
+		}
+		return len(pids) == 1+runtime.NumCPU()
+	}, 30*time.Second, 20*time.Millisecond, "nginx did not start (see its error.log in %s)", dir)
+	return frontDoorTarget{"nginx", base, pids}, true
+}
+
+// frontDoorTarget is one server under measurement: its processes.
 type frontDoorTarget struct {
 	name string
 	base string
-	pid  int
+	pids []int
+}
+
+// cpu is the CPU time the target's processes have run so far.
+func (t frontDoorTarget) cpu(tb testing.TB) time.Duration {
+	var sum time.Duration
+	for _, pid := range t.pids {
+		sum += procCPU(tb, pid)
+	}
+	return sum
 }
 
 // frontDoorRound sends n streamed requests to t, c at a time, and returns
@@ -171,7 +263,7 @@ func frontDoorRound(tb testing.TB, client *http.Client, t frontDoorTarget, bodie
 		next <- i
 	}
 	close(next)
-	cpu0, t0 := procCPU(tb, t.pid), time.Now()
+	cpu0, t0 := t.cpu(tb), time.Now()
 	var wg sync.WaitGroup
 	for range c {
 		wg.Add(1)
@@ -207,7 +299,7 @@ func frontDoorRound(tb testing.TB, client *http.Client, t frontDoorTarget, bodie
 		}()
 	}
 	wg.Wait()
-	return ttfbs, procCPU(tb, t.pid) - cpu0, time.Since(t0)
+	return ttfbs, t.cpu(tb) - cpu0, time.Since(t0)
 }
 
 // BenchmarkFrontDoor measures, process against process on the same
@@ -221,8 +313,11 @@ func frontDoorRound(tb testing.TB, client *http.Client, t frontDoorTarget, bodie
 // request's prompt tokenized by the engine's /tokenize). Per target:
 // its process's CPU per request (from /proc, so the client and the engine
 // stand-in in this process do not count), TTFB p50 and requests per second;
-// and the proxy's ratios to the bare hop. Rounds alternate between the
-// targets, b.N requests per target and concurrency.
+// and the proxy's ratios to the bare hop. With nginx installed, nginx
+// runs as a fourth target (startNginx: the session header hashed
+// consistently, as the issue measured it), its ratios to the bare hop
+// reported the same way. Rounds alternate between the targets, b.N
+// requests per target and concurrency.
 func BenchmarkFrontDoor(b *testing.B) {
 	tokDir, chat := frontDoorTokenizer(b)
 	bodies, promptTokens := frontDoorBodies(b, chat)
@@ -239,8 +334,11 @@ func BenchmarkFrontDoor(b *testing.B) {
 	proxyTok.listening(b)
 	targets := []frontDoorTarget{
 		startBareHop(b, inproc.URL()),
-		{"proxy", proxy.base, proxy.p.cmd.Process.Pid},
-		{"proxy-tokenize", proxyTok.base, proxyTok.p.cmd.Process.Pid},
+		{"proxy", proxy.base, []int{proxy.p.cmd.Process.Pid}},
+		{"proxy-tokenize", proxyTok.base, []int{proxyTok.p.cmd.Process.Pid}},
+	}
+	if t, ok := startNginx(b, inproc.URL()); ok {
+		targets = append(targets, t)
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024}}
 	for _, t := range targets { // warm: connections, session memories

@@ -83,12 +83,12 @@ func growthTurn(tb testing.TB, client *http.Client, chat *hftok.Chat, t frontDoo
 	require.NoError(tb, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Session-Id", g.id)
-	cpu0 := procCPU(tb, t.pid)
+	cpu0 := t.cpu(tb)
 	resp, err := client.Do(req)
 	require.NoError(tb, err)
 	_, err = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	cpu := procCPU(tb, t.pid) - cpu0
+	cpu := t.cpu(tb) - cpu0
 	require.NoError(tb, err)
 	require.Equal(tb, http.StatusOK, resp.StatusCode, "%s", t.name)
 	return cpu
@@ -134,7 +134,7 @@ func benchFrontDoorGrowth(b *testing.B, tools bool) {
 	up.tokenize = chat.TokenizeChat
 	proxy := startProxyProc(b, "--worker", up.URL(), "--tokenizer", tokDir)
 	proxy.listening(b)
-	targets := []frontDoorTarget{startBareHop(b, up.URL()), {"proxy", proxy.base, proxy.p.cmd.Process.Pid}}
+	targets := []frontDoorTarget{startBareHop(b, up.URL()), {"proxy", proxy.base, []int{proxy.p.cmd.Process.Pid}}}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 16, MaxIdleConnsPerHost: 16}}
 
 	const add, long = 500, 16
@@ -162,7 +162,7 @@ func benchFrontDoorGrowth(b *testing.B, tools bool) {
 		require.NoError(b, err)
 		ctxTokens[ci] = len(ids)
 		growthTurn(b, client, chat, t, g, add) // the context, untimed
-		quiet(b, t.pid)
+		quiet(b, t)
 		return g
 	}
 	longSess := make([][]*growthSession, len(targets))
@@ -209,13 +209,13 @@ func benchFrontDoorGrowth(b *testing.B, tools bool) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// quiet waits until the process pid's CPU time stands still for 5 ms
+// quiet waits until the target's CPU time stands still for 5 ms
 // (its garbage collector done with what came before).
-func quiet(tb testing.TB, pid int) {
-	last := procCPU(tb, pid)
+func quiet(tb testing.TB, t frontDoorTarget) {
+	last := t.cpu(tb)
 	for {
 		time.Sleep(5 * time.Millisecond)
-		now := procCPU(tb, pid)
+		now := t.cpu(tb)
 		if now == last {
 			return
 		}
