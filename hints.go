@@ -104,11 +104,12 @@ func (r *Router) evaluateHints(sc *hintScratch) int {
 			continue
 		}
 		env := out[i].Envelope
+		n := len(env.Actions) // the sink may hand env on (and its reader recycle it)
 		if err := sink.Send(context.Background(), env); err != nil {
 			r.log.Debug("agentkv: hint not delivered", "worker", key.String(), "err", err)
 			continue
 		}
-		sent += len(env.Actions)
+		sent += n
 	}
 	if r.metrics != nil {
 		r.metrics.hints.Add(float64(sent))

@@ -164,17 +164,30 @@ func (h *HintChannel) Sink() kvhint.Sink { return h.sink }
 // for a nil channel): then not a byte changes. It copies body; the relay
 // forwards a HintPayload instead, which does not.
 func (h *HintChannel) Body(body []byte) []byte {
-	return h.Payload(body).Bytes()
+	p := h.Payload(body)
+	defer p.Release()
+	return p.Bytes()
 }
 
 // HintPayload is a forwarded request body: Head, then the parts of Tail
 // (the kv_hints field and what follows the body's closing brace; nil when
 // no hints ride the request, and Head is the body unchanged). The bytes
 // are never copied to join them, and the block-hash lists in Tail are
-// shared with the channel's kvhint.HashText, read-only.
+// shared with the channel's kvhint.HashText, read-only. Tail's buffer is
+// pooled: its holder calls Release when done, and the requests NewRequest
+// makes hold it until the transport closes their bodies.
 type HintPayload struct {
 	Head []byte
 	Tail [][]byte
+	t    *kvhint.Tail
+}
+
+// Release drops the holder's hold on the payload's tail; Tail must not be
+// read after it (but by the bodies of requests made before it).
+func (p HintPayload) Release() {
+	if p.t != nil {
+		p.t.Release()
+	}
 }
 
 // Payload takes the waiting route-time hints and returns body with them
@@ -187,13 +200,15 @@ func (h *HintChannel) Payload(body []byte) HintPayload {
 	if env == nil {
 		return HintPayload{Head: body}
 	}
-	head, tail, err := h.text.BodyTailParts(body, env)
+	head, tail, err := h.text.BodyTail(body, env)
+	n := len(env.Actions)
+	kvhint.Recycle(env) // encoded: nothing reads it after
 	if err != nil {
 		return HintPayload{Head: body} // not a JSON object: forwarded as it is
 	}
 	h.envelopes.Add(1)
-	h.actions.Add(uint64(len(env.Actions)))
-	return HintPayload{Head: body[:head:head], Tail: tail}
+	h.actions.Add(uint64(n))
+	return HintPayload{Head: body[:head:head], Tail: tail.Parts, t: tail}
 }
 
 // Len is the payload's length in bytes.
@@ -220,11 +235,20 @@ func (p HintPayload) Bytes() []byte {
 }
 
 // payloadReader reads a HintPayload's parts in turn (one allocation,
-// where io.MultiReader over bytes.Readers takes one per part).
+// where io.MultiReader over bytes.Readers takes one per part), holding
+// its tail until closed.
 type payloadReader struct {
-	p    HintPayload
-	part int // -1: Head
-	off  int
+	p      HintPayload
+	part   int // -1: Head
+	off    int
+	closed bool
+}
+
+func newPayloadReader(p HintPayload) *payloadReader {
+	if p.t != nil {
+		p.t.Hold()
+	}
+	return &payloadReader{p: p, part: -1}
 }
 
 func (r *payloadReader) Read(b []byte) (int, error) {
@@ -245,7 +269,15 @@ func (r *payloadReader) Read(b []byte) (int, error) {
 	}
 }
 
-func (r *payloadReader) Close() error { return nil }
+// Close drops the reader's hold on the tail (once; the transport closes
+// every request body it was given, possibly after RoundTrip returned).
+func (r *payloadReader) Close() error {
+	if !r.closed {
+		r.closed = true
+		r.p.Release()
+	}
+	return nil
+}
 
 // NewRequest returns a POST of the payload to url, with the length and
 // GetBody (so the transport may resend it on a fresh connection) that
@@ -254,12 +286,14 @@ func (p HintPayload) NewRequest(ctx context.Context, url string) (*http.Request,
 	if p.Tail == nil {
 		return http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(p.Head))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, &payloadReader{p: p, part: -1})
+	body := newPayloadReader(p)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
 	if err != nil {
+		body.Close()
 		return nil, err
 	}
 	req.ContentLength = int64(p.Len())
-	req.GetBody = func() (io.ReadCloser, error) { return &payloadReader{p: p, part: -1}, nil }
+	req.GetBody = func() (io.ReadCloser, error) { return newPayloadReader(p), nil }
 	return req, nil
 }
 

@@ -129,8 +129,8 @@ func (hb *hintBench) turn(ctx context.Context, s, n int) (turn, stage time.Durat
 	enc := time.Now()
 	body := hb.ws[d.Worker.ID].h.Payload(hb.body) // what the relay forwards
 	stage = d.HintsTook + time.Since(enc)
+	body.Release() // the request's end
 	turn = cputime.Thread() - start
-	_ = body
 	d.Done(agentkv.Usage{PromptTokens: len(req.Tokens)})
 	return turn, stage
 }

@@ -272,11 +272,20 @@ func TestHintPayloadParts(t *testing.T) {
 		req, err := p.NewRequest(context.Background(), "http://127.0.0.1:9/x")
 		require.NoError(t, err)
 		require.EqualValues(t, len(want), req.ContentLength)
+		rc, err := req.GetBody()
+		require.NoError(t, err)
+		// The holder lets go first (the attempt ends) while the transport
+		// still holds the bodies; another payload takes a pooled tail.
+		p.Release()
+		require.NoError(t, h.Sink().Send(context.Background(), &kvhint.Envelope{MessageID: "other", Actions: []kvhint.Action{
+			{ID: "b", Kind: kvhint.KindPin, TTL: time.Minute, Target: kvhint.Target{Blocks: blocks[:3]}}}}))
+		other := h.Payload(body)
 		got, err := io.ReadAll(req.Body)
 		require.NoError(t, err)
 		require.Equal(t, want, got)
-		rc, err := req.GetBody()
-		require.NoError(t, err)
+		require.NoError(t, req.Body.Close())
+		require.NoError(t, req.Body.Close(), "a second Close drops nothing more")
+		other.Release()
 		var small []byte
 		buf := make([]byte, 7)
 		for {
@@ -288,5 +297,6 @@ func TestHintPayloadParts(t *testing.T) {
 			require.NoError(t, err)
 		}
 		require.Equal(t, want, small)
+		require.NoError(t, rc.Close())
 	}
 }

@@ -123,6 +123,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, c *call, w
 	}
 	defer c.ticket.Done()             // at the latest: an attempt's place in the yield gate ends with it
 	payload := wk.Hints.Payload(body) // body, or body and its kv_hints
+	defer payload.Release()
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	at := g.send(c, wk, d, cancel) // cancelled (failover.ErrEjected) if wk is ejected for timeouts

@@ -1,6 +1,7 @@
 package kvhint
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -76,5 +77,45 @@ func TestBatchAllocs(t *testing.T) {
 	dst := make([]Outbound, 0, 4)
 	if a := testing.AllocsPerRun(100, func() { _ = b.Batch(dst[:0], hints) }); a > 5 {
 		t.Fatalf("%v allocations for an envelope of three actions and one of one, want 5", a)
+	}
+}
+
+// TestRecycle: only an envelope of one action that Batch made goes back
+// for reuse; a copy of it, a literal or a batch of several is left alone,
+// and so is the original a copy was made of.
+func TestRecycle(t *testing.T) {
+	var b Batcher
+	hint := func(id uint64) Hint {
+		return Hint{Worker: WorkerID{ID: id}, Action: Action{Kind: KindPin, SessionID: "s", Target: Target{Blocks: []uint64{id, id + 1}}}}
+	}
+	out := b.Batch(nil, []Hint{hint(1), hint(2), hint(2)})
+	one, two := out[0].Envelope, out[1].Envelope
+	if len(one.Actions) != 1 || len(two.Actions) != 2 {
+		t.Fatalf("batches of %d and %d actions", len(one.Actions), len(two.Actions))
+	}
+	want, err := one.AppendJSON(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := *one
+	Recycle(&cp) // a copy: its action is the original's
+	lit := &Envelope{MessageID: "lit", Actions: []Action{{ID: "x", Kind: KindPin}}}
+	Recycle(lit)
+	Recycle(two)
+	Recycle(nil)
+	if got, _ := one.AppendJSON(nil); !bytes.Equal(got, want) {
+		t.Fatalf("a copy's recycling changed the original:\n%s\n%s", got, want)
+	}
+	if lit.MessageID != "lit" || lit.Actions[0].ID != "x" || len(two.Actions) != 2 || two.Actions[1].Target.Blocks[0] != 2 {
+		t.Fatal("an envelope Batch did not make as one action was recycled")
+	}
+	Recycle(one)
+	if one.MessageID != "" || len(one.Actions) != 0 {
+		t.Fatalf("a recycled envelope keeps %+v", one)
+	}
+	// What Batch makes next, from the pool or not, is whole.
+	again := b.Batch(nil, []Hint{hint(3)})[0].Envelope
+	if len(again.Actions) != 1 || again.Actions[0].Target.Blocks[0] != 3 || again.MessageID == "" {
+		t.Fatalf("after recycling: %+v", again)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Envelope is one message of hints for one worker: Dynamo's kv_hints
@@ -104,6 +106,26 @@ type oneAction struct {
 	one [1]Action
 }
 
+var oneActions = sync.Pool{New: func() any { return new(oneAction) }}
+
+// Recycle gives back for reuse an envelope of one action that Batch made,
+// once its last holder is done with it (a request body's encoding, say);
+// any other envelope is left to the garbage collector. Nothing may read
+// env, or the Action it held, after.
+func Recycle(env *Envelope) {
+	if env == nil || len(env.Actions) != 1 || cap(env.Actions) != 1 {
+		return
+	}
+	// Batch's layout: the action right after the envelope. A copy of the
+	// envelope, or one made otherwise, keeps its action elsewhere.
+	if uintptr(unsafe.Pointer(&env.Actions[0])) != uintptr(unsafe.Pointer(env))+unsafe.Offsetof(oneAction{}.one) {
+		return
+	}
+	blk := (*oneAction)(unsafe.Pointer(env))
+	*blk = oneAction{}
+	oneActions.Put(blk)
+}
+
 // Batcher groups hints into one envelope per worker and names them. Message
 // ids are Prefix + "-" + a sequence number; an action without an ID gets
 // its message id + "." + its index. A Batcher is safe for concurrent use
@@ -174,7 +196,7 @@ func (b *Batcher) Batch(dst []Outbound, hints []Hint) []Outbound {
 		all := ids.String()
 		var env *Envelope
 		if n == 1 {
-			blk := new(oneAction)
+			blk := oneActions.Get().(*oneAction)
 			env, blk.env.Actions = &blk.env, blk.one[:0:1]
 		} else {
 			env = &Envelope{Actions: make([]Action, 0, n)}

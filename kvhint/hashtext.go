@@ -3,6 +3,7 @@ package kvhint
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -98,7 +99,7 @@ func (c *HashText) appendList(dst []byte, session string, hs []uint64, signed bo
 		c.blocks -= len(e.hashes) - k
 		e.hashes, e.ends = e.hashes[:k], e.ends[:k]
 		// A fresh text: views of the old one may still be read
-		// (BodyTailParts), so its bytes are never overwritten.
+		// (BodyTail), so its bytes are never overwritten.
 		if k == 0 {
 			e.text = nil
 		} else {
@@ -124,7 +125,7 @@ func (c *HashText) appendList(dst []byte, session string, hs []uint64, signed bo
 }
 
 // splices records where cached text goes in an encoding that does not
-// copy it (BodyTailParts): up to maxSplices lists (an envelope's usual
+// copy it (BodyTail): up to maxSplices lists (an envelope's usual
 // one or two long ones); past that, lists are copied.
 type splices struct {
 	n     int
@@ -145,38 +146,65 @@ func (sp *splices) add(at int, text []byte) bool {
 	return true
 }
 
-// tailBufs holds BodyTailParts' encoding buffers: the tail is encoded in
-// one, then copied out at its exact size.
-var tailBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+// Tail is a request body's hint tail encoded by BodyTail: Parts, whose
+// concatenation is AppendBodyTail's tail, the cached block lists shared
+// (the cache never changes bytes it handed out) and the rest encoded into
+// the Tail's own buffer. A Tail comes from a pool, with one hold: Hold adds
+// one for each reader of Parts, and Release drops one; the last Release
+// gives the Tail back, after which Parts must not be read. A Tail never
+// released is collected as garbage, no more.
+type Tail struct {
+	Parts [][]byte
+	buf   []byte
+	parts [2*maxSplices + 1][]byte
+	refs  atomic.Int32
+}
 
-// BodyTailParts is AppendBodyTail(nil, body, env) with the block-hash
-// lists from the cache, and the tail returned in parts whose concatenation
-// is AppendBodyTail's tail: the cached lists are not copied but shared.
-// The parts are read-only and stay valid (the cache never changes bytes
-// it handed out). parts is nil when err is not.
-func (c *HashText) BodyTailParts(body []byte, env *Envelope) (head int, parts [][]byte, err error) {
+var tailPool = sync.Pool{New: func() any { return &Tail{buf: make([]byte, 0, 1024)} }}
+
+// Hold adds a hold on t (a reader of its Parts).
+func (t *Tail) Hold() { t.refs.Add(1) }
+
+// Release drops a hold on t; the last gives t back to its pool.
+func (t *Tail) Release() {
+	switch n := t.refs.Add(-1); {
+	case n > 0:
+		return
+	case n < 0:
+		panic("kvhint: Tail released more often than held")
+	}
+	clear(t.parts[:]) // the cached lists: not kept alive by the pool
+	t.Parts = nil
+	if cap(t.buf) > 64<<10 {
+		t.buf = make([]byte, 0, 1024)
+	}
+	t.buf = t.buf[:0]
+	tailPool.Put(t)
+}
+
+// BodyTail is AppendBodyTail(nil, body, env) with the block-hash lists
+// from the cache, its tail returned as a Tail (see there) instead of
+// copied out: the hinted request's bytes are the body up to head, then
+// the Tail's Parts. t is nil when err is not.
+func (c *HashText) BodyTail(body []byte, env *Envelope) (head int, t *Tail, err error) {
 	var sp splices
-	buf := tailBufs.Get().(*[]byte)
-	head, enc, err := appendBodyTailSplice((*buf)[:0], body, env, c, &sp)
+	t = tailPool.Get().(*Tail)
+	t.refs.Store(1)
+	head, enc, err := appendBodyTailSplice(t.buf[:0], body, env, c, &sp)
+	t.buf = enc[:0]
 	if err != nil {
-		tailBufs.Put(buf)
+		t.Release()
 		return 0, nil, err
 	}
-	tail := append([]byte(nil), enc...)
-	if cap(enc) <= 64<<10 {
-		*buf = enc[:0]
-		tailBufs.Put(buf)
-	}
-	if sp.n == 0 {
-		return head, [][]byte{tail}, nil
-	}
-	parts = make([][]byte, 0, 2*sp.n+1)
+	t.buf = enc
+	parts := t.parts[:0]
 	last := 0
 	for i, at := range sp.at[:sp.n] {
-		parts = append(parts, tail[last:at:at], sp.texts[i])
+		parts = append(parts, enc[last:at:at], sp.texts[i])
 		last = at
 	}
-	return head, append(parts, tail[last:]), nil
+	t.Parts = append(parts, enc[last:len(enc):len(enc)])
+	return head, t, nil
 }
 
 // evict forgets sessions other than keep until n more hashes fit (they

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -28,14 +29,20 @@ func hashTextCheck(t testing.TB, c *HashText, env *Envelope) {
 	if h0 != h1 || !bytes.Equal(t0, t1) || (err0 == nil) != (err1 == nil) {
 		t.Fatalf("AppendBodyTail differs: %d %s %v / %d %s %v", h0, t0, err0, h1, t1, err1)
 	}
-	h2, parts, err2 := c.BodyTailParts(body, env)
-	if h2 != h0 || !bytes.Equal(bytes.Join(parts, nil), t0) || (err0 == nil) != (err2 == nil) {
-		t.Fatalf("BodyTailParts differs: %d %q %v", h2, parts, err2)
+	h2, tail, err2 := c.BodyTail(body, env)
+	if (err0 == nil) != (err2 == nil) {
+		t.Fatalf("BodyTail: %v, AppendBodyTail: %v", err2, err0)
 	}
-	views = append(views, view{parts, bytes.Join(parts, nil)})
+	if err2 != nil {
+		return
+	}
+	if h2 != h0 || !bytes.Equal(bytes.Join(tail.Parts, nil), t0) {
+		t.Fatalf("BodyTail differs: %d %q", h2, tail.Parts)
+	}
+	views = append(views, view{tail.Parts, bytes.Join(tail.Parts, nil)}) // held: never released
 }
 
-// view is a BodyTailParts result and its bytes when it was made: the
+// view is a BodyTail result and its bytes when it was made: the
 // cache must never change bytes it handed out.
 type view struct {
 	parts [][]byte
@@ -85,7 +92,7 @@ func TestHashText(t *testing.T) {
 			t.Fatalf("cache holds %d hashes, bound 1000", c.Len())
 		}
 	}
-	// More long lists than BodyTailParts splices: the rest are copied.
+	// More long lists than BodyTail splices: the rest are copied.
 	many := &Envelope{MessageID: "m", SessionID: "s9"}
 	for i := range maxSplices + 2 {
 		many.Actions = append(many.Actions, Action{ID: string(rune('a' + i)), SessionID: string(rune('p' + i)),
@@ -122,12 +129,12 @@ func TestHashTextConcurrent(t *testing.T) {
 				}
 				env := chainEnv(string(rune('a'+i%5)), g%2 == 0, chain[:n])
 				_, want, _ := AppendBodyTail(nil, body, env)
-				_, parts, err := c.BodyTailParts(body, env)
-				if err != nil || !bytes.Equal(bytes.Join(parts, nil), want) {
+				_, tail, err := c.BodyTail(body, env)
+				if err != nil || !bytes.Equal(bytes.Join(tail.Parts, nil), want) {
 					t.Errorf("goroutine %d turn %d: parts differ (%v)", g, i, err)
 					return
 				}
-				mine = append(mine, view{parts, want})
+				mine = append(mine, view{tail.Parts, want})
 			}
 			for _, v := range mine {
 				if !bytes.Equal(bytes.Join(v.parts, nil), v.was) {
@@ -193,4 +200,60 @@ func TestCommonPrefix(t *testing.T) {
 			t.Fatalf("commonPrefix of %d and %d hashes = %d, want %d", len(a), len(b), got, want)
 		}
 	}
+}
+
+// TestTailHolds: a Tail's Parts stay as they were while any hold on it
+// remains, though released Tails' buffers are reused meanwhile; the last
+// Release returns it, and one more panics.
+func TestTailHolds(t *testing.T) {
+	c := NewHashText(4000)
+	body := []byte(`{"model":"m"}`)
+	chain := make([]uint64, 300)
+	for i := range chain {
+		chain[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+	}
+	type held struct {
+		tail *Tail
+		want []byte
+	}
+	var keep []held
+	for i := range 300 {
+		env := chainEnv(string(rune('a'+i%7)), i%2 == 0, chain[:1+(i*13)%299])
+		env.MessageID = strings.Repeat("m", i%40) // tails of many lengths
+		_, want, err := AppendBodyTail(nil, body, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, tail, err := c.BodyTail(body, env)
+		if err != nil || !bytes.Equal(bytes.Join(tail.Parts, nil), want) {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		switch i % 3 {
+		case 0: // released at once: its buffer goes back to the pool
+			tail.Release()
+		case 1: // a reader holds it past the holder's release
+			tail.Hold()
+			tail.Release()
+			keep = append(keep, held{tail, want})
+		default:
+			keep = append(keep, held{tail, want})
+		}
+	}
+	for i, h := range keep {
+		if !bytes.Equal(bytes.Join(h.tail.Parts, nil), h.want) {
+			t.Fatalf("held tail %d changed", i)
+		}
+		h.tail.Release()
+	}
+	_, tail, err := c.BodyTail(body, chainEnv("z", false, chain[:5]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail.Release()
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a Release past the last hold did not panic")
+		}
+	}()
+	tail.Release()
 }
