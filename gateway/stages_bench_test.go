@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"testing"
@@ -108,7 +109,9 @@ var stageNames = []string{"read", "parse", "identify", "tokenize", "route", "for
 // (hashing, index lookup, cost, decision), forward (the worker's request,
 // relay of its stream, usage sniffing) and finish (the router's Done,
 // trace, metrics). Each stage's time per request is reported as
-// <stage>-us and its share of the request as <stage>-%; cpu-us/op is the
+// <stage>-us and its share of the request as <stage>-%, what the process
+// allocated during it as <stage>-B/op and <stage>-allocs/op (forward's
+// include the engine stand-in's, which runs in this process); cpu-us/op is the
 // process's CPU time per request (every thread: the engine stand-in's
 // reading of the body and the garbage collector included), which other
 // jobs on a shared machine do not inflate as they do wall time.
@@ -139,46 +142,65 @@ func benchStages(b *testing.B, g *Gateway, api API, ctxBody, next []byte) {
 	req := httptest.NewRequest(http.MethodPost, api.Path(), nil)
 	req.Header.Set("X-Dynamo-Session-Id", "bench")
 	var spent [7]time.Duration
+	var allocB, allocN [7]uint64
 	var cpu time.Duration
+	// The process's allocations at each stage boundary, exact
+	// (runtime.ReadMemStats stops the world and flushes every cache; the
+	// fake engine's allocations land in forward). The stage's time runs
+	// from after one read to before the next, and the reads' CPU is taken
+	// out of cpu-us/op.
+	var ms runtime.MemStats
+	var ab, an [8]uint64
+	var start, end [8]time.Time
+	var readCPU time.Duration
+	mark := func(i int) {
+		end[i] = time.Now()
+		c := cputime.Process()
+		runtime.ReadMemStats(&ms)
+		ab[i], an[i] = ms.TotalAlloc, ms.Mallocs
+		readCPU += cputime.Process() - c
+		start[i] = time.Now()
+	}
 	turn := func(raw []byte, timed bool) {
-		var t [8]time.Time
-		c0 := cputime.Process()
-		t[0] = time.Now()
+		c0, r0 := cputime.Process(), readCPU
+		mark(0)
 		body, _ := io.ReadAll(bytes.NewReader(raw))
-		t[1] = time.Now()
+		mark(1)
 		c, err := g.parse(api, body, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		c.hdr, c.start = req.Header, t[0]
-		t[2] = time.Now()
+		c.hdr, c.start = req.Header, start[0]
+		mark(2)
 		if err := g.identify(c, req, body); err != nil {
 			b.Fatal(err)
 		}
-		t[3] = time.Now()
+		mark(3)
 		if c.tokens, err = g.tokens(ctx, c); err != nil {
 			b.Fatal(err)
 		}
 		c.id = "bench"
-		t[4] = time.Now()
+		mark(4)
 		d, err := g.router.Route(ctx, &agentkv.Request{ID: c.id, Tokens: c.tokens, Agent: c.agent})
 		if err != nil {
 			b.Fatal(err)
 		}
 		wk := g.set().byID[d.Worker.ID]
-		t[5] = time.Now()
+		mark(5)
 		var sv streamSoFar
 		res := g.attempt(ctx, httptest.NewRecorder(), c, wk, d, &sv)
 		if res.Err != nil {
 			b.Fatal(res.Err)
 		}
-		t[6] = time.Now()
+		mark(6)
 		g.finish(c, d, res.Usage, nil)
-		t[7] = time.Now()
+		mark(7)
 		if timed {
-			cpu += cputime.Process() - c0
+			cpu += cputime.Process() - c0 - (readCPU - r0)
 			for i := range spent {
-				spent[i] += t[i+1].Sub(t[i])
+				spent[i] += end[i+1].Sub(start[i])
+				allocB[i] += ab[i+1] - ab[i]
+				allocN[i] += an[i+1] - an[i]
 			}
 		}
 	}
@@ -199,6 +221,8 @@ func benchStages(b *testing.B, g *Gateway, api API, ctxBody, next []byte) {
 	for i, name := range stageNames {
 		b.ReportMetric(float64(spent[i])/float64(b.N)/1e3, name+"-us")
 		b.ReportMetric(100*float64(spent[i])/float64(total), name+"-%")
+		b.ReportMetric(float64(allocB[i])/float64(b.N), name+"-B/op")
+		b.ReportMetric(float64(allocN[i])/float64(b.N), name+"-allocs/op")
 	}
 	b.ReportMetric(float64(len(next)), "body-bytes")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
