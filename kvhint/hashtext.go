@@ -191,12 +191,11 @@ func (c *HashText) BodyTail(body []byte, env *Envelope) (head int, t *Tail, err 
 	t = tailPool.Get().(*Tail)
 	t.refs.Store(1)
 	head, enc, err := appendBodyTailSplice(t.buf[:0], body, env, c, &sp)
-	t.buf = enc[:0]
+	t.buf = enc
 	if err != nil {
 		t.Release()
 		return 0, nil, err
 	}
-	t.buf = enc
 	parts := t.parts[:0]
 	last := 0
 	for i, at := range sp.at[:sp.n] {

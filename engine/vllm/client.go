@@ -104,8 +104,16 @@ var hopByHop = map[string]bool{
 }
 
 func statusErr(resp *http.Response) error {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	return &StatusError{Code: resp.StatusCode, Body: string(b)}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxStatusBody))
+	return newStatusError(resp.StatusCode, b)
+}
+
+// maxStatusBody is how much of an error reply a StatusError keeps.
+const maxStatusBody = 1024
+
+// newStatusError is the StatusError of code with the start of body.
+func newStatusError(code int, body []byte) *StatusError {
+	return &StatusError{Code: code, Body: string(body[:min(len(body), maxStatusBody)])}
 }
 
 // CacheConfigs fetches /metrics and parses vllm:cache_config_info.

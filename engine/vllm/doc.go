@@ -93,7 +93,9 @@
 //     through while extracting usage, finish reason and tool calls; it
 //     reads vllm:cache_config_info from /metrics ([ParseCacheConfigs]) and
 //     tokenizes through /tokenize, which applies the chat template, with
-//     [ApproxTokens] as the documented fallback.
+//     [ApproxTokens] as the documented fallback. For an http:// engine the
+//     /tokenize round trip runs on the caller's goroutine over kept
+//     HTTP/1.1 connections of its own (kept.go), not net/http's loops.
 //   - [Worker] bundles identity, DP ranks, block size, KV capacity, the
 //     client and the subscriber, for the root router's Worker interface.
 //   - [Encoding] writes payloads in the engine format, for tests, simulated

@@ -41,14 +41,14 @@ func (c *Client) Tokenize(ctx context.Context, path string, body []byte) ([]uint
 	var reply []byte
 	if c.kept != nil {
 		bp := replyBufs.Get().(*[]byte)
-		defer replyBufs.Put(bp)
+		defer putReplyBuf(bp)
 		var status int
 		status, *bp, err = c.kept.post(ctx, b, n, (*bp)[:0], MaxTokenizeReplyBytes)
 		if err != nil {
 			return nil, fmt.Errorf("vllm: tokenize: %w", err)
 		}
 		if status/100 != 2 {
-			return nil, &StatusError{Code: status, Body: string((*bp)[:min(len(*bp), 1024)])}
+			return nil, newStatusError(status, *bp)
 		}
 		reply = *bp
 	} else if reply, err = c.tokenizeHTTP(ctx, b, n); err != nil {
@@ -62,6 +62,14 @@ func (c *Client) Tokenize(ctx context.Context, path string, body []byte) ([]uint
 
 // replyBufs keeps /tokenize reply buffers between requests.
 var replyBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// putReplyBuf returns bp to replyBufs unless a huge reply grew it (a
+// 128 K-token context's reply is about 1 MiB; the bound is 64 MiB).
+func putReplyBuf(bp *[]byte) {
+	if cap(*bp) <= 4<<20 {
+		replyBufs.Put(bp)
+	}
+}
 
 // tokenizeHTTP is the /tokenize round trip through the http.Client, for
 // what the direct path does not do (TLS, a proxy, a custom RoundTripper).
