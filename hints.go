@@ -125,7 +125,7 @@ func (r *Router) hintsOnRoute(d *Decision, rt *routing, matches []flashindex.Mat
 	if len(r.cfg.Hints) == 0 || !d.agent.Valid() {
 		return
 	}
-	start := time.Now()
+	start := time.Since(monoEpoch)
 	seq := rt.seq
 	ev := kvhint.EventAdmit
 	if d.Waited > 0 {
@@ -149,8 +149,12 @@ func (r *Router) hintsOnRoute(d *Decision, rt *routing, matches []flashindex.Mat
 		sc.cached = in.Cached
 	}
 	d.Hints = r.evaluateHints(sc)
-	d.HintsTook = time.Since(start)
+	d.HintsTook = time.Since(monoEpoch) - start
 }
+
+// monoEpoch is what hintsOnRoute times from: time.Since of it reads the
+// monotonic clock once, where time.Now also reads the wall clock.
+var monoEpoch = time.Now()
 
 // previousSourceWindow is how long after a turn previousSource names its
 // worker without the index's word: well beyond the KV events' lag.

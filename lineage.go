@@ -1,12 +1,8 @@
 package agentkv
 
 import (
-	"slices"
-	"sync"
-
 	"github.com/agentkv/agentkv/flashindex"
 	"github.com/agentkv/agentkv/kvhint"
-	"github.com/agentkv/agentkv/radix"
 	"github.com/agentkv/agentkv/session"
 )
 
@@ -26,9 +22,6 @@ func (r *Router) updateLineage(ac session.AgentContext, seq []uint64) bool {
 	return true
 }
 
-// segPool holds sharedRefs' scratch lists of path segments.
-var segPool = sync.Pool{New: func() any { return new([]radix.Segment) }}
-
 // sessionView builds the kvhint view of a session from the lineage tree,
 // with SharedRefs filled per radix segment when refs is not nil (appended
 // to *refs, which keeps the list for reuse). It also
@@ -46,38 +39,13 @@ func (r *Router) sessionView(id, parent string, w flashindex.Worker, chain []uin
 	if len(chain) == 0 {
 		return s, nil
 	}
-	split, err := r.tree.Split(id)
+	split, err := r.tree.SplitRefs(id, r.refs, refs)
 	if err != nil || split.Shared+split.Unique != len(chain) {
 		return s, nil
 	}
 	s.Shared, s.Unique = chain[:split.Shared:split.Shared], chain[split.Shared:]
 	if refs != nil && split.Shared > 0 {
-		s.SharedRefs = r.sharedRefs((*refs)[:0], id, split.Shared)
-		*refs = s.SharedRefs
+		s.SharedRefs = *refs
 	}
 	return s, chain
-}
-
-// sharedRefs appends to refs how many live sessions reference each of the
-// n leading blocks of session id's lineage (one count per radix segment),
-// counted up to the hint policies' kvhint.RefsBound.
-func (r *Router) sharedRefs(refs []int32, id string, n int) []int32 {
-	sp := segPool.Get().(*[]radix.Segment)
-	defer segPool.Put(sp)
-	segs, err := r.tree.Path(id, (*sp)[:0])
-	*sp = segs[:0]
-	if err != nil {
-		return refs
-	}
-	refs = slices.Grow(refs, n)
-	for _, seg := range segs {
-		if len(refs) >= n {
-			break
-		}
-		c, _ := r.tree.CountSessions(seg.First, r.refs)
-		for i := 0; i < seg.Len && len(refs) < n; i++ {
-			refs = append(refs, int32(c))
-		}
-	}
-	return refs
 }

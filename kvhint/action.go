@@ -187,7 +187,8 @@ type Range struct {
 
 // Target says which blocks an action is about. Exactly one form is used:
 //   - Blocks: explicit block hashes (root-aligned sequence hashes, root
-//     first, as the router indexes them);
+//     first, as the router indexes them): consecutive blocks of one chain,
+//     from its root or, for an action split in parts, from a later block;
 //   - Range: a span of the action's session, in blocks or tokens;
 //   - neither (the zero Target): every block the session references.
 type Target struct {

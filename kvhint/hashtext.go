@@ -1,10 +1,8 @@
 package kvhint
 
 import (
-	"bytes"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 )
 
 // HashText caches the JSON text of the block-hash lists hints name, per
@@ -19,13 +17,15 @@ import (
 // text included); beyond that it forgets whole sessions, in no particular
 // order. A nil *HashText caches nothing. HashText is safe for concurrent
 // use; its methods encode exactly what Envelope.AppendJSON and
-// AppendBodyTail do.
+// AppendBodyTail do for lists that keep Target.Blocks' contract (runs of
+// one chain's sequence hashes): it finds what a list shares with the
+// cached one by bisection (see commonPrefix).
 type HashText struct {
 	max int
 
 	mu     sync.Mutex // guards the fields below
 	blocks int        // hashes cached in all
-	m      map[hashTextKey]*hashTextEntry
+	m      [2]map[string]*hashTextEntry // by session, one map per spelling (unsigned, signed)
 }
 
 // DefaultHashTextBlocks is NewHashText's default bound: 262,144 hashes,
@@ -36,15 +36,11 @@ const DefaultHashTextBlocks = 1 << 18
 // formatted each time.
 const minCachedBlocks = 32
 
-type hashTextKey struct {
-	session string
-	signed  bool
-}
-
 type hashTextEntry struct {
 	hashes []uint64
 	ends   []uint32 // ends[i]: the text's length through hash i
 	text   []byte   // "h0,h1,...,hn," (each hash followed by a comma)
+	last   uint64   // hashes' last (they are never empty once listed)
 }
 
 // NewHashText returns a cache of at most maxBlocks hashes (0 means
@@ -53,7 +49,7 @@ func NewHashText(maxBlocks int) *HashText {
 	if maxBlocks <= 0 {
 		maxBlocks = DefaultHashTextBlocks
 	}
-	return &HashText{max: maxBlocks, m: map[hashTextKey]*hashTextEntry{}}
+	return &HashText{max: maxBlocks, m: [2]map[string]*hashTextEntry{{}, {}}}
 }
 
 // AppendJSON is e.AppendJSON(dst), with block-hash lists from the cache.
@@ -85,14 +81,18 @@ func (c *HashText) appendList(dst []byte, session string, hs []uint64, signed bo
 	if c == nil || session == "" || len(hs) < minCachedBlocks || len(hs) > c.max {
 		return appendHashArray(dst, hs, signed)
 	}
-	key := hashTextKey{session, signed}
+	m := c.m[spelling(signed)]
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.m[key]
+	e := m[session]
 	if e == nil { // sized for this list and a few turns' growth
 		n := len(hs) + len(hs)/4
 		e = &hashTextEntry{hashes: make([]uint64, 0, n), ends: make([]uint32, 0, n), text: make([]byte, 0, 21*n)}
-		c.m[key] = e
+		m[session] = e
+	} else if len(hs) == len(e.hashes) && hs[len(hs)-1] == e.last {
+		// The list the session named last (a share renewed each turn):
+		// the text is all of it, found without reading the cached lists.
+		return c.appendText(dst, e.text[:len(e.text)-1:len(e.text)-1], sp)
 	}
 	k := commonPrefix(e.hashes, hs)
 	if k < len(e.hashes) && k < len(hs) { // the chain changed: keep what still holds
@@ -107,7 +107,7 @@ func (c *HashText) appendList(dst []byte, session string, hs []uint64, signed bo
 		}
 	}
 	if grow := len(hs) - len(e.hashes); grow > 0 {
-		c.evict(grow, key)
+		c.evict(grow, e)
 		for _, h := range hs[len(e.hashes):] {
 			e.text = appendHash(e.text, h, signed)
 			e.ends = append(e.ends, uint32(len(e.text)))
@@ -116,9 +116,16 @@ func (c *HashText) appendList(dst []byte, session string, hs []uint64, signed bo
 		c.blocks += len(hs) - len(e.hashes)
 		e.hashes = append(e.hashes, hs[len(e.hashes):]...)
 	}
+	e.last = e.hashes[len(e.hashes)-1]
+	end := e.ends[len(hs)-1]
+	return c.appendText(dst, e.text[:end:end], sp)
+}
+
+// appendText appends cached text as a JSON array: spliced by sp when it
+// has room (shared, not copied: its bytes never change), else copied.
+func (c *HashText) appendText(dst, text []byte, sp *splices) []byte {
 	dst = append(dst, '[')
-	text := e.text[:e.ends[len(hs)-1]:e.ends[len(hs)-1]]
-	if sp == nil || !sp.add(len(dst), text) { // spliced: shared, not copied (its bytes never change)
+	if sp == nil || !sp.add(len(dst), text) {
 		dst = append(dst, text...)
 	}
 	return append(dst, ']')
@@ -206,41 +213,52 @@ func (c *HashText) BodyTail(body []byte, env *Envelope) (head int, t *Tail, err 
 	return head, t, nil
 }
 
-// evict forgets sessions other than keep until n more hashes fit (they
-// do once every other is gone: keep's list is at most c.max long).
-func (c *HashText) evict(n int, keep hashTextKey) {
-	for k, e := range c.m {
-		if c.blocks+n <= c.max {
-			return
+// evict forgets sessions' lists other than keep until n more hashes fit
+// (they do once every other is gone: keep's list is at most c.max long).
+func (c *HashText) evict(n int, keep *hashTextEntry) {
+	for _, m := range c.m {
+		for k, e := range m {
+			if c.blocks+n <= c.max {
+				return
+			}
+			if e == keep {
+				continue
+			}
+			c.blocks -= len(e.hashes)
+			delete(m, k)
 		}
-		if k == keep {
-			continue
-		}
-		c.blocks -= len(e.hashes)
-		delete(c.m, k)
 	}
 }
 
-// commonPrefix is how many leading hashes a and b share. Lists run to
-// thousands of hashes and are usually equal but for a new tail, so they
-// are compared 128 hashes at a time as bytes (memequal's vector loop),
-// then one by one.
+// spelling indexes HashText.m: 1 for signed hashes, 0 for unsigned.
+func spelling(signed bool) int {
+	if signed {
+		return 1
+	}
+	return 0
+}
+
+// commonPrefix is how many leading hashes a and b share, for lists that
+// follow Target.Blocks' contract: consecutive sequence hashes of one
+// chain, in chain order. A sequence hash fixes every block before it, so
+// two such lists that agree at position i agree at every position before
+// it, and the shared prefix is found by bisection, reading about 2·log2(n)
+// hashes of lists that run to thousands (the cached one is seldom in the
+// processor's cache). Lists that break the contract can be misencoded.
 func commonPrefix(a, b []uint64) int {
-	const chunk = 128
-	n := min(len(a), len(b))
-	i := 0
-	for i+chunk <= n && bytes.Equal(hashBytes(a[i:i+chunk]), hashBytes(b[i:i+chunk])) {
-		i += chunk
+	lo, hi := 0, min(len(a), len(b)) // a[:lo] == b[:lo]; a[hi] != b[hi] or hi is the end
+	if hi > 0 && a[hi-1] == b[hi-1] {
+		return hi // the usual turn: one list extends the other
 	}
-	for i < n && a[i] == b[i] {
-		i++
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if a[mid] == b[mid] {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
 	}
-	return i
-}
-
-// hashBytes views a non-empty list of hashes as its bytes, read-only.
-func hashBytes(hs []uint64) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(&hs[0])), 8*len(hs))
+	return lo
 }
 
 // appendHashArray appends hs as a JSON array of numbers (signed: as int64).

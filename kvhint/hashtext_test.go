@@ -82,8 +82,7 @@ func TestHashText(t *testing.T) {
 		hashTextCheck(t, c, chainEnv("s1", false, chain[:n]))
 		hashTextCheck(t, c, chainEnv("s1", true, chain[:n]))
 	}
-	fork := append([]uint64(nil), chain[:300]...)
-	fork[200] ^= 1
+	fork := diverge(chain[:300], 200, 1)
 	hashTextCheck(t, c, chainEnv("s1", false, fork))
 	hashTextCheck(t, c, chainEnv("s1", false, chain[:500]))
 	for i := range 20 { // more sessions than fit: some are forgotten
@@ -162,8 +161,8 @@ func FuzzHashText(f *testing.F) {
 			n, sess, mut := int(ops[0]), ops[1]%4, ops[2]
 			ops = ops[3:]
 			hs := append([]uint64(nil), base[:n]...)
-			if mut != 0 && n > 0 {
-				hs[int(mut)%n] = binary.LittleEndian.Uint64([]byte{mut, 1, 2, 3, 4, 5, 6, 0x80})
+			if mut != 0 && n > 0 { // another chain from a block on
+				hs = diverge(hs, int(mut)%n, binary.LittleEndian.Uint64([]byte{mut, 1, 2, 3, 4, 5, 6, 0x80}))
 			}
 			if n == 0 {
 				hs = []uint64{1}
@@ -177,9 +176,23 @@ func FuzzHashText(f *testing.F) {
 	})
 }
 
-// TestCommonPrefix: the chunked comparison agrees with a hash-by-hash
-// walk, wherever the lists part (within a chunk, on its boundary, never)
-// and whatever their lengths.
+// diverge returns a copy of hs that is another chain from block at on:
+// block at's content changes by salt, and each later hash mixes in the one
+// before it, as a sequence hash does.
+func diverge(hs []uint64, at int, salt uint64) []uint64 {
+	out := append([]uint64(nil), hs...)
+	prev := salt
+	for i := at; i < len(out); i++ {
+		out[i] = (prev^out[i])*0x9e3779b97f4a7c15 + 1
+		prev = out[i]
+	}
+	return out
+}
+
+// TestCommonPrefix: the bisection agrees with a hash-by-hash walk,
+// wherever two chains part (at the root, at the end, anywhere, never),
+// whatever their lengths, and for runs of one chain from different
+// blocks (a split action's parts).
 func TestCommonPrefix(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 7))
 	for range 3000 {
@@ -190,7 +203,10 @@ func TestCommonPrefix(t *testing.T) {
 		b := append([]uint64(nil), a[:r.IntN(len(a)+1)]...)
 		b = append(b, a[len(b):min(len(a), len(b)+r.IntN(300))]...)
 		if len(b) > 0 && r.IntN(2) == 0 {
-			b[r.IntN(len(b))] ^= 1 << r.IntN(64)
+			b = diverge(b, r.IntN(len(b)), 1<<r.IntN(64))
+		}
+		if len(a) > 0 && r.IntN(8) == 0 { // a later run of the same chain
+			b = a[1+r.IntN(len(a))-1:]
 		}
 		want := 0
 		for want < min(len(a), len(b)) && a[want] == b[want] {

@@ -47,7 +47,8 @@
 //     Path: the same as compressed segments, O(depth in nodes).
 //   - Frontiers: the ends of the session's branches.
 //   - Sessions(block): every session whose lineage includes block;
-//     CountSessions(block, limit): how many, stopping at limit.
+//     CountSessions(block, limit): how many, stopping at limit;
+//     SharedRefs: that count for each leading block of a session's lineage.
 //   - Under(session): sessions whose lineage contains all of the session's
 //     and goes deeper (subagents forked at or below its frontier).
 //   - Split(session): how many leading blocks of its lineage other live

@@ -339,6 +339,27 @@ func compare(t *RawTree, r *refTree) error {
 		if sh, _ := t.Split(s); sh != r.split(s) {
 			return fmt.Errorf("Split(%s) = %+v, ref %+v", s, sh, r.split(s))
 		}
+		// SharedRefs: per block, the sessions through its segment's first
+		// block, for every prefix length and a limit or none.
+		for _, n := range []int{len(got), len(got) / 2, 0} {
+			for _, limit := range []int{0, 2} {
+				refs, err := t.SharedRefs(s, n, limit, []int32{-1})
+				if err != nil || len(refs) != 1+n || refs[0] != -1 {
+					return fmt.Errorf("SharedRefs(%s, %d, %d) = %v %v", s, n, limit, refs, err)
+				}
+				for _, sg := range segs {
+					want := len(r.sessions(sg.First, 0))
+					if limit > 0 {
+						want = min(want, limit)
+					}
+					for i := sg.Depth; i < min(n, sg.Depth+sg.Len); i++ {
+						if refs[1+i] != int32(want) {
+							return fmt.Errorf("SharedRefs(%s, %d, %d)[%d] = %d, ref %d", s, n, limit, i, refs[1+i], want)
+						}
+					}
+				}
+			}
+		}
 		if cur := r.current(s); len(cur) > 0 {
 			under, _ := t.Under(s, nil)
 			slices.Sort(under)

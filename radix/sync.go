@@ -101,6 +101,19 @@ func (t *Tree) Split(session string) (Share, error) {
 	return t.raw.Split(session)
 }
 
+// SplitRefs is Split and, when refs is not nil, SharedRefs of the shared
+// blocks into (*refs)[:0], under one hold of the lock.
+func (t *Tree) SplitRefs(session string, limit int, refs *[]int32) (Share, error) {
+	t.mu.Lock()
+	defer t.unlock()
+	sh, err := t.raw.Split(session)
+	if err != nil || refs == nil {
+		return sh, err
+	}
+	*refs, err = t.raw.SharedRefs(session, sh.Shared, limit, (*refs)[:0])
+	return sh, err
+}
+
 // Contains is RawTree.Contains under the lock.
 func (t *Tree) Contains(block uint64) bool {
 	t.mu.Lock()

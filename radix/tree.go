@@ -142,7 +142,8 @@ type RawTree struct {
 	tail      uint32 // least recently updated session
 	epoch     uint32
 	evicted   []string
-	stack     []uint32 // collect's scratch
+	stack     []uint32 // collect's and walk's scratch
+	path      []uint32 // SharedRefs' scratch
 }
 
 // NewRawTree returns an empty RawTree.
@@ -879,6 +880,36 @@ func (t *RawTree) CountSessions(block uint64, limit int) (int, error) {
 		return limit <= 0 || n < limit
 	})
 	return n, nil
+}
+
+// SharedRefs appends to dst, for each of the n leading blocks of
+// session's most recent lineage (root first), CountSessions(limit) of the
+// first block of the segment (Path) holding it: one count per segment,
+// repeated for its blocks. It stops at the lineage's end. O(depth in
+// nodes) plus the counting walks.
+func (t *RawTree) SharedRefs(session string, n, limit int, dst []int32) ([]int32, error) {
+	_, f, err := t.current(session)
+	if err != nil || f == nil || n <= 0 {
+		return dst, err
+	}
+	path := t.path[:0] // the path's nodes, leaf first
+	for p := f.node; p != rootID; p = t.nodes[p].parent {
+		path = append(path, p)
+	}
+	t.path = path[:0]
+	want := len(dst) + min(n, int(f.depth))
+	for i := len(path) - 1; i >= 0 && len(dst) < want; i-- {
+		nn := &t.nodes[path[i]]
+		c := 0
+		t.walk(pos{path[i], nn.base + 1}, false, t.nextEpoch(), func(uint32) bool {
+			c++
+			return limit <= 0 || c < limit
+		})
+		for k := min(f.depth, nn.end()) - nn.base; k > 0 && len(dst) < want; k-- {
+			dst = append(dst, int32(c))
+		}
+	}
+	return dst, nil
 }
 
 // Sessions appends to dst the sessions whose lineage includes block (any
