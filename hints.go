@@ -95,9 +95,7 @@ func (r *Router) evaluateHints(sc *hintScratch) int {
 		r.mu.Lock()
 		var sink kvhint.Sink
 		if idx, ok := r.byKey[key]; ok {
-			if hr, ok := r.workers[idx].adapter.(HintReceiver); ok {
-				sink = hr.HintSink()
-			}
+			sink = r.workers[idx].hints
 		}
 		r.mu.Unlock()
 		if sink == nil {
@@ -150,6 +148,14 @@ func (r *Router) hintsOnRoute(d *Decision, rt *routing, matches []flashindex.Mat
 	}
 	d.Hints = r.evaluateHints(sc)
 	d.HintsTook = time.Since(monoEpoch) - start
+}
+
+// hintSink is w's hint sink: nil when it takes no hints.
+func hintSink(w Worker) kvhint.Sink {
+	if hr, ok := w.(HintReceiver); ok {
+		return hr.HintSink()
+	}
+	return nil
 }
 
 // monoEpoch is what hintsOnRoute times from: time.Since of it reads the

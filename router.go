@@ -213,10 +213,10 @@ func (r *Router) AddWorker(w Worker) error {
 				// Cannot fail: the worker is known and admCap valid.
 				_ = r.adm.SetCapacity(ws.admID, admCap)
 			}
-			ws.info, ws.adapter, ws.capBlock = info, w, capBlock
+			ws.info, ws.adapter, ws.capBlock, ws.hints = info, w, capBlock, hintSink(w)
 			continue
 		}
-		ws := &workerState{key: key, info: info, adapter: w, capBlock: capBlock}
+		ws := &workerState{key: key, info: info, adapter: w, capBlock: capBlock, hints: hintSink(w)}
 		if r.adm != nil || r.pol != nil {
 			ws.admID = r.nextAdm
 			if r.adm != nil {

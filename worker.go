@@ -49,8 +49,9 @@ type WorkerFunc func() WorkerInfo
 func (f WorkerFunc) Info() WorkerInfo { return f() }
 
 // HintReceiver is implemented by workers that accept KV hints. The router
-// calls the sink's Send on the request path, so Send must not block: wrap
-// a sink that does I/O in kvhint.NewQueue (bounded, drops counted).
+// asks for the sink once, when the worker is added (AddWorker), and calls
+// its Send on the request path, so Send must not block: wrap a sink that
+// does I/O in kvhint.NewQueue (bounded, drops counted).
 type HintReceiver interface {
 	HintSink() kvhint.Sink
 }
@@ -74,4 +75,5 @@ type workerState struct {
 	adapter  Worker
 	capBlock int                // KV capacity in blocks
 	admID    admission.WorkerID // the rank's admission id (with admission)
+	hints    kvhint.Sink        // the adapter's HintSink when it is a HintReceiver, else nil
 }
