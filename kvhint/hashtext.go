@@ -23,8 +23,8 @@ import (
 type HashText struct {
 	max int
 
-	mu     sync.Mutex // guards the fields below
-	blocks int        // hashes cached in all
+	mu     sync.Mutex                   // guards the fields below
+	blocks int                          // hashes cached in all
 	m      [2]map[string]*hashTextEntry // by session, one map per spelling (unsigned, signed)
 }
 
