@@ -31,15 +31,16 @@ type actingSession struct {
 // hintScratch is a hint evaluation's reusable state: its Input (with the
 // residencies' list and the shared blocks' reference counts) and
 // evaluateHints' lists. What the sinks keep (the
-// envelopes, their Actions) is allocated afresh by the Batcher, and no
-// hint aliases the Input's Cached list; everything is cleared before reuse
-// so it retains nothing.
+// envelopes, their Actions and Sources) is the Batcher's (it copies the
+// Sources policies build in srcs), and no hint aliases the Input's Cached
+// list; everything is cleared before reuse so it retains nothing.
 type hintScratch struct {
 	in     kvhint.Input
 	cached []kvhint.Residency
 	refs   []int32 // in.Session.SharedRefs
 	hints  []kvhint.Hint
 	out    []kvhint.Outbound
+	srcs   []kvhint.Source // in.SourceBuf
 }
 
 var hintScratchPool = sync.Pool{New: func() any { return new(hintScratch) }}
@@ -49,6 +50,7 @@ var hintScratchPool = sync.Pool{New: func() any { return new(hintScratch) }}
 func (r *Router) getHintScratch(ev kvhint.Event, w flashindex.Worker) *hintScratch {
 	sc := hintScratchPool.Get().(*hintScratch)
 	sc.in.Event, sc.in.Worker, sc.in.Renewals = ev, hintWorker(w), r.renewals
+	sc.in.SourceBuf = &sc.srcs
 	return sc
 }
 
@@ -65,8 +67,9 @@ func (sc *hintScratch) put() {
 	clear(sc.hints)
 	clear(sc.out)
 	clear(sc.cached)
+	clear(sc.srcs)
 	sc.in = kvhint.Input{}
-	sc.hints, sc.out, sc.cached, sc.refs = sc.hints[:0], sc.out[:0], sc.cached[:0], sc.refs[:0]
+	sc.hints, sc.out, sc.cached, sc.refs, sc.srcs = sc.hints[:0], sc.out[:0], sc.cached[:0], sc.refs[:0], sc.srcs[:0]
 	hintScratchPool.Put(sc)
 }
 

@@ -44,6 +44,7 @@ func refBatch(prefix string, seq *uint64, hints []Hint) []Outbound {
 func TestBatchEqualsReference(t *testing.T) {
 	b := NewBatcher(strings.Repeat("rt", 40)) // a prefix longer than the id buffer on the stack
 	var seq uint64
+	var buf []Source
 	for n := range 500 {
 		r := rand.New(rand.NewPCG(uint64(n), 3))
 		hints := make([]Hint, r.IntN(30))
@@ -53,13 +54,23 @@ func TestBatchEqualsReference(t *testing.T) {
 			if r.IntN(5) == 0 {
 				hints[i].Action.ID = fmt.Sprint("named", i)
 			}
+			for k := range r.IntN(4) * r.IntN(2) { // Sources, in one buffer as Input.SourceBuf holds them
+				buf = append(buf, Source{Worker: WorkerID{ID: uint64(k)}, Endpoint: fmt.Sprint("http://w", k), Blocks: uint32(i)})
+				hints[i].Action.Sources = buf[len(buf)-1-k : len(buf) : len(buf)]
+			}
 		}
 		want := refBatch(b.prefix, &seq, hints)
+		want = cloneSources(want)
 		lead := Outbound{Worker: WorkerID{ID: 99}}
 		got := b.Batch([]Outbound{lead}, hints)
 		if !reflect.DeepEqual(got[0], lead) || len(got)-1 != len(want) {
 			t.Fatalf("case %d: %d envelopes after dst's, want %d", n, len(got)-1, len(want))
 		}
+		// The Sources are the envelopes' own: the buffer's reuse changes nothing.
+		for i := range buf {
+			buf[i] = Source{Endpoint: "reused"}
+		}
+		buf = buf[:0]
 		for i := range want {
 			if w, g := want[i], got[i+1]; !reflect.DeepEqual(g, w) {
 				t.Fatalf("case %d envelope %d:\n got %+v\nwant %+v", n, i, g, w)
@@ -68,15 +79,29 @@ func TestBatchEqualsReference(t *testing.T) {
 	}
 }
 
-// TestBatchAllocs: an envelope of one action takes one allocation, one
-// of several takes two (the envelope, its actions), and its ids one more.
+// cloneSources gives each action of out its own copy of its Sources.
+func cloneSources(out []Outbound) []Outbound {
+	for _, o := range out {
+		for i := range o.Envelope.Actions {
+			if a := &o.Envelope.Actions[i]; a.Sources != nil {
+				a.Sources = append([]Source(nil), a.Sources...)
+			}
+		}
+	}
+	return out
+}
+
+// TestBatchAllocs: an envelope of one action takes one allocation, its
+// Source included; one of several takes two (the envelope, its actions)
+// and one more for its actions' Sources; each envelope's ids one more.
 func TestBatchAllocs(t *testing.T) {
 	b := NewBatcher("agentkv")
-	hints := []Hint{{WorkerID{ID: 1}, Action{Kind: KindShare, SessionID: "s"}}, {WorkerID{ID: 1}, Action{Kind: KindPin, SessionID: "s"}},
-		{WorkerID{ID: 1}, Action{Kind: KindDemote, SessionID: "s"}}, {WorkerID{ID: 2}, Action{Kind: KindRelease, SessionID: "s"}}}
+	src := []Source{{Worker: WorkerID{ID: 3}, Endpoint: "http://w3"}}
+	hints := []Hint{{WorkerID{ID: 1}, Action{Kind: KindShare, SessionID: "s", Sources: src}}, {WorkerID{ID: 1}, Action{Kind: KindPin, SessionID: "s"}},
+		{WorkerID{ID: 1}, Action{Kind: KindDemote, SessionID: "s"}}, {WorkerID{ID: 2}, Action{Kind: KindShare, SessionID: "s", Sources: src}}}
 	dst := make([]Outbound, 0, 4)
-	if a := testing.AllocsPerRun(100, func() { _ = b.Batch(dst[:0], hints) }); a > 5 {
-		t.Fatalf("%v allocations for an envelope of three actions and one of one, want 5", a)
+	if a := testing.AllocsPerRun(100, func() { _ = b.Batch(dst[:0], hints) }); a > 6 {
+		t.Fatalf("%v allocations for an envelope of three actions and one of one, want 6", a)
 	}
 }
 

@@ -104,6 +104,7 @@ type Outbound struct {
 type oneAction struct {
 	env Envelope
 	one [1]Action
+	src [1]Source // its Sources, when one
 }
 
 var oneActions = sync.Pool{New: func() any { return new(oneAction) }}
@@ -152,8 +153,8 @@ func decimalLen(n int) int {
 // first appearance, each holding a new envelope of that worker's actions in
 // input order. An
 // envelope's SessionID is set when all its actions share one session. The
-// actions are copied; their Target.Blocks and Sources slices still alias the
-// hints'.
+// actions are copied, their Sources too (a policy may build them in
+// Input.SourceBuf); their Target.Blocks slices still alias the hints'.
 func (b *Batcher) Batch(dst []Outbound, hints []Hint) []Outbound {
 	start := len(dst)
 	for i := range hints {
@@ -195,11 +196,26 @@ func (b *Batcher) Batch(dst []Outbound, hints []Hint) []Outbound {
 		}
 		all := ids.String()
 		var env *Envelope
+		var srcs []Source // room for the actions' Sources
 		if n == 1 {
 			blk := oneActions.Get().(*oneAction)
 			env, blk.env.Actions = &blk.env, blk.one[:0:1]
+			if len(hints[i].Action.Sources) <= len(blk.src) {
+				srcs = blk.src[:0:len(blk.src)]
+			}
 		} else {
 			env = &Envelope{Actions: make([]Action, 0, n)}
+		}
+		if srcs == nil {
+			k := 0
+			for j := i; j < len(hints); j++ {
+				if hints[j].Worker == w {
+					k += len(hints[j].Action.Sources)
+				}
+			}
+			if k > 0 {
+				srcs = make([]Source, 0, k)
+			}
 		}
 		env.ProtocolVersion, env.MessageID, env.SessionID = ProtocolVersion, all[:m], hints[i].Action.SessionID
 		at := m
@@ -214,6 +230,11 @@ func (b *Batcher) Batch(dst []Outbound, hints []Hint) []Outbound {
 			}
 			if env.SessionID != a.SessionID {
 				env.SessionID = ""
+			}
+			if len(a.Sources) > 0 {
+				k := len(srcs)
+				srcs = append(srcs, a.Sources...)
+				a.Sources = srcs[k:len(srcs):len(srcs)]
 			}
 			env.Actions = append(env.Actions, a)
 		}

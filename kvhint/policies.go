@@ -316,7 +316,7 @@ func (p *PeerShare) Evaluate(dst []Hint, in *Input) []Hint {
 		return dst
 	}
 	n := min(top[0].depth, p.cfg.MaxBlocks)
-	sources := make([]Source, len(top))
+	sources := in.sources(len(top))
 	for i, c := range top {
 		tier := TierDevice
 		if c.depth > c.r.Device {

@@ -1,6 +1,7 @@
 package kvhint
 
 import (
+	"slices"
 	"strconv"
 	"time"
 )
@@ -129,6 +130,24 @@ type Input struct {
 	// nil Renewals (a caller without them) makes every renewal due.
 	Now      time.Time
 	Renewals *Renewals
+	// SourceBuf, when not nil, is room the policies build their actions'
+	// Sources in (appending to it), so that a caller that reuses its
+	// Inputs allocates none for them: the hints then alias it, as they
+	// alias Prefix, until the Input is reused. Batcher.Batch copies
+	// Sources into the envelopes it makes.
+	SourceBuf *[]Source
+}
+
+// sources returns room for n Sources: from SourceBuf when there is one
+// (grown as needed), else a new slice.
+func (in *Input) sources(n int) []Source {
+	b := in.SourceBuf
+	if b == nil {
+		return make([]Source, n)
+	}
+	start := len(*b)
+	*b = slices.Grow(*b, n)[:start+n]
+	return (*b)[start : start+n : start+n]
 }
 
 // residency returns the entry for w, or nil.

@@ -356,6 +356,17 @@ func TestPeerShare(t *testing.T) {
 			t.Fatalf("seed %d cfg %+v\ninput %+v\ngot  %+v\nwant %+v", seed, cfg, in, got, want)
 		}
 		validHints(t, got)
+		// With a SourceBuf (holding another policy's sources first), the
+		// same hints, their Sources built in it.
+		buf := make([]Source, 1, 1+r.IntN(3))
+		in.SourceBuf = &buf
+		got = pol.Evaluate(nil, &in)
+		if !reflect.DeepEqual(got, want) || buf[0] != (Source{}) {
+			t.Fatalf("seed %d with SourceBuf: got %+v\nwant %+v", seed, got, want)
+		}
+		if len(got) == 1 && (len(buf) != 1+len(got[0].Action.Sources) || &buf[1] != &got[0].Action.Sources[0]) {
+			t.Fatalf("seed %d: sources not built in SourceBuf (%d there)", seed, len(buf))
+		}
 	}
 }
 
