@@ -155,8 +155,11 @@
 // BodyTail encodes a body's hint tail into a pooled Tail whose parts share
 // those lists: each reader of the parts holds the Tail and the last
 // Release returns it. Recycle gives back a one-action envelope Batcher
-// made once its last holder has encoded it. With both, a hinted request
-// allocates about a hundred bytes for its hints.
+// made once its last holder has encoded it. A policy builds its actions'
+// Sources in Input.SourceBuf when the caller gives one, and Batch copies
+// them into the envelope (a one-action envelope's into its pooled block).
+// With all three, a hinted request allocates one string for its hints
+// (the envelope's ids).
 //
 // # Thread safety and ownership
 //
