@@ -125,11 +125,21 @@ type Door struct {
 // burst, Burst or more within one second, are probed: a batch, not the
 // steady arrivals of a closed loop or of a service, where a probe only
 // moves a newcomer's wait from its first turn to its second.
+//
+// A probe counts against Share as its whole context, or, while more than
+// Queue programs a worker wait at the door (a batch several times what the
+// engines run at once), as its unique tail: the shared prefix is then in
+// every worker's cache, and the door, not the engines, is what delays the
+// step (Claude Code sessions tiled to 512 programs: 141 minutes against
+// KV routing's 131 when charged whole, 132 charged their tail). A
+// shallower queue keeps the whole charge: there, more probes slow the
+// programs already running. Queue 0 always charges the whole context.
 type Probe struct {
 	After time.Duration
 	Burst int
 	Share float64
 	Tail  int64
+	Queue int
 }
 
 // Waits bounds the wait of a held turn of a program that has run before.
@@ -307,6 +317,8 @@ func (c Config) withDefaults() (Config, error) {
 			return c, &ConfigError{"Door.Probe.Share", "must be in (0, 1]"}
 		case p.Tail < 0 || p.Tail > MaxTokens:
 			return c, &ConfigError{"Door.Probe.Tail", "must be in [0, MaxTokens]"}
+		case p.Queue < 0:
+			return c, &ConfigError{"Door.Probe.Queue", "must be ≥ 0"}
 		}
 	}
 	if c.PauseTarget > c.PauseThreshold {
@@ -335,12 +347,13 @@ func (c Config) withDefaults() (Config, error) {
 // tokens of queued prefill; and the programs of a batch offered at once
 // (16 or more, an RL rollout step) that wait at the door half a minute run
 // their first turn, and their later ones while their unique tail is at
-// most 12 K tokens, in a fifth of a worker's room (Door.Probe).
+// most 12 K tokens, in a fifth of a worker's room, counted as their unique
+// tail while more than 32 programs a worker wait (Door.Probe).
 func Agentic() Config {
 	return Config{
 		DecayHalfLife: time.Minute,
 		Door: &Door{ColdStartPrograms: 8, ColdStartObserved: 1.5, ColdStartFloor: 16, ActingGrowth: 0.6,
-			Probe: &Probe{After: 30 * time.Second, Burst: 16, Share: 0.2, Tail: 12_000}},
+			Probe: &Probe{After: 30 * time.Second, Burst: 16, Share: 0.2, Tail: 12_000, Queue: 32}},
 		Waits: &Waits{MaxWait: 3 * time.Minute, HomeFirst: true, ResumeOnEnd: true},
 		Moves: &Moves{Margin: 128_000},
 	}

@@ -189,7 +189,9 @@
 //     first offer. A subagent such a program starts takes its place
 //     in line, and runs its first turn as a probe where there is room
 //     (its parent waits for it). Probes take at most Share of a worker's room
-//     under the resume ceiling (at least one probe), never take it past
+//     under the resume ceiling (at least one probe), each counted as its
+//     unique tail while more than Queue programs a worker wait at the door
+//     (else as its whole context), never take it past
 //     PauseThreshold (they pause nothing), and wait while a held turn of
 //     a placed program is due to be swapped in; their tokens count on the
 //     worker until the turn ends. With it the same step took 141

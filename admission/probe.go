@@ -75,11 +75,21 @@ func (c *RawAdmitter) probeWorker(p *program) *worker {
 
 // probeFits reports whether w has room for p's probe.
 func (c *RawAdmitter) probeFits(p *program, w *worker) bool {
-	if w.probes > 0 && float64(w.probing+p.tokens) > c.cfg.probe().Share*c.ceiling*float64(w.cap) {
+	if w.probes > 0 && float64(w.probing+c.probeCharge(p)) > c.cfg.probe().Share*c.ceiling*float64(w.cap) {
 		return false
 	}
 	// Never past PauseThreshold: a probe pauses none of w's programs.
 	return roomUsed(w, c.used(w))+float64(p.tokens) <= c.cfg.PauseThreshold*float64(w.cap)
+}
+
+// probeCharge is what p's probe counts against Door.Probe.Share: its
+// unique tail while more than Queue programs a worker wait at the door,
+// else its whole context.
+func (c *RawAdmitter) probeCharge(p *program) int64 {
+	if q := c.cfg.probe().Queue; q > 0 && c.nWaiting > q*len(c.workers) {
+		return tail(p)
+	}
+	return p.tokens
 }
 
 // runProbe runs p's held turn on w as a probe and returns the decision
@@ -91,7 +101,7 @@ func (c *RawAdmitter) runProbe(now time.Time, p *program, w *worker) Decision {
 	if p.held == 0 {
 		p.waitSince = time.Time{}
 	}
-	p.probed, p.probe, p.probeN = true, w, p.tokens
+	p.probed, p.probe, p.probeN = true, w, c.probeCharge(p)
 	c.updateWaiting(p)
 	w.probes++
 	w.probing += p.probeN

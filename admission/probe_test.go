@@ -228,6 +228,7 @@ func TestProbeConfigErrors(t *testing.T) {
 		{Probe{After: time.Second, Burst: 1}, "Door.Probe.Share"},
 		{Probe{After: time.Second, Burst: 1, Share: 1.5}, "Door.Probe.Share"},
 		{Probe{After: time.Second, Burst: 1, Share: 0.2, Tail: -1}, "Door.Probe.Tail"},
+		{Probe{After: time.Second, Burst: 1, Share: 0.2, Queue: -1}, "Door.Probe.Queue"},
 	} {
 		p := tc.p
 		_, err := NewRawAdmitter(Config{Door: &Door{Probe: &p}})
@@ -420,5 +421,56 @@ func TestProbeStartedFirst(t *testing.T) {
 	}
 	if err := checkInvariants(c); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProbeQueueCharge: while more than Queue programs a worker wait at
+// the door, a probe counts against Share as its unique tail; with a
+// queue no deeper than that, or Queue 0, as its whole context. The probe's
+// charge is what counts on the worker until it ends.
+func TestProbeQueueCharge(t *testing.T) {
+	for _, tc := range []struct {
+		queue int
+		want  int64
+	}{{0, 15_000}, {3, 15_000}, {2, 3000}, {1, 3000}} {
+		cfg := probeConfig()
+		cfg.Door.Probe.Queue = tc.queue
+		c, err := NewRawAdmitter(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.AddWorker(0, 100_000); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 8 { // five run, three wait at the door
+			if _, err := c.StartRequest(epoch, fmt.Sprint("p", i), 15_000); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if c.nWaiting != 3 {
+			t.Fatalf("%d programs wait at the door, want 3", c.nWaiting)
+		}
+		if err := c.SetShared("p5", 12_000, 7); err != nil { // a 12 K system prompt
+			t.Fatal(err)
+		}
+		p := c.progs["p5"]
+		if got := c.probeCharge(p); got != tc.want {
+			t.Fatalf("Queue %d, 3 waiting: charge %d, want %d", tc.queue, got, tc.want)
+		}
+		w := c.workers[0]
+		if !c.probeFits(p, w) && tc.want == 3000 {
+			t.Fatalf("Queue %d: p5's probe does not fit at %d", tc.queue, tc.want)
+		}
+		c.emit(c.runProbe(epoch.Add(30*time.Second), p, w))
+		if w.probing != tc.want || p.probeN != tc.want {
+			t.Fatalf("Queue %d: probing %d, want p5 counted as %d", tc.queue, w.probing, tc.want)
+		}
+		c.endProbe(p)
+		if w.probing != 0 || w.probes != 0 {
+			t.Fatalf("Queue %d: after the probe's end probing %d in %d probes", tc.queue, w.probing, w.probes)
+		}
+		if err := checkInvariants(c); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
