@@ -195,9 +195,9 @@
 //     PauseThreshold (they pause nothing), and wait while a held turn of
 //     a placed program is due to be swapped in; their tokens count on the
 //     worker until the turn ends. With it the same step took 141
-//     minutes, and the batch makespans over the study's workloads and
-//     seeds came within 8 % of the best baseline's instead of 25 %
-//     (README, "Batch mode"). The closed loop's arrivals are not a burst
+//     minutes (131 with Queue), and the batch makespans over the study's
+//     workloads and seeds came within 8 % of the best baseline's instead
+//     of 25 % (3.3 % with Queue; README, "Batch mode"). The closed loop's arrivals are not a burst
 //     past its first offer, but that offer is one: its probed programs
 //     that then waited at the door waited with a later turn instead of
 //     their first, and their going first cost 2-3 % of throughput at 512
