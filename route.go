@@ -375,6 +375,9 @@ func (r *Router) admitLocked(rt *routing, req *Request, sc *scratch, hold bool) 
 		if err != nil {
 			return nil, err
 		}
+		if st == admission.StatusUnknown {
+			r.firstPrefixLocked(rt, req)
+		}
 		if !a.Run {
 			return r.holdLocked(rt, req, hold)
 		}
@@ -417,6 +420,19 @@ func (r *Router) startTurnLocked(rt *routing, req *Request, prefer []admission.W
 		return r.adm.StartSubRequest(rt.start, rt.program, ac.ParentSessionID, int64(rt.prompt), prefer)
 	}
 	return r.adm.StartRequestOn(rt.start, rt.program, int64(rt.prompt), prefer)
+}
+
+// firstPrefixLocked tells admission the prefix a new program's first
+// prompt shares with the sessions the lineage tree knows, which groups the
+// rollouts of one task (Door.Probe.Siblings). A subagent is a turn of its
+// parent's program, not a newcomer at the door: it gets none.
+func (r *Router) firstPrefixLocked(rt *routing, req *Request) {
+	if !r.siblings || req.Agent.ParentSessionID != "" && req.Agent.ProgramID == "" {
+		return
+	}
+	if d := r.tree.Junction(rt.seq); d > 0 {
+		_ = r.adm.SetFirstPrefix(rt.program, int64(d*r.cfg.BlockSize), rt.seq[d-1])
+	}
 }
 
 // holdLocked holds the request's turn, unless MaxHeld requests are held

@@ -71,6 +71,9 @@ type Router struct {
 	// blocks a program's callers.
 	adm   *admission.RawAdmitter
 	moves *admission.Moves // adm's Config().Moves (nil: off), read per turn
+	// siblings: adm groups programs by their first prompt's shared prefix
+	// (Door.Probe.Siblings), which the router names (firstPrefixLocked).
+	siblings bool
 	// pol is Config.AdmissionPolicy; polWake collects the request ids its
 	// events woke, for drainAdmissionLocked; polWorkers is scratch.
 	pol        admission.Policy
@@ -170,6 +173,9 @@ func (r *Router) newParts() error {
 			return err
 		}
 		r.moves = r.adm.Config().Moves
+		if d := r.adm.Config().Door; d != nil && d.Probe != nil && d.Probe.Siblings > 0 {
+			r.siblings = true
+		}
 	}
 	r.pol = cfg.AdmissionPolicy
 	return nil

@@ -56,6 +56,13 @@ type RawAdmitter struct {
 	nTurns  int
 	// burst is the latest burst of new programs (Door.Probe).
 	burst *burst
+	// sibs counts the programs by the key of their first prefix
+	// (SetFirstPrefix), nSib how many have one; sibLong holds, during a
+	// probe pass, the sibling groups one of which runs long
+	// (Door.Probe.Siblings).
+	sibs    map[uint64]int
+	nSib    int
+	sibLong map[uint64]bool
 }
 
 // burst counts the new programs offered within burstSpan of its first,
@@ -104,6 +111,10 @@ type worker struct {
 }
 
 type program struct {
+	// first is the prefix its first prompt shares with programs known
+	// before it, sib the key naming it (SetFirstPrefix; 0: none).
+	first     int64
+	sib       uint64
 	id        string
 	phase     Phase
 	life      Lifecycle
@@ -191,7 +202,7 @@ func (c *RawAdmitter) snapshot(now time.Time, p *program) Program {
 	s := Program{
 		ID: p.id, Phase: p.phase, Lifecycle: p.life, Status: status(p),
 		Tokens: p.tokens, Steps: p.steps, Inflight: p.inflight, Held: p.held, Marked: p.marked,
-		Acting: p.actingTotal,
+		Acting: p.actingTotal, FirstPrefix: p.first, SiblingKey: p.sib,
 	}
 	if p.w != nil {
 		s.Worker, s.HasWorker = p.w.id, true

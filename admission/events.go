@@ -374,6 +374,7 @@ func (c *RawAdmitter) Cancel(now time.Time, id string) error {
 			p.waiting = false
 			c.nWaiting--
 			c.leave(p)
+			c.dropSibling(p)
 			delete(c.progs, id)
 			c.stats.Cancelled++
 			c.emit(Decision{At: now, Kind: KindCancel, Reason: ReasonCancelled, Program: id, Tokens: p.tokens, Released: true, Waited: waited})
@@ -423,6 +424,7 @@ func (c *RawAdmitter) EndSession(now time.Time, id string) error {
 	}
 	p.life = Terminated
 	c.leave(p)
+	c.dropSibling(p)
 	delete(c.progs, id)
 	c.stats.Terminated++
 	c.emit(d)

@@ -34,12 +34,14 @@ func (c *RawAdmitter) probe(now time.Time) {
 		}
 	}
 	slices.SortFunc(due, agedOrder)
+	c.siblingsFirst(now, due)
 	due = c.doorOrder(due)
 	for _, p := range due {
 		if w := c.probeWorker(p); w != nil {
 			c.emit(c.runProbe(now, p, w))
 		}
 	}
+	clear(c.sibLong)
 	c.sProgs = due[:0]
 }
 
@@ -84,8 +86,12 @@ func (c *RawAdmitter) probeFits(p *program, w *worker) bool {
 
 // probeCharge is what p's probe counts against Door.Probe.Share: its
 // unique tail while more than Queue programs a worker wait at the door,
-// else its whole context.
+// else its whole context; the first turn of a program whose siblings run
+// long (Door.Probe.Siblings), its prompt past the prefix it shares.
 func (c *RawAdmitter) probeCharge(p *program) int64 {
+	if !p.probed && p.first > 0 && c.sibLong[p.sib] {
+		return p.tokens - min(p.first, p.tokens)
+	}
 	if q := c.cfg.probe().Queue; q > 0 && c.nWaiting > q*len(c.workers) {
 		return tail(p)
 	}

@@ -323,6 +323,11 @@ type Program struct {
 	Acting time.Duration
 	// PausedAt is when the program was last paused or queued (Paused only).
 	PausedAt time.Time
+	// FirstPrefix is the prefix, in tokens, its first prompt shares with
+	// the programs known before it, and SiblingKey the key naming it
+	// (SetFirstPrefix); 0 when none was given.
+	FirstPrefix int64
+	SiblingKey  uint64
 }
 
 // WorkerInfo is a snapshot of one worker.

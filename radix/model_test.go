@@ -336,6 +336,9 @@ func compare(t *RawTree, r *refTree) error {
 				return fmt.Errorf("Frontiers(%s)[%d] = %+v, ref depth %d", s, i, fr[i], len(f))
 			}
 		}
+		if err := checkJunction(t, r, got, bl); err != nil {
+			return fmt.Errorf("session %s: %w", s, err)
+		}
 		if sh, _ := t.Split(s); sh != r.split(s) {
 			return fmt.Errorf("Split(%s) = %+v, ref %+v", s, sh, r.split(s))
 		}
@@ -557,4 +560,40 @@ func TestDifferential(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkJunction checks Junction on the session's lineage and on chains
+// that leave it after every block (a fresh block re-chained from there on),
+// against the naive answer: the longest prefix whose every block the
+// reference holds at its depth.
+func checkJunction(t *RawTree, r *refTree, lineage []uint64, bl map[uint64]refBlock) error {
+	naive := func(chain []uint64) int {
+		n := 0
+		for n < len(chain) {
+			if b, ok := bl[chain[n]]; !ok || b.depth != n+1 {
+				break
+			}
+			n++
+		}
+		return n
+	}
+	if got, want := t.Junction(lineage), naive(lineage); got != want || want != len(lineage) {
+		return fmt.Errorf("Junction(lineage) = %d, naive %d, lineage %d blocks", got, want, len(lineage))
+	}
+	for k := 0; k <= len(lineage); k++ {
+		chain := append(slices.Clone(lineage[:k]), 0, 0)
+		prev := uint64(0x51b)
+		if k > 0 {
+			prev = lineage[k-1]
+		}
+		chain[k] = mix(prev, 0xfeed0000+uint64(k))
+		chain[k+1] = mix(chain[k], 0xbeef)
+		if got, want := t.Junction(chain), naive(chain); got != want || want != k {
+			return fmt.Errorf("Junction(lineage[:%d]+fresh) = %d, naive %d", k, got, want)
+		}
+	}
+	if t.Junction(nil) != 0 {
+		return fmt.Errorf("Junction(nil) = %d", t.Junction(nil))
+	}
+	return nil
 }

@@ -135,6 +135,13 @@ func (t *Tree) Stats() Stats {
 	return t.raw.Stats()
 }
 
+// Junction is RawTree.Junction under the lock.
+func (t *Tree) Junction(chain []uint64) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.raw.Junction(chain)
+}
+
 // Branch is RawTree.Branch under the lock.
 func (t *Tree) Branch(chain []uint64) Branch {
 	t.mu.Lock()

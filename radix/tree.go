@@ -630,6 +630,18 @@ func (t *RawTree) junction(s uint32, chain []uint64) int {
 	return a + 1
 }
 
+// Junction returns how many leading blocks of chain (root-first sequence
+// hashes, prefix-chained) the tree holds on one path: the prefix chain
+// shares with the sessions the tree knows, such as a new session's prompt
+// sharing a system prompt or a task with others. It changes nothing and
+// costs O(log len(chain)) lookups.
+func (t *RawTree) Junction(chain []uint64) int {
+	if len(chain) == 0 {
+		return 0
+	}
+	return t.junction(0, chain)
+}
+
 // UpdateFromMatch records that session's request context is chain, the
 // root-first sequence hashes of its full blocks, as routed. Blocks the tree
 // already holds are shared; only the new tail is inserted, so a request
