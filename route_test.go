@@ -258,3 +258,62 @@ func TestTurnRecordsItsTail(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstPrefixSiblings: with Door.Probe.Siblings the router tells
+// admission, at a new program's first turn, the prefix its prompt shares
+// with the sessions its lineage tree knows, named by that prefix's last
+// block: two rollouts of one task share the system prompt and the task
+// (one key), a rollout of another task the system prompt only; a
+// subagent's first turn and a later turn name nothing, and without
+// Siblings nothing is named.
+func TestFirstPrefixSiblings(t *testing.T) {
+	system, taskA, taskB := tokens(8*testBS, 1), tokens(4*testBS, 2), tokens(4*testBS, 3)
+	prompt := func(parts ...[]uint32) []uint32 {
+		var p []uint32
+		for _, x := range parts {
+			p = append(p, x...)
+		}
+		return p
+	}
+	probe := &admission.Probe{After: time.Second, Burst: 1, Share: 0.2, Siblings: time.Minute}
+	for _, on := range []bool{true, false} {
+		cfg := &admission.Config{Door: &admission.Door{Probe: probe}}
+		if !on {
+			p := *probe
+			p.Siblings = 0
+			cfg.Door.Probe = &p
+		}
+		r, clk := newTestRouter(t, Config{Admission: cfg}, 1)
+		route := func(sid, parent string, toks []uint32) {
+			t.Helper()
+			d, err := r.TryRoute(&Request{Tokens: toks, Agent: session.AgentContext{SessionID: sid, ParentSessionID: parent}})
+			require.NoError(t, err)
+			clk.Advance(time.Second)
+			d.Done(Usage{PromptTokens: len(toks), CompletionTokens: 4})
+		}
+		route("a1", "", prompt(system, taskA, tokens(2*testBS, 10)))
+		route("a2", "", prompt(system, taskA, tokens(2*testBS, 11)))
+		route("b1", "", prompt(system, taskB, tokens(2*testBS, 12)))
+		route("a1", "", prompt(system, taskA, tokens(2*testBS, 10), tokens(3*testBS, 13))) // a later turn
+		route("a1/sub", "a1", prompt(system, tokens(4*testBS, 14)))
+		h, err := r.hasher("")
+		require.NoError(t, err)
+		_, seq := h.AppendHashes(nil, nil, prompt(system, taskA), 0, false)
+		want := map[string][2]uint64{
+			"a1":     {0, 0},                                              // the first session: nothing known before it
+			"a2":     {uint64(len(system) + len(taskA)), seq[len(seq)-1]}, // system prompt and task A
+			"b1":     {uint64(len(system)), seq[len(system)/testBS-1]},    // the system prompt only
+			"a1/sub": {0, 0},                                              // a subagent: its parent's turn
+		}
+		r.mu.Lock()
+		for id, w := range want {
+			if !on {
+				w = [2]uint64{}
+			}
+			p, ok := r.adm.Program(clk.Now(), id)
+			require.True(t, ok, id)
+			require.Equal(t, w, [2]uint64{uint64(p.FirstPrefix), p.SiblingKey}, "%s (Siblings on: %v)", id, on)
+		}
+		r.mu.Unlock()
+	}
+}

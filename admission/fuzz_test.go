@@ -8,7 +8,8 @@ import (
 )
 
 // FuzzController decodes bytes into a sequence of operations (request
-// starts, with and without a placement preference, and ends, session ends,
+// starts, with and without a placement preference and a first prefix, and
+// ends, session ends,
 // cancels, ticks, worker changes, relocations, with arbitrary ids, token
 // counts and time steps) under configurations that switch the options on
 // (decay, growth reserve with a prior and the door's share, MaxWait with
@@ -78,7 +79,7 @@ func fuzzConfig(cfgByte byte) Config {
 		cfg.Door = &Door{ColdStartPrograms: 4, ActingGrowth: 0.6}
 		cfg.Waits = &Waits{ResumeOnEnd: true}
 		if cfgByte&1 != 0 {
-			cfg.Door.Probe = &Probe{After: 5 * time.Second, Burst: 2, Share: 0.25, Tail: 2000}
+			cfg.Door.Probe = &Probe{After: 5 * time.Second, Burst: 2, Share: 0.25, Tail: 2000, Siblings: 10 * time.Second}
 		}
 	}
 	if cfgByte&64 != 0 {
@@ -101,6 +102,10 @@ func fuzzOp(c *RawAdmitter, now time.Time, op, a, b byte) string {
 	switch op % 10 {
 	case 0:
 		_, _ = c.StartRequest(now, id, tokens)
+		if b&1 != 0 { // its first prompt shares a prefix: one of three groups
+			_ = c.SetFirstPrefix(id, tokens/2, uint64(a%3))
+			return fmt.Sprint("start ", id, " first prefix ", a%3)
+		}
 		return "start " + id
 	case 1:
 		_, _ = c.StartRequestOn(now, id, tokens, []WorkerID{WorkerID(b % 4), WorkerID(a % 4)})

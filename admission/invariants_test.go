@@ -52,7 +52,38 @@ func checkInvariants(c *RawAdmitter) error {
 	if err := checkGroups(c); err != nil {
 		return err
 	}
+	if err := checkSiblings(c); err != nil {
+		return err
+	}
 	return checkWorkers(c, ref)
+}
+
+// checkSiblings recounts the programs by first-prefix key
+// (SetFirstPrefix): the map holds exactly the keys some program has, and
+// the long groups of a probe pass are cleared after it.
+func checkSiblings(c *RawAdmitter) error {
+	count, n := map[uint64]int{}, 0
+	for id, p := range c.progs {
+		if p.first < 0 || p.first > MaxTokens || p.first == 0 && p.sib != 0 {
+			return fmt.Errorf("program %s: first prefix %d key %#x", id, p.first, p.sib)
+		}
+		if p.first > 0 {
+			count[p.sib]++
+			n++
+		}
+	}
+	if n != c.nSib || len(count) != len(c.sibs) {
+		return fmt.Errorf("siblings: %d programs in %d groups, recounted %d in %d", c.nSib, len(c.sibs), n, len(count))
+	}
+	for k, m := range count {
+		if c.sibs[k] != m {
+			return fmt.Errorf("sibling group %#x: %d, recounted %d", k, c.sibs[k], m)
+		}
+	}
+	if len(c.sibLong) != 0 {
+		return fmt.Errorf("long sibling groups left after a probe pass: %v", c.sibLong)
+	}
+	return nil
 }
 
 // checkGroups recounts each group's programs and admitted (placed) ones

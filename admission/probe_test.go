@@ -229,6 +229,7 @@ func TestProbeConfigErrors(t *testing.T) {
 		{Probe{After: time.Second, Burst: 1, Share: 1.5}, "Door.Probe.Share"},
 		{Probe{After: time.Second, Burst: 1, Share: 0.2, Tail: -1}, "Door.Probe.Tail"},
 		{Probe{After: time.Second, Burst: 1, Share: 0.2, Queue: -1}, "Door.Probe.Queue"},
+		{Probe{After: time.Second, Burst: 1, Share: 0.2, Siblings: -time.Second}, "Door.Probe.Siblings"},
 	} {
 		p := tc.p
 		_, err := NewRawAdmitter(Config{Door: &Door{Probe: &p}})
@@ -472,5 +473,144 @@ func TestProbeQueueCharge(t *testing.T) {
 		if err := checkInvariants(c); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestProbeSiblings: once a program has been in one tool call for
+// Door.Probe.Siblings, its siblings (programs whose first prompts share
+// its first prefix's key) that have not started probe before the programs
+// offered ahead of them, charged their prompt past the shared prefix; not
+// before it has, not when the key is shared by more than a quarter of the
+// programs with one (a prefix every program shares), not while it runs a
+// turn, and not with Siblings 0.
+func TestProbeSiblings(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		siblings time.Duration
+		at       time.Duration // the probe pass, p0's turn having ended at 1 s
+		shared   bool          // q0..q2 share p0's key too
+		running  bool          // p0 runs its next turn from 2 s
+		want     string
+		charge   int64
+	}{
+		{"long", 90 * time.Second, 91 * time.Second, false, false, "s0", 3000},
+		{"not yet", 90 * time.Second, 60 * time.Second, false, false, "q0", 15_000},
+		{"no group", 90 * time.Second, 91 * time.Second, true, false, "q0", 15_000},
+		{"running", 90 * time.Second, 91 * time.Second, false, true, "q0", 15_000},
+		{"off", 0, 91 * time.Second, false, false, "q0", 15_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := probeConfig()
+			cfg.Door.Probe.Siblings = tc.siblings
+			c, err := NewRawAdmitter(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.AddWorker(0, 100_000); err != nil {
+				t.Fatal(err)
+			}
+			// p0..p4 run; q0, q1, q2 and s0 wait at the door, in that order.
+			keys := map[string]uint64{"p0": 7, "p1": 1, "p2": 2, "p3": 3, "p4": 4, "q0": 5, "q1": 6, "q2": 8, "s0": 7}
+			if tc.shared {
+				keys["q0"], keys["q1"], keys["q2"] = 7, 7, 7
+			}
+			for i, id := range []string{"p0", "p1", "p2", "p3", "p4", "q0", "q1", "q2", "s0"} {
+				at := epoch.Add(time.Duration(i) * time.Millisecond)
+				if _, err := c.StartRequest(at, id, 15_000); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.SetFirstPrefix(id, 12_000, keys[id]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.nWaiting != 4 {
+				t.Fatalf("%d programs wait at the door, want 4", c.nWaiting)
+			}
+			if err := c.EndRequest(epoch.Add(time.Second), "p0", 15_000, 200); err != nil {
+				t.Fatal(err)
+			}
+			if tc.running {
+				if a, err := c.StartRequest(epoch.Add(2*time.Second), "p0", 15_300); err != nil || !a.Run {
+					t.Fatalf("p0's next turn: %+v %v", a, err)
+				}
+			}
+			c.Drain(nil)
+			c.Tick(epoch.Add(tc.at))
+			p := probeDecisions(c.Drain(nil))
+			if len(p) != 1 || p[0].Program != tc.want {
+				t.Fatalf("probes %+v, want %s's alone", p, tc.want)
+			}
+			if got := c.progs[tc.want].probeN; got != tc.charge {
+				t.Fatalf("%s's probe counts %d, want %d", tc.want, got, tc.charge)
+			}
+			if err := checkInvariants(c); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.EndSession(epoch.Add(tc.at+time.Second), "p0"); err != nil {
+				t.Fatal(err)
+			}
+			if err := checkInvariants(c); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestSetFirstPrefix: unknown programs and bad lengths are refused; a
+// program's key moves it between groups, 0 takes it out, and its end drops
+// it; a snapshot reports it.
+func TestSetFirstPrefix(t *testing.T) {
+	c, err := NewRawAdmitter(probeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddWorker(0, 100_000); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetFirstPrefix("x", 10, 1); err != ErrUnknownProgram {
+		t.Fatalf("unknown program: %v", err)
+	}
+	if _, err := c.StartRequest(epoch, "a", 1000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StartRequest(epoch, "b", 1000); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int64{-1, MaxTokens + 1} {
+		if err := c.SetFirstPrefix("a", n, 1); err != ErrBadTokens {
+			t.Fatalf("first prefix %d: %v", n, err)
+		}
+	}
+	steps := []struct {
+		id    string
+		n     int64
+		key   uint64
+		sibs  map[uint64]int
+		total int
+	}{
+		{"a", 500, 1, map[uint64]int{1: 1}, 1},
+		{"b", 500, 1, map[uint64]int{1: 2}, 2},
+		{"a", 600, 2, map[uint64]int{1: 1, 2: 1}, 2},
+		{"b", 0, 9, map[uint64]int{2: 1}, 1},
+	}
+	for _, s := range steps {
+		if err := c.SetFirstPrefix(s.id, s.n, s.key); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(c.sibs) != fmt.Sprint(s.sibs) || c.nSib != s.total {
+			t.Fatalf("after %s %d/%d: groups %v (%d), want %v (%d)", s.id, s.n, s.key, c.sibs, c.nSib, s.sibs, s.total)
+		}
+		if err := checkInvariants(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, _ := c.Program(epoch, "a"); p.FirstPrefix != 600 || p.SiblingKey != 2 {
+		t.Fatalf("snapshot %+v, want first prefix 600, key 2", p)
+	}
+	if err := c.EndSession(epoch, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.sibs) != 0 || c.nSib != 0 {
+		t.Fatalf("after a's end: groups %v (%d)", c.sibs, c.nSib)
 	}
 }
