@@ -201,7 +201,15 @@
 //     past its first offer, but that offer is one: its probed programs
 //     that then waited at the door waited with a later turn instead of
 //     their first, and their going first cost 2-3 % of throughput at 512
-//     programs.
+//     programs. With Door.Probe.Siblings, programs whose first prompts
+//     share a prefix past what a quarter of the programs share (the
+//     router names it with SetFirstPrefix, from its lineage index: the
+//     rollouts of one task) are siblings; while one has been in a single
+//     tool call for Siblings, its siblings that have not started probe
+//     before every other program, charged their prompt past the shared
+//     prefix (the same Claude Code step: 110 minutes, 16 % under KV
+//     routing; workloads whose programs share only a system prompt form
+//     no group and run as before).
 //   - Waits.ResumeOnEnd runs the resume pass when a running program ends, so the
 //     room it frees goes to a waiting program at once rather than at the
 //     next Tick (in simulation, with every request a program of one turn
