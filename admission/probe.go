@@ -107,6 +107,9 @@ func (c *RawAdmitter) runProbe(now time.Time, p *program, w *worker) Decision {
 	if p.held == 0 {
 		p.waitSince = time.Time{}
 	}
+	if !p.probed && p.first > 0 && c.sibLong[p.sib] {
+		c.stats.SiblingsFirst++
+	}
 	p.probed, p.probe, p.probeN = true, w, c.probeCharge(p)
 	c.updateWaiting(p)
 	w.probes++

@@ -543,6 +543,9 @@ func TestProbeSiblings(t *testing.T) {
 			if got := c.progs[tc.want].probeN; got != tc.charge {
 				t.Fatalf("%s's probe counts %d, want %d", tc.want, got, tc.charge)
 			}
+			if got, want := c.Stats().SiblingsFirst, uint64(map[bool]int{true: 1}[tc.want == "s0"]); got != want {
+				t.Fatalf("Stats().SiblingsFirst = %d, want %d", got, want)
+			}
 			if err := checkInvariants(c); err != nil {
 				t.Fatal(err)
 			}

@@ -361,8 +361,10 @@ type Stats struct {
 	// could not use (Relocate).
 	Relocated uint64
 	// Probed counts the turns that ran as probes while their programs
-	// waited at the door (Door.Probe).
-	Probed uint64
+	// waited at the door (Door.Probe); SiblingsFirst those of them that
+	// were first turns run ahead of the line because a sibling ran long
+	// (Door.Probe.Siblings).
+	Probed, SiblingsFirst uint64
 	// DroppedDecisions counts decisions lost because the pending buffer was
 	// full (only without Config.OnDecision).
 	DroppedDecisions uint64
