@@ -247,6 +247,10 @@
 // counts each program's unique tail, and each distinct shared prefix of its
 // programs once, since its cache holds one copy. The root router calls it
 // at every request end with the session-prefix indexer's split (radix).
+// SetFirstPrefix(id, shared, key) names, once, the prefix a new program's
+// first prompt shares with the programs known before it; the root router
+// calls it at the first turn with its lineage index's junction, and
+// Door.Probe.Siblings groups programs by it (weights are untouched).
 //
 // # Groups: tenants at the door
 //

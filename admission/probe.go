@@ -89,7 +89,7 @@ func (c *RawAdmitter) probeFits(p *program, w *worker) bool {
 // else its whole context; the first turn of a program whose siblings run
 // long (Door.Probe.Siblings), its prompt past the prefix it shares.
 func (c *RawAdmitter) probeCharge(p *program) int64 {
-	if !p.probed && p.first > 0 && c.sibLong[p.sib] {
+	if c.siblingFirst(p) {
 		return p.tokens - min(p.first, p.tokens)
 	}
 	if q := c.cfg.probe().Queue; q > 0 && c.nWaiting > q*len(c.workers) {
@@ -107,7 +107,7 @@ func (c *RawAdmitter) runProbe(now time.Time, p *program, w *worker) Decision {
 	if p.held == 0 {
 		p.waitSince = time.Time{}
 	}
-	if !p.probed && p.first > 0 && c.sibLong[p.sib] {
+	if c.siblingFirst(p) {
 		c.stats.SiblingsFirst++
 	}
 	p.probed, p.probe, p.probeN = true, w, c.probeCharge(p)

@@ -76,9 +76,8 @@ func (c *RawAdmitter) siblingsFirst(now time.Time, due []*program) {
 	if len(c.sibLong) == 0 {
 		return
 	}
-	first := func(p *program) bool { return !p.probed && p.first > 0 && c.sibLong[p.sib] }
 	slices.SortStableFunc(due, func(a, b *program) int {
-		switch fa, fb := first(a), first(b); {
+		switch fa, fb := c.siblingFirst(a), c.siblingFirst(b); {
 		case fa && !fb:
 			return -1
 		case fb && !fa:
@@ -86,4 +85,10 @@ func (c *RawAdmitter) siblingsFirst(now time.Time, due []*program) {
 		}
 		return 0
 	})
+}
+
+// siblingFirst reports whether p goes first in this probe pass: it has not
+// started and its sibling group runs long (c.sibLong).
+func (c *RawAdmitter) siblingFirst(p *program) bool {
+	return !p.probed && p.first > 0 && c.sibLong[p.sib]
 }

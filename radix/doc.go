@@ -54,6 +54,9 @@
 //   - Split(session): how many leading blocks of its lineage other live
 //     sessions also reference, and how many are its own unique tail, in
 //     O(depth in nodes), whatever the number of blocks.
+//   - Junction(chain): how many leading blocks of a chain naming no
+//     session the tree holds on one path (a new session's prompt shares
+//     them with the sessions it knows), O(log len(chain)) lookups.
 //   - Stats: sessions, frontiers, nodes, blocks and an estimate of bytes.
 //
 // # Representation
