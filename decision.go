@@ -158,7 +158,10 @@ func (r *Router) done(d *Decision, u Usage) {
 		_ = r.adm.EndRequest(now, d.program, int64(prompt), int64(u.CompletionTokens))
 		// Weight = unique tail + the prefix shared with other sessions,
 		// which the worker's cache holds once (the lineage tree knows it).
-		// The prefix is named by the hash of its last block.
+		// The prefix is named by the hash of its last block. It is set
+		// after the turn's end, so a first turn's end counts its whole
+		// prompt toward the cold-start prior (Door.ColdStartObserved).
+		// admission.Agentic is measured with this order.
 		if sp, err := r.tree.Split(d.agent.SessionID); err == nil && d.agent.Valid() {
 			var key uint64
 			if sp.Shared > 0 {
