@@ -256,6 +256,7 @@ func runSimulate(env *cmdEnv, args []string) error {
 		fmt.Fprintf(env.stdout, "batch: every program of a level offered at once, no refills; %d step(s), caches flushed between steps\n", f.steps)
 		printBatchTable(env.stdout, batch)
 		printSimComparison(env.stdout, batch, policies, levels, "batch makespan", func(r *simrun.Result) float64 { return r.Makespan.Seconds() })
+		printBestBaseline(env.stdout, batch, policies, levels)
 	}
 	if f.jsonOut != "" {
 		if err := writeSimJSON(f.jsonOut, &f, w.Name, results, batch); err != nil {
@@ -458,6 +459,52 @@ func printSimComparison(w io.Writer, results []*simrun.Result, policies []simrun
 			}
 		}
 		compare("kv+cap", after)
+	}
+}
+
+// batchBaselines are the policies issue #31's first target compares
+// kv+admission with: in batch mode, a policy's makespan against the
+// shortest of theirs at each level.
+var batchBaselines = []string{"kv", "kv+cap", "global-lb"}
+
+// printBestBaseline prints, when every batch baseline ran, each other
+// policy's makespan relative to the best baseline of each level, naming
+// that baseline.
+func printBestBaseline(w io.Writer, batch []*simrun.Result, policies []simrun.Policy, levels []int) {
+	for _, b := range batchBaselines {
+		if !slices.ContainsFunc(policies, func(p simrun.Policy) bool { return p.Name == b }) {
+			return
+		}
+	}
+	best := make(map[int]*simrun.Result, len(levels))
+	byPolicy := make(map[string]map[int]*simrun.Result)
+	for _, r := range batch {
+		if byPolicy[r.Policy] == nil {
+			byPolicy[r.Policy] = map[int]*simrun.Result{}
+		}
+		byPolicy[r.Policy][r.Concurrency] = r
+		if slices.Contains(batchBaselines, r.Policy) && (best[r.Concurrency] == nil || r.Makespan < best[r.Concurrency].Makespan) {
+			best[r.Concurrency] = r
+		}
+	}
+	header := false
+	for _, p := range policies {
+		if slices.Contains(batchBaselines, p.Name) {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "\nbatch makespan relative to the best of kv, kv+cap and global-lb:")
+			header = true
+		}
+		fmt.Fprintf(w, "  %-13s", p.Name)
+		for _, c := range levels {
+			r, b := byPolicy[p.Name][c], best[c]
+			if r == nil || b == nil || b.Makespan <= 0 {
+				continue
+			}
+			fmt.Fprintf(w, "  c=%s %+.1f%% (%s)", concLabel(c), 100*(r.Makespan.Seconds()/b.Makespan.Seconds()-1), b.Policy)
+		}
+		fmt.Fprintln(w)
 	}
 }
 
