@@ -22,12 +22,9 @@ const siblingShare = 4
 // siblings (Door.Probe.Siblings). shared 0 clears it. Call it after the
 // program's first StartRequest; the value stays until the program ends.
 func (c *RawAdmitter) SetFirstPrefix(id string, shared int64, key uint64) error {
-	if shared < 0 || shared > MaxTokens {
-		return ErrBadTokens
-	}
-	p, ok := c.progs[id]
-	if !ok {
-		return ErrUnknownProgram
+	p, err := c.prefixOf(id, shared)
+	if err != nil {
+		return err
 	}
 	c.dropSibling(p)
 	if shared == 0 {

@@ -172,12 +172,9 @@ func sharedOf(p *program) sharedKey {
 // once, since its cache holds one copy. The value stays until the next
 // call; shared 0 (the default) counts the whole context.
 func (c *RawAdmitter) SetShared(id string, shared int64, key uint64) error {
-	if shared < 0 || shared > MaxTokens {
-		return ErrBadTokens
-	}
-	p, ok := c.progs[id]
-	if !ok {
-		return ErrUnknownProgram
+	p, err := c.prefixOf(id, shared)
+	if err != nil {
+		return err
 	}
 	w := p.w
 	if w != nil {
@@ -188,6 +185,19 @@ func (c *RawAdmitter) SetShared(id string, shared int64, key uint64) error {
 		c.attach(p, w)
 	}
 	return nil
+}
+
+// prefixOf checks a prefix length given for program id (SetShared,
+// SetFirstPrefix) and returns the program.
+func (c *RawAdmitter) prefixOf(id string, shared int64) (*program, error) {
+	if shared < 0 || shared > MaxTokens {
+		return nil, ErrBadTokens
+	}
+	p, ok := c.progs[id]
+	if !ok {
+		return nil, ErrUnknownProgram
+	}
+	return p, nil
 }
 
 func (w *worker) addShared(k sharedKey) {

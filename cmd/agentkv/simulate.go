@@ -416,14 +416,6 @@ func printShortWindows(w io.Writer, results []*simrun.Result, levels []int) {
 // on them.
 func printSimComparison(w io.Writer, results []*simrun.Result, policies []simrun.Policy, levels []int, what string,
 	metric func(*simrun.Result) float64) {
-	at := func(p string, c int) *simrun.Result {
-		for _, r := range results {
-			if r.Policy == p && r.Concurrency == c {
-				return r
-			}
-		}
-		return nil
-	}
 	compare := func(base string, others []simrun.Policy) {
 		if len(others) == 0 {
 			return
@@ -432,7 +424,7 @@ func printSimComparison(w io.Writer, results []*simrun.Result, policies []simrun
 		for _, p := range others {
 			fmt.Fprintf(w, "  %-13s", p.Name)
 			for _, c := range levels {
-				a, b := at(base, c), at(p.Name, c)
+				a, b := resultAt(results, base, c), resultAt(results, p.Name, c)
 				if a == nil || b == nil || metric(a) == 0 {
 					continue
 				}
@@ -462,6 +454,16 @@ func printSimComparison(w io.Writer, results []*simrun.Result, policies []simrun
 	}
 }
 
+// resultAt is the result of policy p at concurrency c, nil if none.
+func resultAt(results []*simrun.Result, p string, c int) *simrun.Result {
+	for _, r := range results {
+		if r.Policy == p && r.Concurrency == c {
+			return r
+		}
+	}
+	return nil
+}
+
 // batchBaselines are the policies issue #31's first target compares
 // kv+admission with: in batch mode, a policy's makespan against the
 // shortest of theirs at each level.
@@ -477,12 +479,7 @@ func printBestBaseline(w io.Writer, batch []*simrun.Result, policies []simrun.Po
 		}
 	}
 	best := make(map[int]*simrun.Result, len(levels))
-	byPolicy := make(map[string]map[int]*simrun.Result)
 	for _, r := range batch {
-		if byPolicy[r.Policy] == nil {
-			byPolicy[r.Policy] = map[int]*simrun.Result{}
-		}
-		byPolicy[r.Policy][r.Concurrency] = r
 		if slices.Contains(batchBaselines, r.Policy) && (best[r.Concurrency] == nil || r.Makespan < best[r.Concurrency].Makespan) {
 			best[r.Concurrency] = r
 		}
@@ -498,7 +495,7 @@ func printBestBaseline(w io.Writer, batch []*simrun.Result, policies []simrun.Po
 		}
 		fmt.Fprintf(w, "  %-13s", p.Name)
 		for _, c := range levels {
-			r, b := byPolicy[p.Name][c], best[c]
+			r, b := resultAt(batch, p.Name, c), best[c]
 			if r == nil || b == nil || b.Makespan <= 0 {
 				continue
 			}
